@@ -1,0 +1,171 @@
+"""Turn instructor notebooks into everything else, and prove each exercise both ways.
+
+``solutions/NN_topic/NN_topic.ipynb`` is the only notebook edited by hand.
+From it come the stored outputs that nbval compares (:func:`execute`), the
+student version in ``course/`` (:func:`generate_course`), and a student
+version that keeps the hidden tests (:func:`student_version`), which must
+fail every test.
+
+Run ``python -m autograder.pipeline --help`` from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+COURSE = ROOT / "course"
+CELL_TIMEOUT_S = 120
+
+
+def assignments() -> list[str]:
+    """The assignment names, in teaching order: ``solutions/NN_topic/NN_topic.ipynb``."""
+    return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def solution_path(assignment: str) -> Path:
+    return SOLUTIONS / assignment / f"{assignment}.ipynb"
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for nbgrader and jupyter: this interpreter's bin first on PATH.
+
+    nbgrader creates a gradebook by running ``alembic`` by name, and kernels
+    start ``python`` by name, so both must resolve to this environment.
+    """
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def execute(path: Path) -> None:
+    """Run a notebook top to bottom and store its outputs in place.
+
+    Cells tagged ``raises-exception`` may raise; any other error stops the
+    run. Widget state is not stored: it changes on every run.
+    """
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata.pop("widgets", None)
+    client = NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        store_widget_state=False,
+    )
+    client.execute()
+    nb.metadata.pop("widgets", None)
+    nbformat.write(nb, path)
+
+
+def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) -> None:
+    """Write the student version of each assignment into ``release_dir`` with nbgrader.
+
+    Uses a throw-away gradebook, so it never touches an instructor's own.
+    """
+    names = names or assignments()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            subprocess.run(
+                [
+                    sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force",
+                    f"--CourseDirectory.release_directory={release_dir}",
+                    f"--CourseDirectory.db_url=sqlite:///{tmp}/gradebook.db",
+                    "--log-level=WARN",
+                ],
+                cwd=ROOT, env=tool_env(), check=True,
+            )
+
+
+def student_version(solution: Path, destination: Path) -> None:
+    """Write ``solution`` with its answers replaced by stubs but its hidden tests kept.
+
+    It is what a student who wrote nothing would hand in, graded with every
+    test the instructor has: no test should pass on it.
+    """
+    from nbgrader.preprocessors import ClearOutput, ClearSolutions
+    from traitlets.config import Config
+
+    config = Config()
+    config.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    nb = nbformat.read(solution, as_version=4)
+    resources: dict = {}
+    for preprocessor in (ClearSolutions(config=config), ClearOutput(config=config)):
+        nb, resources = preprocessor.preprocess(nb, resources)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, destination)
+
+
+def validate(notebook: Path, invert: bool = False) -> tuple[bool, str]:
+    """Run ``nbgrader validate`` (``--invert``: every test must fail); return (ok, output).
+
+    ``nbgrader validate`` exits 0 whatever the outcome, so the verdict is read
+    from its output.
+    """
+    command = [sys.executable, "-m", "nbgrader", "validate", str(notebook)]
+    if invert:
+        command.append("--invert")
+    done = subprocess.run(command, cwd=notebook.parent, env=tool_env(), capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    verdict = "Success! The notebook does not pass any tests." if invert else "Success! Your notebook passes all the tests."
+    return verdict in output, output
+
+
+def _copy_as_solution(assignment: str, into: Path) -> Path:
+    target = into / assignment / f"{assignment}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(solution_path(assignment), target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.pipeline", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("execute", help="re-run solution notebooks and store their outputs")
+    run.add_argument("names", nargs="*", help="assignments (default: all)")
+    gen = sub.add_parser("course", help="regenerate course/ from solutions/")
+    gen.add_argument("names", nargs="*", help="assignments (default: all)")
+    both = sub.add_parser("both-ways", help="solutions pass every test; student versions pass none")
+    both.add_argument("names", nargs="*", help="assignments (default: all)")
+    args = parser.parse_args(argv)
+    names = args.names or assignments()
+    unknown = sorted(set(names) - set(assignments()))
+    if unknown:
+        parser.error(f"no such assignment: {', '.join(unknown)} (have: {', '.join(assignments())})")
+    if args.command == "execute":
+        for name in names:
+            print(f"executing {solution_path(name).relative_to(ROOT)}")
+            execute(solution_path(name))
+    elif args.command == "course":
+        generate_course(names=names)
+        print(f"wrote {', '.join(names)} into {COURSE.relative_to(ROOT)}/")
+    else:
+        failed = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in names:
+                passes, out = validate(_copy_as_solution(name, Path(tmp) / "solutions"))
+                stub = Path(tmp) / "students" / name / f"{name}.ipynb"
+                student_version(solution_path(name), stub)
+                fails_all, out_inverted = validate(stub, invert=True)
+                print(f"{name}: solution passes all tests: {passes}; student version passes none: {fails_all}")
+                for ok, text in ((passes, out), (fails_all, out_inverted)):
+                    if not ok:
+                        failed += 1
+                        print(text)
+        return 1 if failed else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

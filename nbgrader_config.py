@@ -1,0 +1,19 @@
+"""nbgrader settings for the course.
+
+Instructor notebooks in ``solutions/`` are the source; ``nbgrader
+generate_assignment`` writes the student versions into ``course/``.
+"""
+
+c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
+
+c.CourseDirectory.course_id = "pytorch-devices"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "course"
+# The gradebook of the instructor's own working copy; grading runs use their own.
+c.CourseDirectory.db_url = "sqlite:///.nbgrader/gradebook.db"
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# A student cell may train a small model; 60 s per cell is generous on a laptop.
+c.ExecutePreprocessor.timeout = 60
