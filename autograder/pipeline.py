@@ -66,7 +66,33 @@ def execute(path: Path) -> None:
     )
     client.execute()
     nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if "traceback" in output:
+                output["traceback"] = [scrub_paths(line) for line in output["traceback"]]
+            if "text" in output:
+                output["text"] = scrub_paths(output["text"])
     nbformat.write(nb, path)
+
+
+def scrub_paths(text: str) -> str:
+    """Replace this machine's install locations in ``text`` with neutral names.
+
+    Stored tracebacks and warnings would otherwise show where the author's
+    Python lives, which means nothing to a reader.
+    """
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    replacements = [
+        (paths["purelib"], "<site-packages>"),
+        (paths["platlib"], "<site-packages>"),
+        (paths["stdlib"], "<python>"),
+        (str(ROOT), "<course>"),
+    ]
+    for prefix, name in sorted(replacements, key=lambda pair: -len(pair[0])):
+        text = text.replace(prefix, name)
+    return text
 
 
 def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) -> None:

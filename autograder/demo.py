@@ -1,0 +1,190 @@
+"""The demo class: a few students whose submissions ``make grade`` grades.
+
+Each student is a policy for filling the answer cells of the student
+versions in ``course/``: the instructor's solution, nothing at all, or
+answers written out below with the mistakes students really make. The
+submissions are built from those and committed under
+``autograder/demo_class/submitted/<student>/<assignment>/``; a test
+rebuilds them and fails on any difference, and another grades them and
+compares with ``expected_scores.csv``.
+
+Run ``python -m autograder.demo`` from the repository root to rebuild them
+after changing a notebook.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+from autograder.pipeline import COURSE, ROOT, assignments, solution_path
+
+DEMO_DIR = ROOT / "autograder" / "demo_class"
+SUBMITTED = DEMO_DIR / "submitted"
+EXPECTED_SCORES = DEMO_DIR / "expected_scores.csv"
+
+SOLUTION = "solution"
+STUB = "stub"
+
+
+def _code(source: str) -> str:
+    return textwrap.dedent(source).strip("\n")
+
+
+# For each student: assignment -> {grade_id: source, or SOLUTION / STUB};
+# "*" gives the default for answers not named. A missing assignment was not
+# handed in.
+ROSTER: dict[str, dict[str, dict[str, str]]] = {
+    # Hands in the instructor's solution everywhere: full marks.
+    "ada": {name: {"*": SOLUTION} for name in ("00_environment", "01_device_placement", "02_cross_device_errors")},
+    # Hands in every notebook untouched: no marks.
+    "linus": {name: {"*": STUB} for name in ("00_environment", "01_device_placement", "02_cross_device_errors")},
+    # Hands in 00 only, with a typo that raises NameError in one answer.
+    "margaret": {
+        "00_environment": {
+            "*": SOLUTION,
+            "resolve_device": _code('''
+                def resolve_device(request: str = "auto") -> torch.device:
+                    """The torch.device that `request` names, checked against this machine."""
+                    if request == "auto":
+                        return best_devcie()
+                    return torch.device(request)
+            '''),
+        },
+    },
+    # Partly right: the mistakes of someone who learnt from blog posts.
+    "grace": {
+        "00_environment": {
+            "*": STUB,
+            "list_devices": _code('''
+                def list_devices() -> list[torch.device]:
+                    """Every device a tensor can be created on here: cpu, cuda:0, cuda:1, ..., then mps if available."""
+                    return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+            '''),
+            "resolve_device": _code('''
+                def resolve_device(request: str = "auto") -> torch.device:
+                    """The torch.device that `request` names, checked against this machine."""
+                    if request == "auto":
+                        return best_device()
+                    return torch.device(request)
+            '''),
+            "diagnose": _code('''
+                def diagnose(facts: EnvFacts, expect_gpu: bool) -> list[str]:
+                    """The codes of the problems that keep this set-up from using a GPU as expected; [] when all is well."""
+                    if not expect_gpu:
+                        return []
+                    if facts.cuda_build is None:
+                        return ["cpu_only_build"]
+                    if facts.device_count == 0:
+                        return ["no_gpu_visible"]
+                    return []
+            '''),
+        },
+        "01_device_placement": {
+            "move_batch": _code('''
+                def move_batch(batch, device, dtype=None):
+                    """A copy of `batch` (nested dicts, lists, tuples, named tuples) with every tensor on `device`.
+
+                    When `dtype` is given, floating-point tensors are cast to it; other tensors keep their dtype.
+                    """
+                    if isinstance(batch, torch.Tensor):
+                        return batch.to(device, dtype) if dtype is not None else batch.to(device)
+                    if isinstance(batch, dict):
+                        return {key: move_batch(value, device, dtype) for key, value in batch.items()}
+                    if isinstance(batch, (list, tuple)):
+                        return type(batch)(move_batch(value, device, dtype) for value in batch)
+                    return batch
+            '''),
+            "model_devices": _code('''
+                def model_devices(model: nn.Module) -> set[torch.device]:
+                    """The devices of all parameters and buffers of `model`, submodules included."""
+                    return {parameter.device for parameter in model.parameters()}
+            '''),
+            "causal_mask": _code('''
+                def causal_mask(scores: torch.Tensor) -> torch.Tensor:
+                    """A (T, T) bool mask on scores.device, True strictly above the diagonal, for scores of shape (..., T, T)."""
+                    T = scores.shape[-1]
+                    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+            '''),
+        },
+        "02_cross_device_errors": {
+            "find_misplaced": _code('''
+                def find_misplaced(model: nn.Module, device: torch.device, *inputs) -> list[str]:
+                    """Names of the parameters, buffers and inputs ("input 0", ...) that are not on `device`."""
+                    names = [name for name, parameter in model.named_parameters() if parameter.device != device]
+                    return names + [f"input {i}" for i, x in enumerate(inputs) if x.device != device]
+            '''),
+            "standardize": _code('''
+                class Standardize(nn.Module):
+                    """(x - mean) / std, with mean and std kept as buffers: moved by .to(), saved by state_dict()."""
+
+                    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
+                        super().__init__()
+                        self.mean = mean
+                        self.std = std
+
+                    def forward(self, x: torch.Tensor) -> torch.Tensor:
+                        return (x - self.mean) / self.std
+            '''),
+            "prepare_batch": _code('''
+                def prepare_batch(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+                    """The (data, label) pair of `batch`, both moved to `device` with non_blocking=True."""
+                    data, label = batch
+                    return data.to(device, non_blocking=True), data.to(device, non_blocking=True)
+            '''),
+        },
+    },
+}
+
+
+def _solutions(name: str) -> dict[str, str]:
+    """grade_id -> the instructor's answer, with nbgrader's markers removed."""
+    answers = {}
+    for cell in nbformat.read(solution_path(name), as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            lines = [line for line in cell.source.splitlines() if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
+            answers[meta["grade_id"]] = "\n".join(lines)
+    return answers
+
+
+def build(into: Path = SUBMITTED) -> list[Path]:
+    """Write every demo submission below ``into``; return the files written."""
+    if into.exists():
+        shutil.rmtree(into)
+    written = []
+    known = set(assignments())
+    for student, handed_in in sorted(ROSTER.items()):
+        for name, policy in sorted(handed_in.items()):
+            if name not in known:
+                raise ValueError(f"the roster names {name!r} for {student}, but there is no such assignment")
+            nb = nbformat.read(COURSE / name / f"{name}.ipynb", as_version=4)
+            solutions = _solutions(name)
+            for cell in nb.cells:
+                meta = cell.metadata.get("nbgrader", {})
+                if not meta.get("solution"):
+                    continue
+                choice = policy.get(meta["grade_id"], policy.get("*", STUB))
+                if choice == SOLUTION:
+                    cell.source = solutions[meta["grade_id"]]
+                elif choice != STUB:
+                    cell.source = choice
+            target = into / student / name / f"{name}.ipynb"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, target)
+            written.append(target)
+    return written
+
+
+def main() -> int:
+    for path in build():
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Every exercise is proven both ways, and the proof itself can fail."""
+
+import shutil
+
+import nbformat
+import pytest
+
+from autograder import pipeline
+
+
+@pytest.mark.parametrize("name", pipeline.assignments())
+def test_solution_passes_every_test(name, tmp_path):
+    copy = tmp_path / name / f"{name}.ipynb"
+    copy.parent.mkdir()
+    shutil.copy(pipeline.solution_path(name), copy)
+    ok, output = pipeline.validate(copy)
+    assert ok, output
+
+
+@pytest.mark.parametrize("name", pipeline.assignments())
+def test_student_version_with_hidden_tests_passes_none(name, tmp_path):
+    stub = tmp_path / name / f"{name}.ipynb"
+    pipeline.student_version(pipeline.solution_path(name), stub)
+    ok, output = pipeline.validate(stub, invert=True)
+    assert ok, output
+
+
+def test_student_version_stubs_answers_and_keeps_hidden_tests(tmp_path):
+    stub = tmp_path / "nb.ipynb"
+    pipeline.student_version(pipeline.solution_path("00_environment"), stub)
+    cells = nbformat.read(stub, as_version=4).cells
+    answers = [c for c in cells if c.metadata.get("nbgrader", {}).get("solution")]
+    assert answers and all("raise NotImplementedError()" in c.source for c in answers)
+    assert not any("BEGIN SOLUTION" in c.source for c in cells)
+    assert any("BEGIN HIDDEN TESTS" in c.source for c in cells)
+    assert all(not c.get("outputs") for c in cells if c.cell_type == "code")
+
+
+def test_validate_reports_a_wrong_answer_as_a_failure(tmp_path):
+    """The both-ways check would notice a solution that stopped passing."""
+    nb = nbformat.read(pipeline.solution_path("00_environment"), as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "list_devices":
+            cell.source = "def list_devices():\n    return ['cpu']"
+    broken = tmp_path / "broken.ipynb"
+    nbformat.write(nb, broken)
+    ok, output = pipeline.validate(broken)
+    assert not ok and "VALIDATION FAILED" in output
+    ok, output = pipeline.validate(broken, invert=True)
+    assert not ok, "a notebook that passes some tests is not a student version"

@@ -1,0 +1,78 @@
+"""The project's own promises: pins agree, course/ and the demo class are generated, not edited."""
+
+import filecmp
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autograder import demo, pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _requirements():
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_environment_yml_pins_the_same_packages_as_requirements_txt():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_lists = [dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict)]
+    assert len(pip_lists) == 1
+    conda_pip = [line for line in pip_lists[0] if line != "-e ."]
+    assert conda_pip == _requirements()
+    assert "-e ." in pip_lists[0], "conda users get the helper package too"
+
+
+def test_every_requirement_is_pinned_exactly_and_torch_to_the_cpu_wheel_version():
+    for line in _requirements():
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.+]*", line), f"not an exact pin: {line}"
+    assert "torch==2.13.0" in _requirements()
+
+
+def test_every_assignment_has_a_folder_and_notebook_of_the_same_name():
+    names = pipeline.assignments()
+    assert names[:3] == ["00_environment", "01_device_placement", "02_cross_device_errors"]
+    for name in names:
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+", name)
+    released = sorted(p.parent.name for p in (ROOT / "course").glob("*/*.ipynb"))
+    assert released == names, "course/ and solutions/ hold different assignments"
+
+
+def _tree_differences(a: Path, b: Path) -> list[str]:
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    if files_a != files_b:
+        return [f"files differ: {files_a} vs {files_b}"]
+    return [str(f) for f in files_a if not filecmp.cmp(a / f, b / f, shallow=False)]
+
+
+def test_course_is_exactly_what_nbgrader_generates_from_solutions(tmp_path):
+    pipeline.generate_course(tmp_path / "course")
+    stale = _tree_differences(tmp_path / "course", ROOT / "course")
+    assert not stale, f"course/ is out of date or edited by hand ({stale}): run `make course`"
+
+
+def test_demo_submissions_are_exactly_what_the_roster_builds(tmp_path):
+    demo.build(tmp_path / "submitted")
+    stale = _tree_differences(tmp_path / "submitted", demo.SUBMITTED)
+    assert not stale, f"the demo class is out of date ({stale}): run `make course`"
+
+
+@pytest.mark.parametrize("name", pipeline.assignments())
+def test_solution_notebooks_are_stored_with_outputs_and_without_widget_state(name):
+    import nbformat
+
+    nb = nbformat.read(pipeline.solution_path(name), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), "run `make execute` to store outputs"
+    assert "widgets" not in nb.metadata
+    text = pipeline.solution_path(name).read_text()
+    for place in (sys.prefix, str(ROOT)):
+        assert place not in text, f"a stored output shows a local path ({place}): run `make execute`"
+    for cell in code:
+        if "raises-exception" in cell.metadata.get("tags", []):
+            assert any(o.output_type == "error" for o in cell.outputs), f"cell {cell.id} should show its error"
