@@ -1,0 +1,357 @@
+"""Checkpoints that look saved on a GPU, and a loader that opens them anywhere.
+
+Fixtures: :func:`make_checkpoint` writes a checkpoint of a seeded
+:class:`~devcourse.models.TinyNet` as a plain, DataParallel, DDP or
+``torch.compile`` model would have saved it, in float32 or float16, with
+every storage tagged as saved on ``cpu``, ``cuda:0`` or ``cuda:1``. It runs on
+a CPU-only machine: the tags are written by a storage tagger registered for
+the duration of the save (:func:`tagged_save`), and ``torch.load`` treats the
+file exactly like one written on that GPU. The same arguments give the same
+bytes, so no binary fixture needs to be shipped.
+
+Loader: :func:`read_state_dict` and :func:`load_model` open any of those
+files on whatever this machine has, with ``weights_only=True``, and turn every
+way a file can be wrong into a :class:`CheckpointError` that says what is
+wrong. Nothing is half-loaded: keys and shapes are checked before any
+tensor reaches a model.
+
+Introduced in 03_saving_and_loading; used in 04_map_location and 05_module_prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from devcourse.devices import best_device
+from devcourse.models import seeded_tinynet
+
+SAVED_ON = ("cpu", "cuda:0", "cuda:1")
+WRAPPERS = ("plain", "dataparallel", "ddp", "compiled", "compiled_ddp", "ddp_compiled")
+PREFIXES = ("module.", "_orig_mod.")
+STATE_DICT_KEYS = ("model", "state_dict", "model_state_dict")
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@contextlib.contextmanager
+def _storages_tagged_as(location: str) -> Iterator[None]:
+    """While active, ``torch.save`` records every CPU storage as living on ``location``."""
+
+    def tagger(storage: object) -> str | None:
+        return location if getattr(storage, "device", torch.device("cpu")).type == "cpu" else None
+
+    def deserializer(storage: object, tag: str) -> None:
+        return None  # leave loading to PyTorch's own deserializers
+
+    torch.serialization.register_package(-100, tagger, deserializer)
+    entry = next(e for e in torch.serialization._package_registry if e[1] is tagger)
+    try:
+        yield
+    finally:
+        # PyTorch has no public way to unregister a package.
+        torch.serialization._package_registry.remove(entry)
+
+
+def tagged_save(obj: object, path: str | Path, saved_on: str = "cuda:1") -> Path:
+    """``torch.save(obj, path)`` as if every tensor in ``obj`` had lived on ``saved_on``.
+
+    Works on a CPU-only machine. ``obj``'s tensors must be on the CPU.
+    """
+    path = Path(path)
+    torch.device(saved_on)  # a clear error for a bad device string
+    if saved_on == "cpu":
+        torch.save(obj, path)
+    else:
+        with _storages_tagged_as(saved_on):
+            torch.save(obj, path)
+    return path
+
+
+@contextlib.contextmanager
+def single_process_group() -> Iterator[None]:
+    """A one-process ``gloo`` group, so DDP can wrap a model in this process.
+
+    Uses the group that already exists if there is one; otherwise creates one
+    backed by an in-memory store (no ports, no files) and destroys it after.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def wrapped_state_dict(model: nn.Module, wrapper: str = "plain") -> dict[str, torch.Tensor]:
+    """``model``'s state dict as the given wrapper really writes it.
+
+    ``dataparallel`` and ``ddp`` add ``module.``, ``compiled`` adds
+    ``_orig_mod.``; ``compiled_ddp`` is ``torch.compile(DDP(model))``
+    (``_orig_mod.module.``) and ``ddp_compiled`` is ``DDP(torch.compile(model))``
+    (``module._orig_mod.``). The wrappers are real; nothing is compiled,
+    because compilation waits for a first forward pass.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    if wrapper not in WRAPPERS:
+        raise ValueError(f"wrapper must be one of {WRAPPERS}, not {wrapper!r}")
+    if wrapper == "plain":
+        return model.state_dict()
+    if wrapper == "dataparallel":
+        return nn.DataParallel(model).state_dict()
+    if wrapper == "compiled":
+        return torch.compile(model).state_dict()
+    with single_process_group():
+        if wrapper == "ddp":
+            return DistributedDataParallel(model).state_dict()
+        if wrapper == "compiled_ddp":
+            return torch.compile(DistributedDataParallel(model)).state_dict()
+        return DistributedDataParallel(torch.compile(model)).state_dict()
+
+
+def make_checkpoint(
+    path: str | Path,
+    saved_on: str = "cuda:1",
+    wrapper: str = "plain",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    training: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Write a TinyNet checkpoint to ``path``; return its state dict as a plain model has it.
+
+    ``saved_on`` is the device the file claims its tensors were saved on,
+    ``wrapper`` the wrapper whose key prefixes it carries (see
+    :func:`wrapped_state_dict`), ``dtype`` the dtype of its floating-point
+    tensors (integer buffers stay integers). With ``training=True`` the file
+    is a training checkpoint: ``{"model", "optimizer", "epoch", "rng_state"}``.
+
+    The returned dict (CPU tensors, no prefixes, the requested dtype) is what
+    a correct loader must produce. Works on a CPU-only machine; the same
+    arguments always write the same bytes.
+    """
+    model = seeded_tinynet(seed)
+    reference = {key: _cast(value, dtype) for key, value in model.state_dict().items()}
+    state = {key: _cast(value, dtype) for key, value in wrapped_state_dict(model, wrapper).items()}
+    obj: object = state
+    if training:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model(torch.randn(4, model.encoder[0].in_features)).sum().backward()
+            optimizer.step()
+            rng_state = torch.get_rng_state()
+        obj = {"model": state, "optimizer": optimizer.state_dict(), "epoch": 3, "rng_state": rng_state}
+    tagged_save(obj, path, saved_on)
+    return reference
+
+
+def _cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+
+# --------------------------------------------------------------------------- loader
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be loaded, with a message that says why."""
+
+
+class CheckpointNotFound(CheckpointError, FileNotFoundError):
+    """There is no file at the given path."""
+
+
+class EmptyCheckpoint(CheckpointError):
+    """The file has no bytes at all."""
+
+
+class TruncatedCheckpoint(CheckpointError):
+    """The file starts like a checkpoint but is cut short or damaged."""
+
+
+class NotACheckpoint(CheckpointError):
+    """The file is not something ``torch.save`` wrote."""
+
+
+class UnsafeCheckpoint(CheckpointError):
+    """Loading needs globals that ``weights_only=True`` refuses to import."""
+
+    def __init__(self, message: str, globals_needed: list[str]):
+        super().__init__(message)
+        self.globals_needed = globals_needed
+
+
+class KeyMismatch(CheckpointError):
+    """The checkpoint's keys or shapes do not match the model's."""
+
+    def __init__(self, message: str, missing: list[str], unexpected: list[str], wrong_shape: list[str]):
+        super().__init__(message)
+        self.missing, self.unexpected, self.wrong_shape = missing, unexpected, wrong_shape
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_PROTO = 0x80
+
+
+def read_checkpoint(path: str | Path, mmap: bool = False) -> object:
+    """``torch.load`` a checkpoint onto the CPU with ``weights_only=True``, or explain why not.
+
+    With ``mmap=True`` a zip-format file (every ``torch.save`` since 1.6) is
+    memory-mapped: tensors are read from disk when touched and stay backed by
+    the file, which must then not be overwritten while they are in use.
+    Raises a :class:`CheckpointError` subclass for a missing, empty,
+    truncated or foreign file, or one that needs unsafe globals.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointNotFound(f"no checkpoint at {path}" + (" (it is a directory)" if path.is_dir() else ""))
+    size = path.stat().st_size
+    if size == 0:
+        raise EmptyCheckpoint(f"{path} is empty (0 bytes): the save was interrupted or never written")
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    is_zip = head == _ZIP_MAGIC
+    if is_zip:
+        if not zipfile.is_zipfile(path):
+            raise TruncatedCheckpoint(
+                f"{path} is cut short or damaged ({size} bytes, no zip directory at its end): save it again or re-copy it"
+            )
+        with zipfile.ZipFile(path) as archive:
+            if not any(name.endswith("data.pkl") for name in archive.namelist()):
+                raise NotACheckpoint(f"{path} is a zip archive but not one written by torch.save (no data.pkl inside)")
+    elif head[:1] != bytes([_PICKLE_PROTO]):
+        raise NotACheckpoint(f"{path} is not a PyTorch checkpoint: it starts with {head!r}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and is_zip)
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" not in str(exc):
+            raise TruncatedCheckpoint(f"{path} is damaged: {exc}") from exc
+        needed = _unsafe_globals(path) if is_zip else []
+        listed = ", ".join(needed) if needed else "globals that are not tensors or plain containers"
+        raise UnsafeCheckpoint(
+            f"{path} needs {listed} to load. weights_only=True refuses them, because unpickling them can run "
+            "any code. Save a state_dict instead; or, only if you trust the file, allow them with "
+            "torch.serialization.safe_globals([...]).",
+            needed,
+        ) from exc
+    except (EOFError, RuntimeError) as exc:
+        raise TruncatedCheckpoint(f"{path} is cut short or damaged: {type(exc).__name__}: {exc}") from exc
+
+
+def _unsafe_globals(path: Path) -> list[str]:
+    try:
+        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception:  # the listing is a courtesy; the refusal stands without it
+        return []
+
+
+def strip_prefixes(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Remove wrapper prefixes (``module.``, ``_orig_mod.``) that every key shares, nested ones too.
+
+    A prefix is removed only while *every* key starts with it, so a model
+    that really has a submodule named ``module`` keeps its names.
+    """
+    keys = list(state_dict)
+    changed = True
+    while keys and changed:
+        changed = False
+        for prefix in PREFIXES:
+            if all(key.startswith(prefix) for key in keys):
+                keys = [key[len(prefix):] for key in keys]
+                changed = True
+    return dict(zip(keys, state_dict.values()))
+
+
+def find_state_dict(obj: object) -> dict[str, torch.Tensor]:
+    """The model's state dict inside a loaded checkpoint.
+
+    Accepts a state dict itself, or a training checkpoint that keeps it under
+    ``"model"``, ``"state_dict"`` or ``"model_state_dict"``.
+    """
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return dict(obj)
+    if isinstance(obj, dict):
+        for key in STATE_DICT_KEYS:
+            if key in obj and isinstance(obj[key], dict):
+                return find_state_dict(obj[key])
+    kind = f"dict with keys {sorted(map(str, obj))[:8]}" if isinstance(obj, dict) else type(obj).__name__
+    raise NotACheckpoint(f"found no model state dict in the checkpoint (it holds a {kind})")
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """The model state dict in the file at ``path``: on the CPU, prefixes stripped.
+
+    Combines :func:`read_checkpoint`, :func:`find_state_dict` and
+    :func:`strip_prefixes`; raises :class:`CheckpointError` on bad input.
+    """
+    return strip_prefixes(find_state_dict(read_checkpoint(path)))
+
+
+def check_keys(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """Raise :class:`KeyMismatch`, listing every difference, unless keys and shapes match ``model``."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in expected]
+    wrong_shape = [
+        f"{k}: checkpoint {tuple(state_dict[k].shape)}, model {tuple(expected[k].shape)}"
+        for k in expected
+        if k in state_dict and state_dict[k].shape != expected[k].shape
+    ]
+    if missing or unexpected or wrong_shape:
+        parts = []
+        for label, items in (("missing from the checkpoint", missing), ("not in the model", unexpected),
+                             ("of the wrong shape", wrong_shape)):
+            if items:
+                parts.append(f"{len(items)} {label}: {', '.join(items)}")
+        raise KeyMismatch("the checkpoint does not fit the model; " + "; ".join(parts), missing, unexpected, wrong_shape)
+
+
+def load_model(
+    path: str | Path,
+    model_factory: Callable[[], nn.Module],
+    device: torch.device | str | None = None,
+) -> nn.Module:
+    """Build a model with ``model_factory`` and load the checkpoint at ``path`` into it, on ``device``.
+
+    ``device`` defaults to :func:`~devcourse.devices.best_device` (the CPU on
+    a CPU-only machine). Whatever device the file was saved on, whichever
+    wrapper prefixes it carries, and whatever its float dtype, the model
+    comes back with the factory's dtypes on ``device``.
+
+    To keep memory near one copy of the weights, the model is built on the
+    ``meta`` device (no memory) and the tensors read from the file become the
+    model's own (``load_state_dict(assign=True)``) before one move to
+    ``device``; loading into an already built model would hold two copies. Models with non-persistent buffers, whose values a
+    checkpoint does not hold, are built normally instead.
+
+    Raises :class:`CheckpointError` for a bad file or a mismatch; the model
+    is only returned when every tensor has loaded.
+    """
+    device = torch.device(device) if device is not None else best_device()
+    state = read_state_dict(path)
+    with torch.device("meta"):
+        skeleton = model_factory()
+    check_keys(skeleton, state)
+    if _has_non_persistent_buffers(skeleton):
+        model = model_factory()
+        model.load_state_dict(state)
+        return model.to(device)
+    expected = skeleton.state_dict()
+    state = {k: v.to(expected[k].dtype) if v.dtype != expected[k].dtype else v for k, v in state.items()}
+    skeleton.load_state_dict(state, assign=True)
+    return skeleton.to(device)
+
+
+def _has_non_persistent_buffers(model: nn.Module) -> bool:
+    return any(module._non_persistent_buffers_set for module in model.modules())
