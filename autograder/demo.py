@@ -40,9 +40,9 @@ def _code(source: str) -> str:
 # handed in.
 ROSTER: dict[str, dict[str, dict[str, str]]] = {
     # Hands in the instructor's solution everywhere: full marks.
-    "ada": {name: {"*": SOLUTION} for name in ("00_environment", "01_device_placement", "02_cross_device_errors")},
+    "ada": {name: {"*": SOLUTION} for name in assignments()},
     # Hands in every notebook untouched: no marks.
-    "linus": {name: {"*": STUB} for name in ("00_environment", "01_device_placement", "02_cross_device_errors")},
+    "linus": {name: {"*": STUB} for name in assignments()},
     # Hands in 00 only, with a typo that raises NameError in one answer.
     "margaret": {
         "00_environment": {

@@ -1,0 +1,32 @@
+import pytest
+
+from devcourse import loadbench
+
+
+def test_each_strategy_reports_time_and_memory_from_its_own_process():
+    results = loadbench.compare_loading(32)
+    assert [m.strategy for m in results] == list(loadbench.STRATEGIES)
+    by_name = {m.strategy: m for m in results}
+    assert all(m.seconds > 0 and m.checkpoint_mib > 30 for m in results)
+    # a built model plus a loaded copy holds two copies; a meta-built model given the loaded tensors, one
+    plain = by_name["plain"].extra_peak_mib
+    assert by_name["plain"].ratio > 1.5
+    assert by_name["meta_assign"].extra_peak_mib < 0.75 * plain
+    assert by_name["devcourse"].extra_peak_mib < 0.75 * plain
+
+
+def test_table_has_one_row_per_strategy():
+    rows = [loadbench.Measurement("plain", 1.5, 200.0, 100.0), loadbench.Measurement("devcourse", 0.5, 105.0, 100.0)]
+    lines = loadbench.format_table(rows).splitlines()
+    assert lines[0] == "checkpoint: 100 MiB"
+    assert lines[2].split() == ["plain", "1.50", "200", "2.00"]
+    assert lines[3].split() == ["devcourse", "0.50", "105", "1.05"]
+
+
+def test_a_failing_strategy_raises_with_its_error(tmp_path):
+    with pytest.raises(RuntimeError, match="plain failed"):
+        loadbench.measure("plain", tmp_path / "missing.pt", 1)
+
+
+def test_layer_count_follows_the_requested_size():
+    assert loadbench.layers_for(1024) == 256 and loadbench.layers_for(1) == 1
