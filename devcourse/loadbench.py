@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +32,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from devcourse.measure import peak_rss_mib, run_child
 
 STRATEGIES = ("plain", "mmap", "meta_assign", "devcourse")
 WIDTH = 1024  # one 1024 x 1024 float32 layer is 4 MiB
@@ -73,24 +73,6 @@ class Measurement:
         return self.extra_peak_mib / self.checkpoint_mib
 
 
-def _peak_rss_mib() -> float:
-    """This process's peak resident memory so far, in MiB.
-
-    On Linux it reads ``VmHWM``, which starts afresh when a program starts;
-    ``getrusage``'s ``ru_maxrss`` would carry over the peak of the parent
-    that started this process.
-    """
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 2**10  # kB
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB elsewhere
-
-
 def _load(strategy: str, path: Path, layers: int) -> nn.Module:
     if strategy == "plain":
         model = WideNet(layers)
@@ -112,23 +94,17 @@ def _load(strategy: str, path: Path, layers: int) -> nn.Module:
 
 
 def _child(strategy: str, path: Path, layers: int) -> dict:
-    before = _peak_rss_mib()
+    before = peak_rss_mib()
     start = time.perf_counter()
     model = _load(strategy, path, layers)
     checksum = sum(float(p.detach().sum()) for p in model.parameters())  # touch every weight
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "extra_peak_mib": _peak_rss_mib() - before, "checksum": checksum}
+    return {"seconds": seconds, "extra_peak_mib": peak_rss_mib() - before, "checksum": checksum}
 
 
 def measure(strategy: str, path: Path, layers: int, timeout_s: float = 600) -> Measurement:
     """Run one strategy in a fresh process and return what it measured."""
-    done = subprocess.run(
-        [sys.executable, "-m", "devcourse.loadbench", "--child", strategy, str(path), str(layers)],
-        capture_output=True, text=True, timeout=timeout_s,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{strategy} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_child("devcourse.loadbench", [strategy, str(path), str(layers)], timeout_s)
     return Measurement(strategy, result["seconds"], result["extra_peak_mib"], path.stat().st_size / 2**20)
 
 

@@ -1,0 +1,198 @@
+"""Run DDP code in several processes from a notebook or a test, and clean up after it.
+
+``torch.multiprocessing.spawn`` cannot start a function defined in a notebook
+cell (the workers cannot import ``__main__``), so code for other processes
+goes into a script: :func:`write_script` writes one from functions defined
+anywhere, notebook cells included, and :func:`torchrun` starts it with
+``torchrun``'s c10d rendezvous on a free local port.
+
+Every run has a wall-time limit. A run that exceeds it, or in which a rank
+dies, ends with :class:`DistributedRunError` naming what happened, and every
+process it started is killed (each run gets its own process group), so no
+orphan is left behind. On a CPU-only machine the workers use the ``gloo``
+backend; with enough GPUs for the ranks of a node, ``nccl``.
+
+Introduced in 07_multi_device_training.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+__all__ = ["DistributedRunError", "RunResult", "backend_for", "free_port", "run_functions", "torchrun", "write_script"]
+
+
+class DistributedRunError(RuntimeError):
+    """A multi-process run that failed or ran out of time; the message holds the end of its output."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    returncode: int
+    output: str  # stdout and stderr of every launcher, interleaved as they came
+    seconds: float
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def backend_for(local_world_size: int) -> str:
+    """``nccl`` when this machine has a GPU for each local rank, else ``gloo``."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size and torch.distributed.is_nccl_available():
+        return "nccl"
+    return "gloo"
+
+
+def torchrun(
+    script: str | Path,
+    nproc_per_node: int = 2,
+    nnodes: int = 1,
+    args: Sequence[str] = (),
+    timeout_s: float = 120,
+    cwd: str | Path | None = None,
+) -> RunResult:
+    """Run ``script`` with torchrun: ``nnodes`` launchers on this machine, ``nproc_per_node`` ranks each.
+
+    With ``nnodes > 1`` each node is a separate torchrun launcher meeting the
+    others through the c10d rendezvous on a free port of 127.0.0.1, as
+    separate machines would. Raises :class:`DistributedRunError` when a
+    launcher exits non-zero or the run takes longer than ``timeout_s``; in
+    both cases every process of the run has been ended.
+    """
+    import time
+
+    port = free_port()
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=course-{port}",
+        "--max-restarts=0", "--monitor-interval=0.5",
+        str(script), *args,
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    with tempfile.TemporaryFile(mode="w+") as log:
+        start = time.monotonic()
+        launchers = [
+            subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True, text=True)
+            for _ in range(nnodes)
+        ]
+        try:
+            codes = [launcher.wait(timeout=max(0.1, timeout_s - (time.monotonic() - start))) for launcher in launchers]
+        except subprocess.TimeoutExpired:
+            _end(launchers)
+            log.seek(0)
+            raise DistributedRunError(
+                f"the run did not finish within {timeout_s:g} s and was stopped (all its processes killed); "
+                f"output so far:\n{_tail(log.read())}"
+            ) from None
+        finally:
+            _end(launchers)
+        log.seek(0)
+        output = log.read()
+    failed = [code for code in codes if code != 0]
+    if failed:
+        raise DistributedRunError(f"a launcher exited with code {failed[0]}; output:\n{_tail(output)}")
+    return RunResult(0, output, time.monotonic() - start)
+
+
+def _end(launchers: list[subprocess.Popen]) -> None:
+    """Kill each launcher's whole process group (the launcher and its ranks)."""
+    for launcher in launchers:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(launcher.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                launcher.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # ranks may outlive a launcher that was killed first
+            os.killpg(launcher.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+_HARNESS = '''
+if __name__ == "__main__":
+    import os as _os
+    import torch as _torch
+    import torch.distributed as _dist
+    from pathlib import Path as _Path
+
+    _result = {main}(_Path({outdir!r}))
+    _torch.save(_result, _Path({outdir!r}) / f"rank{{_os.environ['RANK']}}.pt")
+    if _dist.is_initialized():
+        _dist.destroy_process_group()
+'''
+
+_PRELUDE = """\
+# Written by devcourse.distributed.write_script: the functions below, then a harness.
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+"""
+
+
+def write_script(path: str | Path, functions: Sequence[Callable], main: Callable, outdir: str | Path) -> Path:
+    """Write a script holding the source of ``functions`` and ``main``, and a harness that calls ``main``.
+
+    Each rank runs ``main(outdir)`` and its return value is saved as
+    ``outdir/rank{RANK}.pt``. The functions may come from notebook cells;
+    they see ``torch``, ``dist``, ``nn``, ``DDP``, ``DataLoader``,
+    ``DistributedSampler``, ``TensorDataset``, ``os`` and ``Path``.
+    """
+    sources = [textwrap.dedent(inspect.getsource(function)) for function in [*functions, main]]
+    body = _PRELUDE + "\n\n" + "\n\n".join(sources) + _HARNESS.format(main=main.__name__, outdir=str(outdir))
+    path = Path(path)
+    path.write_text(body)
+    return path
+
+
+def run_functions(
+    functions: Sequence[Callable],
+    main: Callable,
+    nproc_per_node: int = 2,
+    nnodes: int = 1,
+    timeout_s: float = 120,
+) -> list[object]:
+    """Run ``main(outdir)`` on every rank with torchrun; return each rank's result, rank 0 first.
+
+    ``functions`` are the helpers ``main`` calls (a student's answers, say).
+    See :func:`write_script` and :func:`torchrun`. Results are loaded with
+    ``weights_only=True``: return tensors, numbers, strings and containers.
+    """
+    with tempfile.TemporaryDirectory(prefix="ddp-run-") as folder:
+        folder = Path(folder)
+        script = write_script(folder / "run.py", functions, main, folder)
+        run = torchrun(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
+        world_size = nproc_per_node * nnodes
+        missing = [r for r in range(world_size) if not (folder / f"rank{r}.pt").exists()]
+        if missing:
+            raise DistributedRunError(f"ranks {missing} returned no result; output:\n{_tail(run.output)}")
+        return [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in range(world_size)]

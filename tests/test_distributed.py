@@ -1,0 +1,83 @@
+"""Multi-process runs: results come back, failures are named, nothing is left running."""
+
+import os
+import subprocess
+
+import pytest
+import torch
+
+from devcourse.distributed import DistributedRunError, backend_for, free_port, run_functions, write_script
+
+
+def _setup():
+    dist.init_process_group("gloo")  # noqa: F821 (the script's prelude imports dist)
+    return dist.get_rank(), dist.get_world_size()  # noqa: F821
+
+
+def _train(outdir):
+    rank, world = _setup()
+    torch.manual_seed(0)
+    model = DDP(nn.Linear(4, 2))  # noqa: F821
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(100 + rank)  # each rank sees other data
+    for _ in range(3):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return {"rank": rank, "world": world, "weight": model.module.weight.detach()}
+
+
+def _ranks_alive():
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "ddp-run-" in line and "run.py" in line]
+
+
+def test_two_ranks_train_and_agree():
+    results = run_functions([_setup], _train)
+    assert [r["rank"] for r in results] == [0, 1] and {r["world"] for r in results} == {2}
+    assert torch.equal(results[0]["weight"], results[1]["weight"]), "DDP keeps parameters in step"
+
+
+def test_two_nodes_meet_through_the_c10d_rendezvous():
+    results = run_functions([_setup], _train, nproc_per_node=1, nnodes=2)
+    assert sorted(r["rank"] for r in results) == [0, 1] and {r["world"] for r in results} == {2}
+    assert torch.equal(results[0]["weight"], results[1]["weight"])
+
+
+def _hang(outdir):
+    import time
+
+    time.sleep(600)
+
+
+def test_a_run_past_its_time_limit_is_stopped_with_a_clear_message():
+    with pytest.raises(DistributedRunError, match=r"did not finish within 6 s"):
+        run_functions([], _hang, timeout_s=6)
+    assert _ranks_alive() == []
+
+
+def _rank_one_dies(outdir):
+    dist.init_process_group("gloo")  # noqa: F821
+    if dist.get_rank() == 1:  # noqa: F821
+        os._exit(3)
+    dist.barrier()  # noqa: F821 (would wait forever for rank 1)
+
+
+def test_a_dead_rank_ends_the_run_instead_of_hanging():
+    with pytest.raises(DistributedRunError, match="exited with code"):
+        run_functions([], _rank_one_dies, timeout_s=60)
+    assert _ranks_alive() == []
+
+
+def test_helpers():
+    port = free_port()
+    assert 1024 < port < 65536
+    assert backend_for(2) == ("nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else "gloo")
+
+
+def test_script_holds_the_functions_and_a_harness(tmp_path):
+    script = write_script(tmp_path / "run.py", [_setup], _train, tmp_path)
+    text = script.read_text()
+    assert "def _setup():" in text and "def _train(outdir):" in text
+    assert 'if __name__ == "__main__":' in text and "rank{_os.environ['RANK']}.pt" in text
