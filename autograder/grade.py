@@ -12,11 +12,16 @@ Run ``python -m autograder.grade --help`` from the repository root.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import os
 import shutil
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
+from unittest import mock
 
 from autograder.pipeline import ROOT, SOLUTIONS, assignments, tool_env
 
@@ -50,7 +55,7 @@ def _api(workdir: Path):
     return NbGraderAPI(config=config)
 
 
-def _first_line(text: str) -> str:
+def _last_line(text: str) -> str:
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "unknown error"
 
@@ -62,21 +67,29 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR) -> list[Result]
     and a note; a submission nbgrader cannot grade gets a note with the
     reason, and the batch goes on.
     """
-    import os
-    import warnings
-
-    from nbgrader.api import Gradebook, MissingEntry
-    from sqlalchemy.exc import SAWarning
-
-    # nbgrader 0.9.6 with SQLAlchemy 2 warns about its own session use on every submission.
-    warnings.filterwarnings("ignore", category=SAWarning)
-
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     shutil.copytree(SOLUTIONS, workdir / "source")
     shutil.copytree(submitted, workdir / "submitted")
-    os.environ["PATH"] = tool_env()["PATH"]  # nbgrader runs alembic and kernels by name
+    with _grading_environment():
+        return _grade_in(workdir)
+
+
+@contextlib.contextmanager
+def _grading_environment() -> Iterator[None]:
+    """nbgrader runs ``alembic`` and kernels by name, and warns on every submission; both for this block only."""
+    from sqlalchemy.exc import SAWarning
+
+    with mock.patch.dict(os.environ, {"PATH": tool_env()["PATH"]}), warnings.catch_warnings():
+        # nbgrader 0.9.6 with SQLAlchemy 2 warns about its own session use on every submission.
+        warnings.filterwarnings("ignore", category=SAWarning)
+        yield
+
+
+def _grade_in(workdir: Path) -> list[Result]:
+    from nbgrader.api import Gradebook, MissingEntry
+
     api = _api(workdir)
 
     names = assignments()
@@ -94,7 +107,7 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR) -> list[Result]
                 continue
             outcome = api.autograde(name, student, force=True, create=True)
             if not outcome["success"]:
-                notes[student, name] = "not graded: " + _first_line(outcome.get("error") or outcome.get("log"))
+                notes[student, name] = "not graded: " + _last_line(outcome.get("error") or outcome.get("log"))
 
     results = []
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gradebook:

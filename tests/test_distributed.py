@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import torch
 
-from devcourse.distributed import DistributedRunError, backend_for, free_port, run_functions, write_script
+from devcourse.distributed import DistributedRunError, backend_for, free_port, run_functions, torchrun, write_script
 
 
 def _setup():
@@ -28,9 +28,10 @@ def _train(outdir):
     return {"rank": rank, "world": world, "weight": model.module.weight.detach()}
 
 
-def _ranks_alive():
+def _processes_running(folder):
+    """Processes whose command line names a file in ``folder`` (the run's script)."""
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "ddp-run-" in line and "run.py" in line]
+    return [line for line in out.splitlines() if str(folder) in line]
 
 
 def test_two_ranks_train_and_agree():
@@ -51,10 +52,11 @@ def _hang(outdir):
     time.sleep(600)
 
 
-def test_a_run_past_its_time_limit_is_stopped_with_a_clear_message():
+def test_a_run_past_its_time_limit_is_stopped_with_a_clear_message(tmp_path):
+    script = write_script(tmp_path / "hang.py", [], _hang, tmp_path)
     with pytest.raises(DistributedRunError, match=r"did not finish within 6 s"):
-        run_functions([], _hang, timeout_s=6)
-    assert _ranks_alive() == []
+        torchrun(script, timeout_s=6)
+    assert _processes_running(tmp_path) == []
 
 
 def _rank_one_dies(outdir):
@@ -64,10 +66,11 @@ def _rank_one_dies(outdir):
     dist.barrier()  # noqa: F821 (would wait forever for rank 1)
 
 
-def test_a_dead_rank_ends_the_run_instead_of_hanging():
+def test_a_dead_rank_ends_the_run_instead_of_hanging(tmp_path):
+    script = write_script(tmp_path / "dies.py", [], _rank_one_dies, tmp_path)
     with pytest.raises(DistributedRunError, match="exited with code"):
-        run_functions([], _rank_one_dies, timeout_s=60)
-    assert _ranks_alive() == []
+        torchrun(script, timeout_s=60)
+    assert _processes_running(tmp_path) == []
 
 
 def test_helpers():
