@@ -142,6 +142,12 @@ if __name__ == "__main__":
 
     _result = {main}(_Path({outdir!r}))
     _torch.save(_result, _Path({outdir!r}) / f"rank{{_os.environ['RANK']}}.pt")
+    # With gloo, DDP's finished gradient all-reduces are freed by a gloo thread that needs the
+    # GIL; if the interpreter is already shutting down, the process aborts. Free them first.
+    import gc as _gc, time as _time
+    del _result
+    _gc.collect()
+    _time.sleep(0.1)
     if _dist.is_initialized():
         _dist.destroy_process_group()
 '''
