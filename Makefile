@@ -3,10 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.installed
+# The PATH this make was started with, for the GPU check, which must not use .venv.
+ORIGINAL_PATH := $(PATH)
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab grade test course execute both-ways clean
+.PHONY: help install lab grade test course execute both-ways clean gpu-check gpu-torch wheels
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
@@ -15,6 +17,8 @@ help:
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"
 	@echo "make execute    re-run solutions/ and store their outputs (after editing one)"
 	@echo "make both-ways  every solution passes its tests, every student version none"
+	@echo "make gpu-check  on a CUDA machine: notebooks, grading, DDP, AMP and loading on the GPU -> docs/gpu-report.md"
+	@echo "make wheels     download the packages gpu-check needs (all but torch) into wheels/, for a GPU box without network"
 	@echo "make clean      remove build output (keeps .venv)"
 
 install: $(READY)
@@ -48,3 +52,37 @@ both-ways: $(READY)
 
 clean:
 	rm -rf build .pytest_cache .nbgrader
+
+# ---- GPU check -------------------------------------------------------------
+# A GPU box may have PyTorch with CUDA and nothing else, and no network. gpu-check
+# uses that PyTorch as it is, and installs the rest of the stack next to it
+# (into build/gpu-site) from wheels/ when that folder holds wheels.
+GPU_PYTHON   ?= python3
+GPU_SITE     := build/gpu-site
+WHEELS       := wheels
+WHEEL_PYTHON ?= 3.12
+GPU_CHECK_ARGS ?=
+
+build/requirements-gpu.txt: requirements.txt
+	mkdir -p build
+	grep -v '^torch==' requirements.txt > $@
+
+$(GPU_SITE)/.installed: build/requirements-gpu.txt
+	env PATH="$(ORIGINAL_PATH)" $(GPU_PYTHON) -m pip install --quiet --disable-pip-version-check --target $(GPU_SITE) \
+	  $(if $(wildcard $(WHEELS)/*.whl),--no-index --find-links $(WHEELS)) -r build/requirements-gpu.txt
+	touch $@
+
+gpu-torch:
+	@env PATH="$(ORIGINAL_PATH)" $(GPU_PYTHON) -c "import torch" 2>/dev/null || \
+	  { echo "make gpu-check uses this machine's own PyTorch, and '$(GPU_PYTHON)' cannot import torch (set GPU_PYTHON=...)"; exit 2; }
+
+gpu-check: gpu-torch $(GPU_SITE)/.installed
+	env PATH="$(CURDIR)/$(GPU_SITE)/bin:$(ORIGINAL_PATH)" PYTHONPATH="$(CURDIR)/$(GPU_SITE):$(CURDIR)" \
+	  $(GPU_PYTHON) -m autograder.gpucheck $(GPU_CHECK_ARGS)
+
+wheels: build/requirements-gpu.txt
+	mkdir -p $(WHEELS)
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+	  --python-version $(WHEEL_PYTHON) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d $(WHEELS) -r build/requirements-gpu.txt

@@ -66,6 +66,8 @@ class Measurement:
     seconds: float
     extra_peak_mib: float  # peak resident memory above the process's level before loading
     checkpoint_mib: float
+    device: str = "cpu"
+    gpu_peak_mib: float | None = None  # torch.cuda.max_memory_allocated, when loading onto a GPU
 
     @property
     def ratio(self) -> float:
@@ -73,67 +75,83 @@ class Measurement:
         return self.extra_peak_mib / self.checkpoint_mib
 
 
-def _load(strategy: str, path: Path, layers: int) -> nn.Module:
+def _load(strategy: str, path: Path, layers: int, device: torch.device) -> nn.Module:
     if strategy == "plain":
-        model = WideNet(layers)
-        model.load_state_dict(torch.load(path, weights_only=True))
+        model = WideNet(layers).to(device)
+        model.load_state_dict(torch.load(path, weights_only=True, map_location=device))
     elif strategy == "mmap":
-        model = WideNet(layers)
-        model.load_state_dict(torch.load(path, weights_only=True, mmap=True))
+        model = WideNet(layers).to(device)
+        model.load_state_dict(torch.load(path, weights_only=True, mmap=True, map_location=device))
     elif strategy == "meta_assign":
         with torch.device("meta"):
             model = WideNet(layers)
         model.load_state_dict(torch.load(path, weights_only=True, mmap=True), assign=True)
+        model.to(device)
     elif strategy == "devcourse":
         from devcourse.checkpoints import load_model
 
-        model = load_model(path, lambda: WideNet(layers), device="cpu")
+        model = load_model(path, lambda: WideNet(layers), device=device)
     else:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     return model
 
 
-def _child(strategy: str, path: Path, layers: int) -> dict:
+def _child(strategy: str, path: Path, layers: int, device: torch.device) -> dict:
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        torch.cuda.init()
+        torch.cuda.reset_peak_memory_stats(device)
     before = peak_rss_mib()
     start = time.perf_counter()
-    model = _load(strategy, path, layers)
+    model = _load(strategy, path, layers, device)
     checksum = sum(float(p.detach().sum()) for p in model.parameters())  # touch every weight
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "extra_peak_mib": peak_rss_mib() - before, "checksum": checksum}
+    gpu_peak = torch.cuda.max_memory_allocated(device) / 2**20 if on_gpu else None
+    return {"seconds": seconds, "extra_peak_mib": peak_rss_mib() - before, "gpu_peak_mib": gpu_peak, "checksum": checksum}
 
 
-def measure(strategy: str, path: Path, layers: int, timeout_s: float = 600) -> Measurement:
-    """Run one strategy in a fresh process and return what it measured."""
-    result = run_child("devcourse.loadbench", [strategy, str(path), str(layers)], timeout_s)
-    return Measurement(strategy, result["seconds"], result["extra_peak_mib"], path.stat().st_size / 2**20)
+def measure(strategy: str, path: Path, layers: int, device: str = "cpu", timeout_s: float = 600) -> Measurement:
+    """Run one strategy in a fresh process, loading onto ``device``, and return what it measured."""
+    result = run_child("devcourse.loadbench", [strategy, str(path), str(layers), str(device)], timeout_s)
+    return Measurement(strategy, result["seconds"], result["extra_peak_mib"], path.stat().st_size / 2**20,
+                       str(device), result["gpu_peak_mib"])
 
 
-def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES) -> list[Measurement]:
-    """Write a checkpoint of about ``size_mib`` MiB and measure each strategy on it."""
+def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES, device: str = "cpu") -> list[Measurement]:
+    """Write a checkpoint of about ``size_mib`` MiB and measure each strategy loading it onto ``device``."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "wide.pt"
         write_checkpoint(path, size_mib)
-        return [measure(s, path, layers_for(size_mib)) for s in strategies]
+        return [measure(s, path, layers_for(size_mib), device) for s in strategies]
 
 
 def format_table(measurements: list[Measurement]) -> str:
-    """One row per strategy: wall time, extra peak memory, and that memory over the checkpoint size."""
+    """One row per strategy: wall time, extra peak memory, and that memory over the checkpoint size.
+
+    When the loads went onto a GPU, a last column gives the GPU's peak allocated memory.
+    """
     size = measurements[0].checkpoint_mib if measurements else 0.0
-    lines = [f"checkpoint: {size:.0f} MiB", f"{'strategy':12} {'seconds':>8} {'peak MiB':>9} {'x size':>7}"]
-    lines += [f"{m.strategy:12} {m.seconds:8.2f} {m.extra_peak_mib:9.0f} {m.ratio:7.2f}" for m in measurements]
+    gpu = any(m.gpu_peak_mib is not None for m in measurements)
+    where = f", loaded onto {measurements[0].device}" if gpu else ""
+    header = f"{'strategy':12} {'seconds':>8} {'peak MiB':>9} {'x size':>7}" + (f" {'GPU MiB':>8}" if gpu else "")
+    lines = [f"checkpoint: {size:.0f} MiB{where}", header]
+    for m in measurements:
+        row = f"{m.strategy:12} {m.seconds:8.2f} {m.extra_peak_mib:9.0f} {m.ratio:7.2f}"
+        lines.append(row + (f" {m.gpu_peak_mib or 0:8.0f}" if gpu else ""))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devcourse.loadbench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=64, help="checkpoint size (default 64)")
-    parser.add_argument("--child", nargs=3, metavar=("STRATEGY", "PATH", "LAYERS"), help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help="where to load to (default cpu)")
+    parser.add_argument("--child", nargs=4, metavar=("STRATEGY", "PATH", "LAYERS", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        strategy, path, layers = args.child
-        print(json.dumps(_child(strategy, Path(path), int(layers))))
+        strategy, path, layers, device = args.child
+        print(json.dumps(_child(strategy, Path(path), int(layers), torch.device(device))))
         return 0
-    print(format_table(compare_loading(args.size_mib)))
+    print(format_table(compare_loading(args.size_mib, device=args.device)))
     return 0
 
 

@@ -23,6 +23,13 @@ def test_table_has_one_row_per_strategy():
     assert lines[3].split() == ["devcourse", "0.50", "105", "1.05"]
 
 
+def test_table_adds_the_gpu_peak_when_loading_onto_a_gpu():
+    rows = [loadbench.Measurement("plain", 1.0, 10.0, 100.0, "cuda:0", 200.0)]
+    lines = loadbench.format_table(rows).splitlines()
+    assert lines[0] == "checkpoint: 100 MiB, loaded onto cuda:0"
+    assert lines[1].split()[-2:] == ["GPU", "MiB"] and lines[2].split()[-1] == "200"
+
+
 def test_a_failing_strategy_raises_with_its_error(tmp_path):
     with pytest.raises(RuntimeError, match="plain failed"):
         loadbench.measure("plain", tmp_path / "missing.pt", 1)

@@ -1,0 +1,274 @@
+"""make gpu-check: run the course and its grader on a real GPU, and write what happened.
+
+Checks, in order (``--only`` picks some):
+
+* ``environment``: GPU names and memory, driver, torch, CUDA and cuDNN versions;
+* ``notebooks``: every solution notebook run by nbval against its stored
+  outputs, through the same sanitize file as on a CPU;
+* ``grading``: the demo class graded with CUDA in the device matrix, scores
+  compared with ``expected_scores.csv``;
+* ``ddp``: a DDP training run with one process per GPU (NCCL), parameters
+  compared across ranks afterwards;
+* ``amp``: training steps in fp32, bf16 autocast and fp16 autocast with
+  GradScaler, on the GPU;
+* ``loading``: the large-checkpoint benchmark, loading straight onto the GPU.
+
+The report goes to ``docs/gpu-report.md``. Without CUDA the command stops
+with a message that says so. ``--dry-run`` rehearses on the CPU instead: it
+runs what does not need a GPU, marks the rest as not run, and writes its
+report to ``build/gpu-report-dry-run.md``, so no CPU result ever lands in
+the GPU report.
+
+Run ``python -m autograder.gpucheck --help`` from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import platform
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from autograder.pipeline import ROOT, assignments, tool_env
+
+GPU_REPORT = ROOT / "docs" / "gpu-report.md"
+DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
+WORKDIR = ROOT / "build" / "gpu-check"
+STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading")
+
+
+@dataclass
+class Check:
+    """One check's outcome: ``passed``, ``failed`` or ``not run``, with a markdown body."""
+
+    name: str
+    status: str
+    summary: str
+    details: list[str] = field(default_factory=list)
+
+
+class Context:
+    """What the checks need to know about this run."""
+
+    def __init__(self, dry_run: bool, size_mib: int):
+        self.cuda = torch.cuda.is_available()
+        self.dry_run = dry_run
+        self.size_mib = size_mib
+        self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
+        WORKDIR.mkdir(parents=True, exist_ok=True)
+
+
+def check_environment(ctx: Context) -> Check:
+    rows = [
+        ("python", platform.python_version()),
+        ("torch", torch.__version__),
+        ("CUDA (torch build)", str(torch.version.cuda)),
+        ("cuDNN", str(torch.backends.cudnn.version()) if ctx.cuda else "n/a"),
+        ("driver", _driver_version()),
+        ("GPUs", str(torch.cuda.device_count() if ctx.cuda else 0)),
+    ]
+    for i in range(torch.cuda.device_count() if ctx.cuda else 0):
+        props = torch.cuda.get_device_properties(i)
+        rows.append((f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}"))
+    table = ["| what | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+    if ctx.cuda:
+        return Check("environment", "passed", f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}", table)
+    return Check("environment", "not run", "no CUDA device: this is not a GPU machine", table)
+
+
+def _driver_version() -> str:
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (no nvidia-smi)"
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+def check_notebooks(ctx: Context) -> Check:
+    import xml.etree.ElementTree as ET
+
+    junit = WORKDIR / "nbval.xml"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "solutions", f"--junitxml={junit}"]
+    done = subprocess.run(command, cwd=ROOT, env=tool_env(), capture_output=True, text=True)
+    per_notebook: dict[str, list[int]] = {}
+    failures = []
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            # nbval's class name is the notebook's path with dots: solutions.NN_topic.NN_topic.ipynb
+            notebook = case.get("classname", "?").removesuffix(".ipynb").split(".")[-1]
+            counts = per_notebook.setdefault(notebook, [0, 0])
+            failed = case.find("failure") is not None or case.find("error") is not None
+            counts[1 if failed else 0] += 1
+            if failed:
+                failures.append(f"{notebook} :: {case.get('name')}")
+    table = ["| notebook | cells passed | cells failed |", "|---|---|---|"]
+    table += [f"| {nb} | {ok} | {bad} |" for nb, (ok, bad) in sorted(per_notebook.items())]
+    if failures:
+        table += ["", "Failed cells:", *(f"- {f}" for f in failures)]
+    where = "on the GPU" if ctx.cuda else "on the CPU (dry run)"
+    status = "passed" if done.returncode == 0 else "failed"
+    return Check("notebooks", status, f"nbval over {len(per_notebook)} notebooks {where}: exit code {done.returncode}", table)
+
+
+def check_grading(ctx: Context) -> Check:
+    from autograder import demo, grade
+    from devcourse.grading import device_matrix
+
+    results = grade.grade(workdir=WORKDIR / "grade")
+    with demo.EXPECTED_SCORES.open() as handle:
+        expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
+    wrong = [
+        f"{r.student} / {r.assignment}: got {r.score}, expected {expected.get((r.student, r.assignment))}"
+        for r in results
+        if ("" if r.score is None else f"{r.score:g}") != expected.get((r.student, r.assignment))
+    ]
+    devices = ", ".join(str(d) for d in device_matrix("tensor"))
+    body = [f"Device matrix: {devices}", "", "```", grade.format_table(results), "```"]
+    if wrong:
+        body += ["", "Scores that differ from expected_scores.csv:", *(f"- {w}" for w in wrong)]
+    return Check("grading", "failed" if wrong else "passed", f"demo class graded on {devices}; {len(wrong)} unexpected scores", body)
+
+
+def _ddp_check(outdir):
+    """One DDP run: NCCL with one process per GPU, gloo otherwise; returns what this rank saw."""
+    local = int(os.environ["LOCAL_RANK"])
+    use_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
+    device = torch.device("cuda", local) if use_gpus else torch.device("cpu")
+    if use_gpus:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if use_gpus else "gloo")
+    torch.manual_seed(dist.get_rank())
+    model = DDP(nn.Linear(64, 8).to(device), device_ids=[local] if use_gpus else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        loss = model(torch.randn(32, 64, device=device)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    everyone = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, flat)
+    same = all(torch.equal(other, flat) for other in everyone)
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "backend": dist.get_backend(),
+            "device": str(device), "same": same}
+
+
+def check_ddp(ctx: Context) -> Check:
+    from devcourse.distributed import run_functions
+
+    gpus = torch.cuda.device_count() if ctx.cuda else 0
+    ranks = run_functions([], _ddp_check, nproc_per_node=gpus or 2, timeout_s=300)
+    same = all(r["same"] for r in ranks)
+    backend = ranks[0]["backend"]
+    body = [f"- rank {r['rank']} of {r['world']}: {r['backend']} on {r['device']}, parameters equal on all ranks: {r['same']}" for r in ranks]
+    if gpus == 1:
+        body.append("- One GPU: world size 1, so NCCL ran but exchanged nothing. A second GPU would exercise the "
+                    "all-reduce between GPUs and a DistributedSampler split over two devices.")
+    if not ctx.cuda:
+        return Check("ddp", "not run" if same else "failed",
+                     f"rehearsed with {backend} on the CPU, world size {len(ranks)}: NCCL needs GPUs", body)
+    return Check("ddp", "passed" if same and backend == "nccl" else "failed",
+                 f"{backend}, world size {len(ranks)}, parameters equal across ranks: {same}", body)
+
+
+def check_amp(ctx: Context) -> Check:
+    from devcourse.ampbench import compare_precision, format_table
+
+    if not ctx.cuda:
+        return Check("amp", "not run", "fp16 and bf16 on a GPU need a GPU", [])
+    results = compare_precision(ctx.device, steps=50)
+    return Check("amp", "passed", "fp32 against bf16 and fp16 with GradScaler, measured on the GPU",
+                 ["```", format_table(results), "```"])
+
+
+def check_loading(ctx: Context) -> Check:
+    from devcourse.loadbench import compare_loading, format_table
+
+    if not ctx.cuda:
+        return Check("loading", "not run", "loading onto a GPU needs a GPU", [])
+    results = compare_loading(ctx.size_mib, device=str(ctx.device))
+    return Check("loading", "passed", f"{ctx.size_mib} MiB checkpoint loaded onto {ctx.device} four ways",
+                 ["```", format_table(results), "```"])
+
+
+CHECKS: dict[str, Callable[[Context], Check]] = {
+    "environment": check_environment,
+    "notebooks": check_notebooks,
+    "grading": check_grading,
+    "ddp": check_ddp,
+    "amp": check_amp,
+    "loading": check_loading,
+}
+
+
+def run(steps: list[str], ctx: Context) -> list[Check]:
+    """Run each named check; a check that raises is recorded as failed and the rest still run."""
+    checks = []
+    for step in steps:
+        print(f"[gpu-check] {step} ...", flush=True)
+        try:
+            check = CHECKS[step](ctx)
+        except Exception as exc:  # a broken check is reported, not fatal
+            check = Check(step, "failed", f"{type(exc).__name__}: {exc}".splitlines()[0],
+                          ["```", traceback.format_exc()[-3000:], "```"])
+        print(f"[gpu-check] {step}: {check.status}: {check.summary}", flush=True)
+        checks.append(check)
+    return checks
+
+
+def render(checks: list[Check], ctx: Context) -> str:
+    """The report as markdown: a title saying what machine and mode, a summary table, a section per check."""
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if ctx.cuda:
+        title = f"# GPU report: {torch.cuda.get_device_name(0)}"
+        note = f"Measured on {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} by `make gpu-check`, {when}."
+    else:
+        title = "# GPU check, dry run on a machine without a GPU"
+        note = (f"Dry run on a CPU-only machine ({platform.machine()}, torch {torch.__version__}), {when}. "
+                "Nothing here was measured on a GPU; checks that need one say `not run`.")
+    lines = [title, "", note, "", "| check | status | summary |", "|---|---|---|"]
+    lines += [f"| {c.name} | {c.status} | {c.summary} |" for c in checks]
+    for c in checks:
+        lines += ["", f"## {c.name}: {c.status}", "", c.summary, ""] + c.details
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.gpucheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="rehearse on a machine without CUDA")
+    parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated checks (default: {','.join(STEPS)})")
+    parser.add_argument("--report", type=Path, help="where to write the report")
+    parser.add_argument("--size-mib", type=int, default=1024, help="checkpoint size for the loading check")
+    args = parser.parse_args(argv)
+    steps = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in steps if s not in CHECKS]
+    if unknown:
+        parser.error(f"unknown checks: {', '.join(unknown)} (have: {', '.join(STEPS)})")
+    if not torch.cuda.is_available() and not args.dry_run:
+        print(f"make gpu-check needs a CUDA GPU, and this machine has none that torch {torch.__version__} can use "
+              f"(torch.version.cuda = {torch.version.cuda}, torch.cuda.is_available() = False).\n"
+              "Nothing was run and no report was written. To rehearse on this machine: "
+              "python -m autograder.gpucheck --dry-run", file=sys.stderr)
+        return 2
+    ctx = Context(dry_run=not torch.cuda.is_available(), size_mib=args.size_mib)
+    report = args.report or (GPU_REPORT if ctx.cuda else DRY_RUN_REPORT)
+    if not ctx.cuda and report.resolve() == GPU_REPORT.resolve():
+        parser.error(f"a dry run never writes {GPU_REPORT.relative_to(ROOT)}: that file holds GPU measurements only")
+    checks = run(steps, ctx)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(render(checks, ctx))
+    print(f"[gpu-check] report written to {report}")
+    return 1 if any(c.status == "failed" for c in checks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

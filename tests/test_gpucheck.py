@@ -1,0 +1,57 @@
+"""make gpu-check: refuses clearly without CUDA, rehearses on the CPU, never writes CPU results as GPU ones."""
+
+import pytest
+import torch
+
+from autograder import gpucheck
+
+NO_GPU = not torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
+def test_without_cuda_it_stops_at_once_and_says_why(capsys, tmp_path):
+    assert gpucheck.main(["--report", str(tmp_path / "r.md")]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "--dry-run" in err
+    assert not (tmp_path / "r.md").exists()
+
+
+@pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
+def test_a_dry_run_rehearses_and_marks_gpu_checks_not_run(tmp_path):
+    report = tmp_path / "dry.md"
+    assert gpucheck.main(["--dry-run", "--only", "environment,ddp,amp,loading", "--report", str(report)]) == 0
+    text = report.read_text()
+    assert text.startswith("# GPU check, dry run on a machine without a GPU")
+    assert "Nothing here was measured on a GPU" in text
+    assert "| ddp | not run | rehearsed with gloo on the CPU, world size 2" in text
+    assert "| amp | not run |" in text and "| loading | not run |" in text
+    assert "parameters equal on all ranks: True" in text
+
+
+@pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
+def test_a_dry_run_never_writes_the_gpu_report():
+    with pytest.raises(SystemExit):
+        gpucheck.main(["--dry-run", "--only", "environment", "--report", str(gpucheck.GPU_REPORT)])
+
+
+def test_unknown_checks_are_refused():
+    with pytest.raises(SystemExit):
+        gpucheck.main(["--dry-run", "--only", "environment,benchmarks"])
+
+
+def test_a_check_that_raises_is_reported_as_failed_and_the_rest_run(monkeypatch):
+    def broken(ctx):
+        raise RuntimeError("no NCCL here")
+
+    monkeypatch.setitem(gpucheck.CHECKS, "amp", broken)
+    checks = gpucheck.run(["amp", "environment"], gpucheck.Context(dry_run=True, size_mib=1))
+    assert [(c.name, c.status) for c in checks][0] == ("amp", "failed")
+    assert checks[0].summary == "RuntimeError: no NCCL here" and checks[1].name == "environment"
+
+
+def test_report_has_a_summary_table_and_a_section_per_check():
+    ctx = gpucheck.Context(dry_run=True, size_mib=1)
+    checks = [gpucheck.Check("ddp", "passed", "nccl, world size 2", ["- rank 0"]), gpucheck.Check("amp", "not run", "no GPU")]
+    text = gpucheck.render(checks, ctx)
+    assert "| ddp | passed | nccl, world size 2 |" in text and "| amp | not run | no GPU |" in text
+    assert "## ddp: passed" in text and "- rank 0" in text and "## amp: not run" in text
