@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from autograder.pipeline import ROOT, assignments, tool_env
+from autograder.pipeline import ROOT, tool_env
 
 GPU_REPORT = ROOT / "docs" / "gpu-report.md"
 DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
@@ -139,7 +139,11 @@ def check_grading(ctx: Context) -> Check:
 
 
 def _ddp_check(outdir):
-    """One DDP run: NCCL with one process per GPU, gloo otherwise; returns what this rank saw."""
+    """One DDP run: NCCL with one process per GPU, gloo otherwise; returns what this rank saw.
+
+    Runs inside a worker script written by devcourse.distributed.run_functions, whose
+    prelude imports os, torch, dist, nn and DDP; it is never called in this module.
+    """
     local = int(os.environ["LOCAL_RANK"])
     use_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
     device = torch.device("cuda", local) if use_gpus else torch.device("cpu")

@@ -22,7 +22,6 @@ Introduced in 06_mixed_precision.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
