@@ -159,6 +159,40 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def recorded_autocast() -> Iterator[list[tuple[str, torch.dtype | None, bool]]]:
+    """Record every ``torch.autocast(...)`` made in the block, and stand in for device types without autocast.
+
+    Yields a list that fills with ``(device_type, dtype, enabled)`` for each
+    autocast the code under test asks for. For a device type that has
+    autocast (``cpu``, ``cuda``) the real autocast runs as usual; for one that
+    has none, such as ``meta`` (where ``torch.autocast`` raises even with
+    ``enabled=False``), nothing is cast and nothing raises, so a check can
+    still see which device type and dtype the code asked for. Works the same
+    on a CPU-only machine and on a GPU machine.
+
+    Introduced in 06_mixed_precision.
+    """
+    calls: list[tuple[str, torch.dtype | None, bool]] = []
+    cls = torch.amp.autocast_mode.autocast
+    real_init, real_enter, real_exit = cls.__init__, cls.__enter__, cls.__exit__
+
+    def init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        calls.append((device_type, dtype, enabled))
+        self.recorded_only = not torch.amp.is_autocast_available(device_type)
+        if not self.recorded_only:
+            real_init(self, device_type, dtype, enabled, cache_enabled)
+
+    def enter(self):
+        return None if self.recorded_only else real_enter(self)
+
+    def exit_(self, *exc):
+        return False if self.recorded_only else real_exit(self, *exc)
+
+    with mock.patch.multiple(cls, __init__=init, __enter__=enter, __exit__=exit_):
+        yield calls
+
+
 def _index_of(device: object) -> int:
     if device is None:
         return 0

@@ -134,3 +134,16 @@ def test_simulated_cuda_rejects_a_negative_count():
     with pytest.raises(ValueError):
         with simulated_cuda(-1):
             pass
+
+
+def test_recorded_autocast_records_calls_and_stands_in_for_meta():
+    from devcourse.grading import recorded_autocast
+
+    with recorded_autocast() as calls:
+        with torch.autocast("meta", dtype=torch.bfloat16):  # raises without the recorder
+            pass
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert torch.nn.functional.linear(torch.ones(2, 2), torch.ones(2, 2)).dtype == torch.bfloat16
+    assert calls == [("meta", torch.bfloat16, True), ("cpu", torch.bfloat16, True)]
+    with pytest.raises(RuntimeError, match="unsupported autocast device_type 'meta'"):
+        torch.autocast("meta", dtype=torch.bfloat16)
