@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 from unittest import mock
 
-from autograder.pipeline import ROOT, SOLUTIONS, assignments, tool_env
+from autograder.pipeline import ROOT, SOLUTIONS, assignments, course_config, tool_env
 
 DEMO_CLASS = ROOT / "autograder" / "demo_class" / "submitted"
 WORKDIR = ROOT / "build" / "grade"
@@ -43,9 +43,8 @@ class Result:
 def _api(workdir: Path):
     from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config
-    from traitlets.config.loader import PyFileConfigLoader
 
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    config = course_config()
     overrides = Config()
     overrides.CourseDirectory.root = str(workdir)
     overrides.CourseDirectory.source_directory = "source"

@@ -47,6 +47,13 @@ def tool_env() -> dict[str, str]:
     return env
 
 
+def course_config():
+    """The course's nbgrader settings, read from ``nbgrader_config.py`` (a traitlets ``Config``)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+
+
 def execute(path: Path) -> None:
     """Run a notebook top to bottom and store its outputs in place.
 
@@ -121,10 +128,8 @@ def student_version(solution: Path, destination: Path) -> None:
     test the instructor has: no test should pass on it.
     """
     from nbgrader.preprocessors import ClearOutput, ClearSolutions
-    from traitlets.config import Config
 
-    config = Config()
-    config.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    config = course_config()  # the same stub nbgrader writes into course/
     nb = nbformat.read(solution, as_version=4)
     resources: dict = {}
     for preprocessor in (ClearSolutions(config=config), ClearOutput(config=config)):
