@@ -1,0 +1,114 @@
+"""Kernel-side half of the grader's defences: snapshot what tests rely on, restore it before each test.
+
+The grader sends this file's source to a fresh kernel before the first cell
+of a submission runs, then calls :func:`install` with a name chosen for that
+run. Before every test cell it calls that name, which puts back, as they were
+before any student code ran:
+
+* every attribute of the modules of ``torch``, ``devcourse``, ``IPython``,
+  ``ipykernel``, ``numpy`` and ``builtins`` (``torch.allclose``,
+  ``torch.testing.assert_close``, ``isinstance``, the course's assertion
+  helpers ...) and their entries in ``sys.modules``;
+* the methods of ``torch.Tensor``, ``nn.Module`` and its subclasses, the
+  course's own classes, and IPython's shell (``showtraceback``,
+  ``run_cell``, custom exception handlers, input and AST transformers,
+  event callbacks);
+* ``sys.stdout``/``stderr``, ``sys.excepthook``/``displayhook``, and no
+  trace or profile function.
+
+It runs inside the student's process, so it raises the bar rather than
+closing every door: the grader also restores the test cells from the source
+notebook, demands each test's completion marker, scans the submission's
+code, and runs the kernel in :mod:`autograder.sandbox`.
+"""
+
+
+def install(name):  # noqa: C901 - one closure keeps the snapshot out of every namespace
+    import builtins
+    import importlib
+    import pkgutil
+    import sys
+    import threading
+
+    import devcourse
+    import IPython
+    import numpy  # noqa: F401 - imported so that its modules are in the snapshot
+    import torch
+    import torch.nn
+    import torch.testing
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for info in pkgutil.iter_modules(devcourse.__path__):
+        importlib.import_module(f"devcourse.{info.name}")
+
+    roots = ("torch", "devcourse", "IPython", "ipykernel", "numpy", "builtins", "unittest")
+    modules = {key: module for key, module in sys.modules.items()
+               if module is not None and key.split(".")[0] in roots}
+    module_dicts = {key: (module, dict(vars(module))) for key, module in modules.items()}
+
+    classes = {torch.Tensor, torch._C.TensorBase, torch.nn.Module, torch.nn.Parameter, FakeTensor}
+    classes.update(c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module))
+    for key, module in modules.items():
+        if key.startswith("devcourse"):
+            classes.update(c for c in vars(module).values()
+                           if isinstance(c, type) and c.__module__.startswith("devcourse"))
+    shell = IPython.get_ipython()
+    if shell is not None:
+        classes.update(type(shell).__mro__[:-1])
+    class_dicts = {cls: dict(vars(cls)) for cls in classes}
+
+    saved_sys = {key: getattr(sys, key) for key in ("stdout", "stderr", "excepthook", "displayhook")}
+    shell_state = {}
+    if shell is not None:
+        shell_state = {
+            "dict": dict(vars(shell)),
+            "input_transformers_cleanup": list(shell.input_transformers_cleanup),
+            "input_transformers_post": list(shell.input_transformers_post),
+            "ast_transformers": list(shell.ast_transformers),
+            "events": {event: list(callbacks) for event, callbacks in shell.events.callbacks.items()},
+        }
+    missing = object()
+
+    def restore():
+        for key, (module, saved) in module_dicts.items():
+            sys.modules[key] = module
+            current = vars(module)
+            for attr, value in saved.items():
+                if current.get(attr, missing) is not value:
+                    current[attr] = value
+        for cls, saved in class_dicts.items():
+            for attr in [a for a in vars(cls) if a not in saved]:
+                try:
+                    delattr(cls, attr)
+                except (AttributeError, TypeError):
+                    pass
+            for attr, value in saved.items():
+                if vars(cls).get(attr, missing) is not value:
+                    try:
+                        setattr(cls, attr, value)
+                    except (AttributeError, TypeError):
+                        pass
+        for key, value in saved_sys.items():
+            setattr(sys, key, value)
+        sys.settrace(None)
+        sys.setprofile(None)
+        threading.settrace(None)
+        threading.setprofile(None)
+        if shell is not None:
+            current = vars(shell)
+            for attr in [a for a in current if a not in shell_state["dict"]]:
+                del current[attr]
+            for attr in ("showtraceback", "run_cell", "run_cell_async", "run_ast_nodes", "run_code",
+                         "showsyntaxerror", "_showtraceback", "CustomTB", "custom_exceptions", "excepthook"):
+                if attr in shell_state["dict"]:
+                    current[attr] = shell_state["dict"][attr]
+            shell.custom_exceptions = ()
+            shell.input_transformers_cleanup[:] = shell_state["input_transformers_cleanup"]
+            shell.input_transformers_post[:] = shell_state["input_transformers_post"]
+            shell.ast_transformers[:] = shell_state["ast_transformers"]
+            for event, callbacks in shell_state["events"].items():
+                shell.events.callbacks[event] = list(callbacks)
+        builtins.__dict__[name] = restore
+        return None
+
+    builtins.__dict__[name] = restore

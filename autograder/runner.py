@@ -1,0 +1,133 @@
+"""Execute one assembled notebook in a sandboxed kernel (one process per notebook).
+
+``python -m autograder.runner JOB.json`` is started by :mod:`autograder.grade`
+for every submission. It runs outside the sandbox, like nbgrader's executor:
+it starts the kernel through :func:`autograder.sandbox.wrap`, installs
+:mod:`autograder.guard` in it, runs the cells one by one with a per-cell and
+a per-notebook wall-time limit, and writes the executed notebook and a
+status file. When a limit is reached or the kernel dies, the cells not run
+keep no outputs, so their tests earn nothing; the batch goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+
+from autograder import sandbox
+
+GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
+
+
+def _kernel_manager_class():
+    from jupyter_client.manager import AsyncKernelManager
+
+    class SandboxedKernelManager(AsyncKernelManager):
+        """Starts ``python -m ipykernel_launcher`` through the sandbox; talks over IPC sockets."""
+
+        spec_path: Path
+
+        def format_kernel_cmd(self, extra_arguments=None):
+            command = [sys.executable, "-m", "ipykernel_launcher", "-f", os.path.realpath(self.connection_file)]
+            return sandbox.wrap(command, self.spec_path)
+
+    return SandboxedKernelManager
+
+
+def kernel_env(home: str) -> dict[str, str]:
+    """The kernel's environment: what Python, PyTorch and CUDA need, and nothing of the grader's."""
+    keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    env = {key: value for key, value in os.environ.items()
+           if key in keep or key.startswith(("LC_", "CUDA_", "NVIDIA_", "NCCL_"))}
+    env.update(HOME=home, IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.matplotlib",
+               MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1", JPY_SESSION_NAME="submission.ipynb")
+    return env
+
+
+def run(job: dict) -> dict:
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(job["notebook_in"], as_version=4)
+    ipc = Path(job["ipc_dir"])
+    spec = sandbox.Spec(**job["sandbox"])
+    km = _kernel_manager_class()(transport="ipc", ip=str(ipc / "k"), connection_file=str(ipc / "kernel.json"))
+    km.spec_path = spec.write(ipc / "sandbox.json")
+    km.write_connection_file()
+    if spec.namespaces:
+        os.chown(km.connection_file, spec.uid, spec.gid)
+    home = "/tmp/home" if spec.namespaces else str(ipc / "home")
+    os.makedirs(home, exist_ok=True) if not spec.namespaces else None
+
+    status = {"stopped": "", "cell": None, "seconds": 0.0}
+    started = time.monotonic()
+    killed = threading.Event()
+
+    def kill(reason: str) -> None:
+        killed.set()
+        status["stopped"] = status["stopped"] or reason
+        process = getattr(km.provisioner, "process", None) if km.provisioner else None
+        if process is not None:
+            for send in (lambda: os.killpg(process.pid, signal.SIGKILL), lambda: process.kill()):
+                try:
+                    send()
+                except (ProcessLookupError, PermissionError, OSError):
+                    pass
+
+    watchdog = threading.Timer(job["time_limit_s"], kill, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
+    client = NotebookClient(nb, km=km, timeout=job["cell_timeout_s"], allow_errors=True, kernel_name="python3",
+                            store_widget_state=False, interrupt_on_timeout=False, record_timing=False,
+                            startup_timeout=120)
+    guard = nbformat.v4.new_code_cell(GUARD_SOURCE + f"\ninstall({job['guard_name']!r})\ndel install\n")
+    try:
+        watchdog.start()
+        with client.setup_kernel(env=kernel_env(home), cwd=job["workdir"]):
+            nb.cells.insert(0, guard)
+            client.execute_cell(guard, 0, store_history=False)
+            errors = [o for o in guard.outputs if o.output_type == "error"]
+            if errors:
+                raise RuntimeError(f"the grader's guard could not be installed: {errors[0].ename}: {errors[0].evalue}")
+            for index, cell in enumerate(nb.cells[1:]):
+                if cell.cell_type != "code" or killed.is_set():
+                    continue
+                status["cell"] = index
+                try:
+                    client.execute_cell(cell, index + 1)
+                except CellTimeoutError:
+                    kill(f"time limit of {job['cell_timeout_s']:g} s per cell")
+                    break
+                except DeadKernelError:
+                    status["stopped"] = status["stopped"] or "the kernel died"
+                    break
+            else:
+                status["cell"] = None
+    except DeadKernelError:
+        status["stopped"] = status["stopped"] or "the kernel died"
+    except Exception as error:  # noqa: BLE001 - the report says what happened; the batch goes on
+        status["stopped"] = status["stopped"] or f"{type(error).__name__}: {error}"
+    finally:
+        watchdog.cancel()
+        kill("") if km.has_kernel and not killed.is_set() else None
+        try:
+            km.cleanup_resources()
+        except Exception:  # noqa: BLE001
+            pass
+    status["seconds"] = round(time.monotonic() - started, 2)
+    if nb.cells and nb.cells[0] is guard:
+        nb.cells.pop(0)
+    nbformat.write(nb, job["notebook_out"])
+    Path(job["status_out"]).write_text(json.dumps(status))
+    return status
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m autograder.runner JOB.json")
+    run(json.loads(Path(sys.argv[1]).read_text()))

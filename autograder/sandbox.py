@@ -1,0 +1,250 @@
+"""Start a student's kernel in a sandbox: its own working copy, no network, limits.
+
+The grader (``autograder.grade``) runs every submitted notebook in a fresh
+kernel started through :func:`wrap`. What the kernel gets depends on what
+the machine allows, and :class:`Isolation` says which limits hold, so the
+report can say so:
+
+* always: a process of its own with a memory limit on every process it
+  starts (``RLIMIT_DATA``: an allocation past it fails with PyTorch's
+  ``DefaultCPUAllocator: can't allocate memory``) and a cap on the number of
+  processes; the grader enforces the wall-time limit by killing it;
+* when the grader runs as root on Linux and ``unshare`` works (a container,
+  a CI machine, a GPU box): new mount, network and PID namespaces. The
+  course folder, the grading folder (sources with hidden tests, gradebook,
+  other students' work), the submissions, the instructor's home, ``/tmp`` and
+  ``/dev/shm`` are replaced by empty folders; the Python environment and the
+  ``devcourse`` package come back read-only, the student's own working copy
+  read-write. The kernel runs as ``nobody`` with no capabilities, the network
+  has a loopback device only (enough for ``torchrun`` on one machine), and
+  when the kernel ends every process it started ends with it.
+
+GPUs stay visible in the sandbox (``/dev`` is untouched), so on a GPU box the
+device matrix includes CUDA.
+
+``python autograder/sandbox.py SPEC.json -- COMMAND...`` is the inside half (it
+needs only the standard library): :func:`wrap` puts it in the kernel's command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Which limits the sandbox enforces on this machine, and why not the others."""
+
+    namespaces: bool
+    reason: str = ""
+
+    def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float) -> list[str]:
+        memory = (f"{memory_mib} MiB per process (RLIMIT_DATA)" if memory_mib else "off (--memory-limit-mib 0)")
+        lines = [
+            f"wall time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook (kernel killed)",
+            f"memory: enforced, {memory}",
+        ]
+        if self.namespaces:
+            lines += [
+                "network: enforced, loopback only (network namespace)",
+                "files: enforced, own working copy only; Python environment and devcourse read-only "
+                "(mount namespace, runs as nobody)",
+                "processes: enforced, all killed with the kernel (PID namespace)",
+            ]
+        else:
+            lines += [
+                f"network: NOT enforced ({self.reason})",
+                f"files: NOT enforced ({self.reason})",
+                "processes: kernel's process group killed at the end",
+            ]
+        return lines
+
+
+@lru_cache(maxsize=1)
+def probe() -> Isolation:
+    """Find out once whether this machine lets the grader use namespaces."""
+    if sys.platform != "linux":
+        return Isolation(False, f"namespaces need Linux, this is {sys.platform}")
+    if os.geteuid() != 0:
+        return Isolation(False, "namespaces need the grader to run as root, e.g. in a container")
+    unshare = shutil.which("unshare")
+    if unshare is None or shutil.which("mount") is None:
+        return Isolation(False, "util-linux's unshare and mount are not installed")
+    probe_cmd = [unshare, "--mount", "--net", "--pid", "--fork", "--propagation", "private", "true"]
+    try:
+        done = subprocess.run(probe_cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return Isolation(False, f"unshare failed: {error}")
+    if done.returncode != 0:
+        return Isolation(False, "unshare failed: " + (done.stderr.strip() or f"exit {done.returncode}"))
+    return Isolation(True)
+
+
+@dataclass
+class Spec:
+    """What the inside half needs: written as JSON next to the kernel's connection file."""
+
+    workdir: str
+    memory_mib: int = 0
+    max_processes: int = 512
+    namespaces: bool = False
+    hide: list[str] = field(default_factory=list)
+    read_only: list[str] = field(default_factory=list)
+    read_write: list[str] = field(default_factory=list)
+    uid: int = NOBODY
+    gid: int = NOBODY
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(self.__dict__))
+        return path
+
+
+def python_paths() -> list[str]:
+    """The folders this Python imports from (environment, site-packages, editable installs)."""
+    paths = {sys.prefix, sys.base_prefix}
+    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    import devcourse
+
+    paths.add(str(Path(devcourse.__file__).resolve().parent))
+    return sorted(os.path.realpath(p) for p in paths)
+
+
+def wrap(command: list[str], spec_path: Path) -> list[str]:
+    """The command line that runs ``command`` inside the sandbox described by ``spec_path``."""
+    spec = json.loads(spec_path.read_text())
+    inner = [sys.executable, "-I", os.path.realpath(__file__), str(spec_path), "--", *command]
+    if not spec["namespaces"]:
+        return inner
+    return [shutil.which("unshare") or "unshare", "--mount", "--net", "--pid", "--fork", "--kill-child",
+            "--mount-proc", "--propagation", "private", *inner]
+
+
+# ---- the inside half ----------------------------------------------------------
+
+
+def _run(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True)
+
+
+def _loopback_up() -> None:
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, siocgifflags, request))[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
+
+
+def _under(path: str, parents: list[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
+
+
+def _mount_view(spec: dict) -> None:
+    """Hide ``spec['hide']`` behind empty tmpfs folders, then bring back what the kernel may see."""
+    hide = sorted({os.path.realpath(p) for p in spec["hide"] if os.path.isdir(p)}, key=len)
+    keeps = [(os.path.realpath(p), True) for p in spec["read_only"]]
+    keeps += [(os.path.realpath(p), False) for p in spec["read_write"]]
+    keeps = [(p, ro) for p, ro in keeps if os.path.isdir(p) and _under(p, hide)]
+    stage = tempfile.mkdtemp(prefix="sandbox-", dir="/dev/shm")
+    _run("mount", "-t", "tmpfs", "-o", "mode=700", "tmpfs", stage)
+    for index, (path, _) in enumerate(keeps):
+        os.mkdir(f"{stage}/{index}")
+        _run("mount", "--bind", path, f"{stage}/{index}")
+    for path in hide:
+        mode = "1777" if path in ("/tmp", "/dev/shm") else "755"
+        _run("mount", "-t", "tmpfs", "-o", f"mode={mode},nosuid,nodev", "tmpfs", path)
+    for index, (path, read_only) in enumerate(keeps):
+        os.makedirs(path, exist_ok=True)
+        _run("mount", "--move", f"{stage}/{index}", path)
+        if read_only:
+            _run("mount", "-o", "remount,bind,ro", path)
+    _run("umount", stage)
+    os.rmdir(stage)
+    _run("mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
+
+
+def _drop_privileges(uid: int, gid: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, pr_set_no_new_privs = 24, 38
+    for cap in range(64):
+        libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+def _limit(spec: dict) -> None:
+    if spec["memory_mib"]:
+        limit = spec["memory_mib"] << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    if spec["max_processes"] and spec["namespaces"]:
+        # RLIMIT_NPROC counts every process of the user, i.e. of every sandbox: only with the uid of its own.
+        resource.setrlimit(resource.RLIMIT_NPROC, (spec["max_processes"], spec["max_processes"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def inside(spec_path: str, command: list[str]) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    if spec["namespaces"]:
+        _mount_view(spec)
+        _loopback_up()
+        home = Path("/tmp/home")
+        home.mkdir(mode=0o700)
+        os.chown(home, spec["uid"], spec["gid"])
+    child = os.fork()
+    if child == 0:
+        try:
+            _limit(spec)
+            if spec["namespaces"]:
+                _drop_privileges(spec["uid"], spec["gid"])
+            os.chdir(spec["workdir"])
+            # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader kills it instead.
+            os.environ.pop("JPY_PARENT_PID", None)
+            os.execvp(command[0], command)
+        except BaseException as error:  # noqa: BLE001 - report anything, then leave the child
+            print(f"sandbox: cannot start {command[0]}: {error}", file=sys.stderr, flush=True)
+        os._exit(127)
+
+    def forward(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    # As PID 1 of its namespace this process also reaps orphans until the kernel ends.
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 1
+        except InterruptedError:
+            continue
+        if pid == child:
+            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4 or sys.argv[2] != "--":
+        sys.exit("usage: python sandbox.py SPEC.json -- COMMAND...")
+    sys.exit(inside(sys.argv[1], sys.argv[3:]))
