@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-# More bytes than any machine can address (4 EiB): no allocator can satisfy it.
-IMPOSSIBLE_BYTES = 2**62
+# 1 PiB: more than any GPU holds and more than a 64-bit CPU process can address.
+IMPOSSIBLE_BYTES = 2**50
 
 _CPU_OOM_TEXT = ("can't allocate memory", "out of memory")
 
