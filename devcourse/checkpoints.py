@@ -128,6 +128,7 @@ def make_checkpoint(
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
     training: bool = False,
+    amp: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Write a TinyNet checkpoint to ``path``; return its state dict as a plain model has it.
 
@@ -135,7 +136,9 @@ def make_checkpoint(
     ``wrapper`` the wrapper whose key prefixes it carries (see
     :func:`wrapped_state_dict`), ``dtype`` the dtype of its floating-point
     tensors (integer buffers stay integers). With ``training=True`` the file
-    is a training checkpoint: ``{"model", "optimizer", "epoch", "rng_state"}``.
+    is a training checkpoint: ``{"model", "optimizer", "epoch", "rng_state"}``;
+    ``amp=True`` adds the state of the ``torch.amp.GradScaler`` of a
+    mixed-precision run under ``"scaler"`` (it implies ``training=True``).
 
     The returned dict (CPU tensors, no prefixes, the requested dtype) is what
     a correct loader must produce. Works on a CPU-only machine; the same
@@ -145,7 +148,7 @@ def make_checkpoint(
     reference = {key: _cast(value, dtype) for key, value in model.state_dict().items()}
     state = {key: _cast(value, dtype) for key, value in wrapped_state_dict(model, wrapper).items()}
     obj: object = state
-    if training:
+    if training or amp:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -153,6 +156,9 @@ def make_checkpoint(
             optimizer.step()
             rng_state = torch.get_rng_state()
         obj = {"model": state, "optimizer": optimizer.state_dict(), "epoch": 3, "rng_state": rng_state}
+        if amp:
+            # A GradScaler's state is plain Python numbers: scale, growth settings, tracker.
+            obj["scaler"] = torch.amp.GradScaler("cpu").state_dict()
     tagged_save(obj, path, saved_on)
     return reference
 

@@ -248,3 +248,12 @@ def test_read_checkpoint_can_memory_map(tmp_path):
     ck.make_checkpoint(tmp_path / "c.pt")
     mapped = ck.read_checkpoint(tmp_path / "c.pt", mmap=True)
     assert _equal(mapped, ck.read_checkpoint(tmp_path / "c.pt"))
+
+
+def test_amp_fixture_adds_the_grad_scaler_state_and_still_loads(tmp_path):
+    reference = ck.make_checkpoint(tmp_path / "c.pt", saved_on="cuda:1", wrapper="ddp", dtype=torch.float16, amp=True)
+    saved = torch.load(tmp_path / "c.pt", map_location="cpu", weights_only=True)
+    assert set(saved) == {"model", "optimizer", "epoch", "rng_state", "scaler"}
+    assert saved["scaler"]["scale"] == 65536.0 and "growth_interval" in saved["scaler"]
+    model = ck.load_model(tmp_path / "c.pt", TinyNet, device="cpu")
+    assert _equal(model.state_dict(), {k: v.to(model.state_dict()[k].dtype) for k, v in reference.items()})

@@ -1,0 +1,109 @@
+"""Device memory: what this process holds, out-of-memory errors, and a model that runs out on purpose.
+
+* :func:`rss_mib` is the memory the operating system counts for this
+  process. On a CPU-only machine it is the one number that shows tensors
+  being allocated and freed, since ``torch.cuda.memory_allocated()`` only
+  counts CUDA's allocator (and answers 0 where there is none).
+* :func:`is_out_of_memory` tells an allocation failure from any other error.
+  CUDA raises ``torch.OutOfMemoryError``; PyTorch's CPU allocator raises a
+  plain ``RuntimeError`` whose message says it ``can't allocate memory``.
+* :class:`MemoryHungry` is a small model whose forward pass really fails to
+  allocate when a batch is larger than a limit, on the CPU and on any GPU, and
+  which records whether the tensors of a failed attempt were freed before the
+  next call. Tests of out-of-memory handling use it on every device.
+
+Introduced in 08_portable_models_and_memory.
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+
+import torch
+from torch import nn
+
+# 1 PiB: more than any GPU holds and more than a 64-bit CPU process can address.
+IMPOSSIBLE_BYTES = 2**50
+
+_CPU_OOM_TEXT = ("can't allocate memory", "out of memory")
+
+
+def rss_mib() -> float:
+    """This process's resident memory now, in MiB.
+
+    Read from ``/proc/self/status`` on Linux, from ``psutil`` elsewhere when
+    it is installed. It counts everything the process holds, CPU tensors
+    included; GPU memory is not in it. Works the same with or without a GPU.
+    """
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 2**10  # kB
+    import psutil  # not on Linux: psutil ships with the course's Jupyter stack
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True when ``exc`` is a failed allocation, on any device.
+
+    ``torch.OutOfMemoryError`` (raised by CUDA's allocator; also reachable as
+    ``torch.cuda.OutOfMemoryError``) counts, and so does the ``RuntimeError``
+    of PyTorch's CPU allocator (``DefaultCPUAllocator: can't allocate
+    memory``) or of another backend whose message says ``out of memory``.
+    Any other error, a shape or device mismatch for instance, is not one.
+    """
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    if type(exc) is RuntimeError:
+        text = str(exc)
+        return any(part in text for part in _CPU_OOM_TEXT)
+    return False
+
+
+class MemoryHungry(nn.Module):
+    """A linear model that runs out of memory for batches larger than ``limit``.
+
+    For such a batch, after computing a first activation, the forward pass
+    asks its device's allocator for an impossible block
+    (:data:`IMPOSSIBLE_BYTES`), so the error is the device's own:
+    ``torch.OutOfMemoryError`` on a GPU, the CPU allocator's
+    ``RuntimeError`` on the CPU. The ``meta`` device allocates nothing and so
+    cannot run out; there the model raises ``torch.OutOfMemoryError`` itself,
+    which is the one error that is made up rather than real.
+
+    It also keeps the record a test needs:
+
+    * ``calls``: the batch size of every forward call, in order;
+    * ``alive_at_retry``: for each call, how many activations of earlier
+      *failed* calls were still alive when it started. Code that leaves the
+      failed attempt behind (``except`` block left, exception not kept)
+      gives all zeros.
+
+    Outputs equal ``nn.Linear``'s with the same weights. Works on any device.
+    """
+
+    def __init__(self, limit: int, in_features: int = 8, out_features: int = 4, seed: int = 0):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.linear = nn.Linear(in_features, out_features)
+        self.limit = limit
+        self.calls: list[int] = []
+        self.alive_at_retry: list[int] = []
+        self._failed: list[weakref.ref] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.alive_at_retry.append(sum(ref() is not None for ref in self._failed))
+        self.calls.append(x.shape[0])
+        hidden = self.linear(x)
+        if x.shape[0] > self.limit:
+            self._failed.append(weakref.ref(hidden))
+            if x.device.type == "meta":
+                raise torch.OutOfMemoryError(
+                    f"meta stand-in: a batch of {x.shape[0]} is over this model's limit of {self.limit}"
+                )
+            torch.empty(IMPOSSIBLE_BYTES, dtype=torch.uint8, device=x.device)
+        return hidden
