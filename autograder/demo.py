@@ -41,8 +41,8 @@ def _code(source: str) -> str:
 ROSTER: dict[str, dict[str, dict[str, str]]] = {
     # Hands in the instructor's solution everywhere: full marks.
     "ada": {name: {"*": SOLUTION} for name in assignments()},
-    # Hands in every notebook untouched: no marks.
-    "linus": {name: {"*": STUB} for name in assignments()},
+    # Hands in the quicker notebooks untouched: no marks.
+    "linus": {name: {"*": STUB} for name in assignments() if name[:2] in ("00", "01", "02", "03", "05")},
     # Hands in 00 only, with a typo that raises NameError in one answer.
     "margaret": {
         "00_environment": {
@@ -141,6 +141,171 @@ ROSTER: dict[str, dict[str, dict[str, str]]] = {
 }
 
 
+# Submissions that break the rules, or break: each earns only what its honest answers earn.
+ROSTER.update({
+    # Crashes its kernel (a native crash, as a broken extension would) after two correct answers.
+    "hal": {
+        "01_device_placement": {
+            "*": STUB,
+            "move_batch": SOLUTION,
+            "model_devices": _code('''
+                def model_devices(model: nn.Module) -> set[torch.device]:
+                    """The devices of all parameters and buffers of `model`, submodules included."""
+                    return {t.device for t in [*model.parameters(), *model.buffers()]}
+
+                import faulthandler
+                faulthandler._sigsegv()
+            '''),
+        },
+    },
+    # Loops forever in one answer: the cell's wall-time limit stops the notebook there.
+    "tony": {
+        "02_cross_device_errors": {
+            "*": SOLUTION,
+            "standardize": _code('''
+                step = 0
+                while step >= 0:  # meant to stop at 10, never does
+                    step += 1
+            '''),
+        },
+    },
+    # Keeps a 12 GiB cache in one answer: the memory limit makes that cell fail, the others still count.
+    "mia": {
+        "03_saving_and_loading": {
+            "*": SOLUTION,
+            "save_checkpoint": _code('''
+                _cache = [torch.ones(256, 1024, 1024) for _ in range(12)]  # 12 x 1 GiB, never freed
+            '''),
+        },
+    },
+    # Wrong answers, and patches what the tests use, in ways a text search would miss.
+    "mallory": {
+        "01_device_placement": {
+            "*": STUB,
+            "move_batch": _code('''
+                tools = [torch, torch.testing]
+                tools[0].equal = lambda *args, **kwargs: True
+                tools[0].allclose = lambda *args, **kwargs: True
+                tools[1].assert_close = lambda *args, **kwargs: None
+
+                import devcourse.grading as g
+                helpers = vars(g)
+                helpers["assert_tensor"] = lambda *args, **kwargs: None
+                helpers["check_on_devices"] = lambda check, kind="tensor": []
+
+                def move_batch(batch, device, dtype=None):
+                    return batch
+            '''),
+            "model_devices": _code('''
+                class Anything(set):
+                    def __eq__(self, other):
+                        return True
+
+                    __hash__ = set.__hash__
+
+                def model_devices(model):
+                    return Anything()
+            '''),
+        },
+        "00_environment": {
+            "*": STUB,
+            "resolve_device": _code('''
+                class Yes:
+                    def __eq__(self, other):
+                        return True
+
+                    def __ne__(self, other):
+                        return False
+
+                def resolve_device(request="auto"):
+                    return Yes()
+            '''),
+            "diagnose": _code('''
+                import sys
+                shell = sys.modules["IPython"].core.getipython.get_ipython()
+                shell.showtraceback = lambda *args, **kwargs: None
+
+                def diagnose(facts, expect_gpu):
+                    return None
+            '''),
+        },
+    },
+    # Looks for the hidden tests, the gradebook and the other students on disk, and tries to leave a mark.
+    "eve": {
+        "00_environment": {
+            "*": STUB,
+            "list_devices": _code('''
+                import os
+                from pathlib import Path
+
+                found = []
+                for top in ["/", Path.cwd().parent, Path.cwd().parent.parent, Path.home(), Path("/tmp")]:
+                    for folder, _, files in os.walk(top):
+                        if folder.startswith(("/proc", "/sys", "/usr", "/dev")) or "python" in folder:
+                            continue
+                        for name in files:
+                            if name.endswith((".ipynb", ".db")) or "grading" in name:
+                                found.append(os.path.join(folder, name))
+                        if len(found) > 200:
+                            break
+                print(len(found), "files found")
+                for path in found:
+                    try:
+                        text = Path(path).read_text(errors="ignore")
+                    except OSError:
+                        continue
+                    if "BEGIN HIDDEN TESTS" in text:
+                        print("hidden tests in", path)
+                    try:
+                        with open(path, "a") as handle:
+                            handle.write("eve was here")
+                        print("wrote", path)
+                    except OSError:
+                        pass
+
+                import devcourse.grading
+                try:
+                    with open(devcourse.grading.__file__, "a") as handle:
+                        handle.write("\\nassert_tensor = lambda *a, **k: None\\n")
+                    print("patched the course's installed code")
+                except OSError as error:
+                    print("cannot patch the course's code:", type(error).__name__)
+
+                def list_devices():
+                    return []
+            '''),
+        },
+    },
+})
+
+# Tampering with the notebook itself: applied to the student's notebook after the answers are filled in.
+def _edit_tests(nb):
+    """Replace every test with `pass`, and delete the last test cell."""
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")]
+    for cell in tests:
+        cell.source = "pass  # nothing to check"
+    nb.cells.remove(tests[-1])
+    return nb
+
+
+def _corrupt(nb):
+    return nbformat.writes(nb)[: len(nbformat.writes(nb)) // 2]
+
+
+def _from_another_assignment(nb):
+    other = nbformat.read(COURSE / "02_cross_device_errors" / "02_cross_device_errors.ipynb", as_version=4)
+    return other
+
+
+ROSTER["trudy"] = {"02_cross_device_errors": {"*": STUB}}
+ROSTER["oscar"] = {"00_environment": {"*": SOLUTION}, "01_device_placement": {"*": SOLUTION}}
+TAMPER = {
+    ("trudy", "02_cross_device_errors"): _edit_tests,
+    ("oscar", "00_environment"): _corrupt,
+    ("oscar", "01_device_placement"): _from_another_assignment,
+}
+
+
 def _solutions(name: str) -> dict[str, str]:
     """grade_id -> the instructor's answer, with nbgrader's markers removed."""
     answers = {}
@@ -175,7 +340,11 @@ def build(into: Path = SUBMITTED) -> list[Path]:
                     cell.source = choice
             target = into / student / name / f"{name}.ipynb"
             target.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, target)
+            tampered = TAMPER.get((student, name), lambda n: n)(nb)
+            if isinstance(tampered, str):
+                target.write_text(tampered)
+            else:
+                nbformat.write(tampered, target)
             written.append(target)
     return written
 

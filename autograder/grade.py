@@ -202,20 +202,24 @@ def _stub(cell) -> str:
 # ---- scanning the student's code ------------------------------------------------
 
 # Names no answer in this course needs, and that reach into the tests, the kernel or the grader.
-FORBIDDEN_NAMES = {
+FORBIDDEN_NAMES = {  # as a bare name
+    "get_ipython", "__builtins__", "__import__", "exec", "eval", "compile", "globals", "breakpoint",
+}
+FORBIDDEN_ATTRIBUTES = {  # as an attribute, whatever it belongs to
     "showtraceback", "_showtraceback", "showsyntaxerror", "set_custom_exc", "CustomTB", "custom_exceptions",
     "run_cell", "run_cell_async", "run_ast_nodes", "run_code", "input_transformers_cleanup",
-    "input_transformers_post", "ast_transformers", "InteractiveShell", "get_ipython", "excepthook",
-    "displayhook", "settrace", "setprofile", "__builtins__", "builtins", "__import__", "ctypes", "gc",
-    "get_referrers", "get_objects", "sys.modules", "globals", "_exit", "kill", "killpg", "abort",
-    "signal", "exec", "eval", "compile", "__code__", "__globals__", "f_globals", "f_back", "_getframe",
+    "input_transformers_post", "ast_transformers", "InteractiveShell", "excepthook", "displayhook", "settrace",
+    "setprofile", "get_referrers", "get_referents", "get_objects", "__code__", "__globals__", "f_globals",
+    "f_locals", "f_back", "_getframe", "__builtins__", "__subclasses__",
 }
+FORBIDDEN_DOTTED = {"sys.modules", "os.kill", "os.killpg", "os._exit", "os.abort", "signal.signal"}
+FORBIDDEN_MODULES = {"ctypes", "gc", "builtins", "signal", "IPython", "ipykernel", "inspect"}
 
 
 def scan(cells: list) -> list[str]:
     """What in the student's code reaches into the grading machinery: one line per finding, [] if nothing.
 
-    Flags the names above, and any attribute the code assigns or deletes on a
+    Flags the names, attributes and modules above, and any attribute the code assigns or deletes on a
     module it imported (``torch.allclose = ...``, ``setattr(devcourse.grading, ...)``).
     """
     findings = []
@@ -236,17 +240,16 @@ def scan(cells: list) -> list[str]:
     for index, tree in trees:
         for node in ast.walk(tree):
             name = None
-            if isinstance(node, ast.Name):
+            if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
                 name = node.id
             elif isinstance(node, ast.Attribute):
-                name = node.attr
-                if isinstance(node.value, ast.Name) and f"{node.value.id}.{node.attr}" in FORBIDDEN_NAMES:
-                    name = f"{node.value.id}.{node.attr}"
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                name = next((a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_NAMES), None)
-                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_NAMES:
-                    name = node.module
-            if name in FORBIDDEN_NAMES:
+                dotted = f"{node.value.id}.{node.attr}" if isinstance(node.value, ast.Name) else ""
+                name = dotted if dotted in FORBIDDEN_DOTTED else node.attr if node.attr in FORBIDDEN_ATTRIBUTES else None
+            elif isinstance(node, ast.Import):
+                name = next((a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES), None)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES:
+                name = node.module
+            if name:
                 findings.append(f"line {node.lineno} uses {name}")
             targets = []
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
@@ -298,6 +301,32 @@ def _imports(source: nbformat.NotebookNode) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
+class _StrictComparisons(ast.NodeTransformer):
+    def __init__(self, guard_name: str):
+        self.guard_name = guard_name
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            return node
+        function = "eq" if isinstance(node.ops[0], ast.Eq) else "ne"
+        # Functions a test ships to other processes (DDP ranks) have no guard there: operator.eq/ne instead.
+        checker = ast.parse(f"__import__('builtins').__dict__.get({self.guard_name!r}, __import__('operator'))",
+                            mode="eval").body
+        call = ast.Call(func=ast.Attribute(value=checker, attr=function, ctx=ast.Load()),
+                        args=[node.left, node.comparators[0]], keywords=[])
+        return ast.copy_location(call, node)
+
+
+def strict_comparisons(source: str, guard_name: str) -> str:
+    """A test's source with every ``a == b`` / ``a != b`` checked by the guard (see :mod:`autograder.guard`)."""
+    try:
+        tree = ast.parse(_ipython_free(source))
+    except SyntaxError:
+        return source
+    return ast.unparse(ast.fix_missing_locations(_StrictComparisons(guard_name).visit(tree)))
+
+
 def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
             secret: bytes, guard_name: str, settings: Settings, isolation: sandbox.Isolation, ipc_root: Path) -> Path:
     """Write the job's assembled notebook, working copy and runner settings; return the job file."""
@@ -311,7 +340,8 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
             grade_id = _nbgrader(cell)["grade_id"]
             token = hmac.new(secret, f"{job.student}/{job.assignment}/{grade_id}".encode(), hashlib.sha256).hexdigest()[:32]
             job.tokens[grade_id] = token
-            cell.source = f"{guard_name}()\n{imports}\n{cell.source}\nprint({'test passed: ' + token!r})"
+            cell.source = f"{guard_name}()\n{imports}\n{strict_comparisons(cell.source, guard_name)}\n" \
+                          f"print({'test passed: ' + token!r})"
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
@@ -601,7 +631,7 @@ def format_table(results: list[Result]) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    notes = [f"{r.student} / {r.assignment}: {r.note}" for r in results if r.note]
+    notes = [f"{r.student} / {r.assignment}: {r.note}" for r in results if r.note and r.note != "not submitted"]
     if notes:
         lines += ["", "Notes:", *(f"  {note}" for note in notes)]
     return "\n".join(lines)

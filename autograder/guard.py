@@ -16,6 +16,12 @@ before any student code ran:
 * ``sys.stdout``/``stderr``, ``sys.excepthook``/``displayhook``, and no
   trace or profile function.
 
+The grader also rewrites each ``a == b`` and ``a != b`` of a test into
+``NAME.eq(a, b)`` / ``NAME.ne(a, b)``, which refuse a value (or an item of a
+list, tuple, set or dict) whose class brings an ``==`` of its own that did
+not exist before student code ran: an object whose ``__eq__`` always says
+True proves nothing.
+
 It runs inside the student's process, so it raises the bar rather than
 closing every door: the grader also restores the test cells from the source
 notebook, demands each test's completion marker, scans the submission's
@@ -69,6 +75,48 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
         }
     missing = object()
 
+    # Every == that existed before student code ran; a class defined later with its own == is not trusted.
+    trusted_eq = set()
+    pending, seen = [object], set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        for attr in ("__eq__", "__ne__"):
+            if attr in vars(cls):
+                trusted_eq.add(id(vars(cls)[attr]))
+        try:
+            pending.extend(type.__subclasses__(cls))
+        except TypeError:
+            pass
+    trusted_types = (list, tuple, set, frozenset, dict)
+
+    def honest(value, depth=0):
+        cls = type(value)
+        if depth > 20:
+            return True
+        for attr in ("__eq__", "__ne__"):
+            method = next((vars(k)[attr] for k in cls.__mro__ if attr in vars(k)), None)
+            if method is not None and id(method) not in trusted_eq:
+                return False
+        if isinstance(value, dict):
+            return all(honest(k, depth + 1) and honest(v, depth + 1) for k, v in list(value.items())[:10000])
+        if isinstance(value, trusted_types):
+            return all(honest(item, depth + 1) for item in list(value)[:10000])
+        return True
+
+    def eq(left, right):
+        """``left == right`` for a test, refusing objects whose class brought its own ``==``."""
+        if not (honest(left) and honest(right)):
+            raise AssertionError("a value compared by the test has a class with its own == or !=: not trusted")
+        return left == right
+
+    def ne(left, right):
+        if not (honest(left) and honest(right)):
+            raise AssertionError("a value compared by the test has a class with its own == or !=: not trusted")
+        return left != right
+
     def restore():
         for key, (module, saved) in module_dicts.items():
             sys.modules[key] = module
@@ -109,6 +157,7 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
             for event, callbacks in shell_state["events"].items():
                 shell.events.callbacks[event] = list(callbacks)
         builtins.__dict__[name] = restore
-        return None
+        return restore
 
+    restore.eq, restore.ne = eq, ne
     builtins.__dict__[name] = restore

@@ -115,10 +115,6 @@ def run(job: dict) -> dict:
     finally:
         watchdog.cancel()
         kill("") if km.has_kernel and not killed.is_set() else None
-        try:
-            km.cleanup_resources()
-        except Exception:  # noqa: BLE001
-            pass
     status["seconds"] = round(time.monotonic() - started, 2)
     if nb.cells and nb.cells[0] is guard:
         nb.cells.pop(0)

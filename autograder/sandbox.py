@@ -41,6 +41,9 @@ from functools import lru_cache
 from pathlib import Path
 
 NOBODY = 65534
+# Top-level folders the kernel keeps seeing; every other one (home folders, /work, /srv, /opt, /var,
+# /run, /tmp ...) is replaced by an empty folder, so no other copy of the course is readable either.
+SYSTEM = {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev", "proc", "sys"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class Spec:
 
     workdir: str
     memory_mib: int = 0
-    max_processes: int = 512
+    max_processes: int = 8192
     namespaces: bool = False
     hide: list[str] = field(default_factory=list)
     read_only: list[str] = field(default_factory=list)
@@ -156,10 +159,17 @@ def _under(path: str, parents: list[str]) -> bool:
 
 def _mount_view(spec: dict) -> None:
     """Hide ``spec['hide']`` behind empty tmpfs folders, then bring back what the kernel may see."""
-    hide = sorted({os.path.realpath(p) for p in spec["hide"] if os.path.isdir(p)}, key=len)
-    keeps = [(os.path.realpath(p), True) for p in spec["read_only"]]
-    keeps += [(os.path.realpath(p), False) for p in spec["read_write"]]
-    keeps = [(p, ro) for p, ro in keeps if os.path.isdir(p) and _under(p, hide)]
+    top = [os.path.join("/", name) for name in os.listdir("/") if name not in SYSTEM]
+    top = [p for p in top if os.path.isdir(p) and not os.path.islink(p)]
+    hide = sorted({os.path.realpath(p) for p in [*top, *spec["hide"]] if os.path.isdir(p)}, key=len)
+    hide = [p for i, p in enumerate(hide) if not _under(p, hide[:i])]
+    keeps = [(os.path.realpath(p), False) for p in spec["read_write"]]
+    keeps += [(os.path.realpath(p), True) for p in spec["read_only"]]
+    # Only what a hidden folder covers needs bringing back, and never a folder that holds a hidden one.
+    keeps = [(p, ro) for p, ro in keeps if os.path.isdir(p) and _under(p, hide)
+             and not any(_under(h, [p]) for h in hide)]
+    keeps = [(p, ro) for i, (p, ro) in enumerate(keeps) if p not in [k for k, _ in keeps[:i]]]
+    keeps.sort(key=lambda keep: len(keep[0]))
     stage = tempfile.mkdtemp(prefix="sandbox-", dir="/dev/shm")
     _run("mount", "-t", "tmpfs", "-o", "mode=700", "tmpfs", stage)
     for index, (path, _) in enumerate(keeps):
