@@ -1,24 +1,26 @@
-"""make grade: the demo class gets the scores it should, and bad input is reported, not fatal."""
+"""make grade: the demo class gets the scores it should, cheats earn nothing, bad input is reported, not fatal."""
 
 import csv
+import json
 import shutil
 
+import nbformat
 import pytest
 
-from autograder import demo, grade
+from autograder import demo, grade, sandbox
+
+CELL_TIMEOUT_S = 45  # the looping student costs this much; every honest cell of the course is far quicker
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade the demo class plus one student who handed in a corrupt notebook."""
+def run(tmp_path_factory):
+    """Grade the demo class through the command line, as an instructor would."""
     tmp = tmp_path_factory.mktemp("grade")
-    submitted = tmp / "submitted"
-    shutil.copytree(demo.SUBMITTED, submitted)
-    corrupt = submitted / "zoe" / "00_environment" / "00_environment.ipynb"
-    corrupt.parent.mkdir(parents=True)
-    corrupt.write_text('{"cells": [ this is not json')
-    results = grade.grade(submitted, tmp / "work")
-    return {(r.student, r.assignment): r for r in results}
+    workdir = tmp / "work"
+    assert grade.main(["--workdir", str(workdir), "--cell-timeout", str(CELL_TIMEOUT_S), "--quiet"]) == 0
+    with (workdir / "scores.csv").open() as handle:
+        rows = {(row["student"], row["assignment"]): row for row in csv.DictReader(handle)}
+    return workdir, rows
 
 
 def _expected():
@@ -26,58 +28,139 @@ def _expected():
         return list(csv.DictReader(handle))
 
 
-def test_demo_class_gets_its_expected_scores(graded):
-    rows = _expected()
-    assert rows, "expected_scores.csv is empty"
-    for row in rows:
-        result = graded[row["student"], row["assignment"]]
-        expected = None if row["score"] == "" else float(row["score"])
-        assert (result.score, result.max_score) == (expected, float(row["max_score"])), row
+def test_demo_class_gets_its_expected_scores(run):
+    _, rows = run
+    expected = _expected()
+    assert len({row["student"] for row in expected}) >= 6
+    for row in expected:
+        got = rows[row["student"], row["assignment"]]
+        assert (got["score"], got["max_score"]) == (row["score"], row["max_score"]), (row, got["note"])
 
 
-def test_expected_scores_cover_every_student_and_assignment(graded):
-    demo_pairs = {pair for pair in graded if pair[0] != "zoe"}
-    assert {(row["student"], row["assignment"]) for row in _expected()} == demo_pairs
+def test_expected_scores_cover_every_student_and_assignment(run):
+    _, rows = run
+    assert {(row["student"], row["assignment"]) for row in _expected()} == set(rows)
 
 
-def test_full_and_empty_submissions_bracket_the_scale(graded):
-    for (student, _), result in graded.items():
+def test_the_correct_student_gets_full_marks_everywhere(run):
+    _, rows = run
+    for (student, _), row in rows.items():
         if student == "ada":
-            assert result.score == result.max_score > 0
-        if student == "linus":
-            assert result.score == 0
+            assert row["score"] == row["max_score"] != "0", row
 
 
-def test_missing_assignment_is_noted_not_scored(graded):
-    result = graded["margaret", "01_device_placement"]
-    assert result.score is None and result.note == "not submitted"
+@pytest.mark.parametrize("student", ["mallory", "eve", "trudy", "linus"])
+def test_cheats_and_empty_submissions_earn_nothing(run, student):
+    _, rows = run
+    scores = [row["score"] for (who, _), row in rows.items() if who == student and row["score"] != ""]
+    assert scores and all(score == "0" for score in scores), scores
 
 
-def test_corrupt_notebook_gets_a_note_and_the_batch_goes_on(graded):
-    result = graded["zoe", "00_environment"]
-    assert result.score is None and result.note.startswith("not graded:")
-    assert graded["ada", "00_environment"].score == graded["ada", "00_environment"].max_score
+def test_crash_loop_and_memory_hog_keep_what_they_earned_before(run):
+    _, rows = run
+    assert float(rows["hal", "01_device_placement"]["score"]) > 0
+    assert "the kernel died" in rows["hal", "01_device_placement"]["note"]
+    assert float(rows["tony", "02_cross_device_errors"]["score"]) > 0
+    assert f"time limit of {CELL_TIMEOUT_S:g} s per cell" in rows["tony", "02_cross_device_errors"]["note"]
+    mia = rows["mia", "03_saving_and_loading"]
+    assert 0 < float(mia["score"]) < float(mia["max_score"])
 
 
-def test_table_shows_scores_totals_and_notes():
-    results = [
-        grade.Result("ada", "00_x", 3, 3),
-        grade.Result("ada", "01_y", 2, 4),
-        grade.Result("bob", "00_x", None, 3, "not submitted"),
-        grade.Result("bob", "01_y", 1, 4),
-    ]
-    lines = grade.format_table(results).splitlines()
-    assert lines[0].split() == ["student", "00_x", "01_y", "total"]
-    assert lines[2].split() == ["ada", "3/3", "2/4", "5/7"]
-    assert lines[3].split() == ["bob", "-/3", "1/4", "1/7"]
-    assert "  bob / 00_x: not submitted" in lines
+def test_bad_notebooks_get_a_line_and_the_batch_goes_on(run):
+    _, rows = run
+    assert rows["oscar", "00_environment"]["score"] == ""
+    assert "not a valid notebook" in rows["oscar", "00_environment"]["note"]
+    assert "is the notebook of 02_cross_device_errors" in rows["oscar", "01_device_placement"]["note"]
+    assert rows["margaret", "01_device_placement"]["note"] == "not submitted"
 
 
-def test_csv_has_one_row_per_student_and_assignment(tmp_path):
-    results = [grade.Result("ada", "00_x", 3, 3), grade.Result("bob", "00_x", None, 3, "not submitted")]
-    grade.write_csv(results, tmp_path / "scores.csv")
-    rows = list(csv.DictReader((tmp_path / "scores.csv").open()))
-    assert rows == [
-        {"student": "ada", "assignment": "00_x", "score": "3", "max_score": "3", "note": ""},
-        {"student": "bob", "assignment": "00_x", "score": "", "max_score": "3", "note": "not submitted"},
-    ]
+def test_report_names_devices_and_limits(run):
+    workdir, rows = run
+    report = (workdir / "report.txt").read_text()
+    assert "Devices every submission is checked on: cpu" in report
+    assert "wall time: enforced" in report and "memory: enforced" in report
+    isolation = sandbox.probe()
+    assert ("network: enforced" in report) == isolation.namespaces
+    assert rows["ada", "00_environment"]["devices"].startswith("cpu")
+    assert (workdir / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_feedback_has_no_hidden_tests(run):
+    workdir, _ = run
+    pages = list((workdir / "feedback").rglob("*.html"))
+    assert len(pages) >= 20
+    for page in pages:
+        text = page.read_text()
+        assert "BEGIN HIDDEN TESTS" not in text, page
+        assert "simulated_cuda(8)" not in text, page  # a line of a hidden test of notebook 01
+    mallory = (workdir / "feedback" / "mallory" / "01_device_placement" / "01_device_placement.html").read_text()
+    assert "own == or !=" in mallory
+
+
+@pytest.mark.skipif(not sandbox.probe().namespaces, reason="needs the sandbox's namespaces (root on Linux)")
+def test_sandbox_keeps_hidden_tests_and_others_files_out_of_reach(run):
+    workdir, _ = run
+    eve = nbformat.read(workdir / "autograded" / "eve" / "00_environment" / "00_environment.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in eve.cells for o in c.get("outputs", []))
+    assert "files found" in printed, "eve's search ran"
+    assert "hidden tests in" not in printed.replace("hidden tests in " + str(workdir), ""), printed[:2000]
+    assert "cannot patch the course's code" in printed
+    for line in printed.splitlines():
+        if line.startswith("wrote "):
+            assert "/jobs/eve/" in line, line
+    assert "eve was here" not in (demo.SUBMITTED / "ada" / "00_environment" / "00_environment.ipynb").read_text()
+
+
+def test_scan_flags_reaching_into_the_grader_and_not_honest_code():
+    def cells(*sources):
+        return [nbformat.v4.new_code_cell(s) for s in sources]
+
+    assert grade.scan(cells("model.eval()\nx = torch.ones(2).to('cpu')")) == []
+    assert grade.scan(cells("import torch\ntorch.allclose = lambda *a: True")) == ["line 2 changes torch.allclose"]
+    assert grade.scan(cells("get_ipython().showtraceback = None"))
+    assert grade.scan(cells("import builtins"))
+    assert grade.scan(cells("import torch", "setattr(torch, 'equal', min)"))
+
+
+def test_strict_comparisons_refuse_rigged_equality():
+    source = grade.strict_comparisons("assert f() == 3\nassert g() != 4", "_guard")
+    assert "_guard" in source and "==" not in source and "!=" not in source
+
+
+def test_assemble_restores_tests_and_keeps_answers():
+    source = nbformat.read(grade.SOLUTIONS / "01_device_placement" / "01_device_placement.ipynb", as_version=4)
+    student = nbformat.read(demo.SUBMITTED / "trudy" / "02_cross_device_errors" / "02_cross_device_errors.ipynb",
+                            as_version=4)
+    source02 = nbformat.read(grade.SOLUTIONS / "02_cross_device_errors" / "02_cross_device_errors.ipynb", as_version=4)
+    built = grade.assemble(source02, student)
+    tests = [c.source for c in built.cells if grade._is_test(c)]
+    assert tests == [c.source for c in source02.cells if grade._is_test(c)], "edited and deleted tests come back"
+    assert any("raise NotImplementedError" in c.source for c in built.cells if grade._is_answer(c))
+    with pytest.raises(grade.SubmissionError, match="notebook of 01_device_placement"):
+        path = demo.SUBMITTED / "ada" / "01_device_placement" / "01_device_placement.ipynb"
+        ids = {grade._nbgrader(c).get("grade_id") for c in source.cells} - {None}
+        grade.read_submission(path, source02, {"01_device_placement": ids})
+
+
+def test_corrupt_notebook_is_named(tmp_path):
+    path = tmp_path / "x.ipynb"
+    path.write_text('{"cells": [ this is not json')
+    with pytest.raises(grade.SubmissionError, match="x.ipynb is not a valid notebook"):
+        grade.read_submission(path, nbformat.v4.new_notebook(), {})
+
+
+def test_help_describes_the_command(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        grade.main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--jobs", "--time-limit", "--memory-limit-mib", "--db-url", "--no-feedback"):
+        assert option in text
+
+
+def test_status_files_say_why_a_notebook_stopped(run):
+    workdir, _ = run
+    status = json.loads((workdir / "jobs" / "tony" / "02_cross_device_errors" / "02_cross_device_errors"
+                         / "status.json").read_text())
+    assert status["stopped"].startswith("time limit")
+    shutil.rmtree(workdir / "jobs")  # the working copies are large; the graded notebooks stay
