@@ -161,13 +161,13 @@ def _mount_view(spec: dict) -> None:
     """Hide ``spec['hide']`` behind empty tmpfs folders, then bring back what the kernel may see."""
     top = [os.path.join("/", name) for name in os.listdir("/") if name not in SYSTEM]
     top = [p for p in top if os.path.isdir(p) and not os.path.islink(p)]
-    hide = sorted({os.path.realpath(p) for p in [*top, *spec["hide"]] if os.path.isdir(p)}, key=len)
-    hide = [p for i, p in enumerate(hide) if not _under(p, hide[:i])]
+    every = sorted({os.path.realpath(p) for p in [*top, *spec["hide"]] if os.path.isdir(p)}, key=len)
+    hide = [p for i, p in enumerate(every) if not _under(p, every[:i])]
     keeps = [(os.path.realpath(p), False) for p in spec["read_write"]]
     keeps += [(os.path.realpath(p), True) for p in spec["read_only"]]
     # Only what a hidden folder covers needs bringing back, and never a folder that holds a hidden one.
     keeps = [(p, ro) for p, ro in keeps if os.path.isdir(p) and _under(p, hide)
-             and not any(_under(h, [p]) for h in hide)]
+             and not any(_under(h, [p]) for h in every)]
     keeps = [(p, ro) for i, (p, ro) in enumerate(keeps) if p not in [k for k, _ in keeps[:i]]]
     keeps.sort(key=lambda keep: len(keep[0]))
     stage = tempfile.mkdtemp(prefix="sandbox-", dir="/dev/shm")

@@ -91,7 +91,8 @@ def test_feedback_has_no_hidden_tests(run):
     assert len(pages) >= 20
     for page in pages:
         text = page.read_text()
-        assert "BEGIN HIDDEN TESTS" not in text, page
+        if page.parts[-3] != "eve":  # eve's own code searches for the marker
+            assert "BEGIN HIDDEN TESTS" not in text, page
         assert "simulated_cuda(8)" not in text, page  # a line of a hidden test of notebook 01
     mallory = (workdir / "feedback" / "mallory" / "01_device_placement" / "01_device_placement.html").read_text()
     assert "own == or !=" in mallory
