@@ -289,7 +289,9 @@ def _edit_tests(nb):
 
 
 def _corrupt(nb):
-    return nbformat.writes(nb)[: len(nbformat.writes(nb)) // 2]
+    """The first half of the notebook's file, as an interrupted upload leaves it."""
+    text = nbformat.writes(nb)
+    return text[: len(text) // 2]
 
 
 def _from_another_assignment(nb):

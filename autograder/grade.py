@@ -87,6 +87,9 @@ class Settings:
     progress: bool = True
     sandbox: bool = True
 
+    def isolation(self) -> sandbox.Isolation:
+        return sandbox.probe() if self.sandbox else sandbox.Isolation(False, "switched off with --no-sandbox")
+
 
 # ---- nbgrader ----------------------------------------------------------------
 
@@ -141,11 +144,15 @@ def _is_test(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def _grade_ids(nb: nbformat.NotebookNode) -> set[str]:
+    return {_nbgrader(c)["grade_id"] for c in nb.cells if _nbgrader(c).get("grade_id")}
+
+
 class SubmissionError(Exception):
     """A notebook that cannot be graded; its message is the report's note."""
 
 
-def read_submission(path: Path, source: nbformat.NotebookNode, other_sources: dict[str, set[str]]):
+def read_submission(path: Path, own: set[str], other_sources: dict[str, set[str]]):
     """Read a submitted notebook, or raise SubmissionError saying why it cannot be graded."""
     try:
         nb = nbformat.read(path, as_version=4)
@@ -153,8 +160,7 @@ def read_submission(path: Path, source: nbformat.NotebookNode, other_sources: di
     except Exception as error:  # noqa: BLE001 - json, schema and encoding errors alike
         raise SubmissionError(f"{path.name} is not a valid notebook ({type(error).__name__}: "
                               f"{str(error).splitlines()[0][:120] if str(error) else ''})") from None
-    ids = {_nbgrader(c).get("grade_id") for c in nb.cells if _nbgrader(c).get("grade_id")}
-    own = {_nbgrader(c)["grade_id"] for c in source.cells if _nbgrader(c).get("grade_id")}
+    ids = _grade_ids(nb)
     if ids and not ids & own:
         owners = [name for name, other in other_sources.items() if ids & other]
         where = f"the notebook of {owners[0]}" if owners else "not from this assignment"
@@ -196,7 +202,9 @@ def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode) ->
 
 
 def _stub(cell) -> str:
-    return "# YOUR CODE HERE\nraise NotImplementedError()" if cell.cell_type == "code" else "YOUR ANSWER HERE"
+    """What nbgrader writes into a student version's answer cell (nbgrader_config.py's stubs)."""
+    stubs = course_config().ClearSolutions
+    return stubs.code_stub["python"] if cell.cell_type == "code" else stubs.text_stub
 
 
 # ---- scanning the student's code ------------------------------------------------
@@ -282,7 +290,7 @@ class Job:
     assignment: str
     notebook: str
     folder: Path  # this job's own folder in the work folder
-    tokens: dict[str, str] = field(default_factory=dict)
+    markers: dict[str, str] = field(default_factory=dict)  # grade_id -> what the test prints when it passes
     findings: list[str] = field(default_factory=list)
     status: dict = field(default_factory=dict)
 
@@ -328,34 +336,37 @@ def strict_comparisons(source: str, guard_name: str) -> str:
 
 
 def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
-            secret: bytes, guard_name: str, settings: Settings, isolation: sandbox.Isolation, ipc_root: Path) -> Path:
-    """Write the job's assembled notebook, working copy and runner settings; return the job file."""
+            secret: bytes, guard_name: str, settings: Settings, isolation: sandbox.Isolation, ipc_root: Path,
+            imports: str, read_only: list[str]) -> Path:
+    """Write the job's assembled notebook, working copy and runner settings; return the job file.
+
+    ``imports`` is the source's import lines (:func:`_imports`), ``read_only`` the folders Python imports from.
+    """
     nb = assemble(source, submitted)
+    course_cells = {c.get("id") for c in source.cells if not _is_answer(c)}
     student_cells = [c for c in nb.cells if c.cell_type == "code" and (_is_answer(c) or not _nbgrader(c))
-                     and c.get("id") not in {s.get("id") for s in source.cells if not _is_answer(s)}]
+                     and c.get("id") not in course_cells]
     job.findings = scan(student_cells)
-    imports = _imports(source)
     for cell in nb.cells:
         if _is_test(cell):
             grade_id = _nbgrader(cell)["grade_id"]
             token = hmac.new(secret, f"{job.student}/{job.assignment}/{grade_id}".encode(), hashlib.sha256).hexdigest()[:32]
-            job.tokens[grade_id] = token
+            job.markers[grade_id] = f"test passed: {token}"
             cell.source = f"{guard_name}()\n{imports}\n{strict_comparisons(cell.source, guard_name)}\n" \
-                          f"print({'test passed: ' + token!r})"
+                          f"print({job.markers[grade_id]!r})"
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
-    namespaces = settings.sandbox and isolation.namespaces
+    namespaces = isolation.namespaces
     if namespaces:
         for path in (work, ipc, *work.rglob("*")):
             os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
     nbformat.write(nb, job.folder / "in.ipynb")
     spec = sandbox.Spec(
         workdir=str(work), memory_mib=settings.memory_mib, namespaces=namespaces,
-        hide=[str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1]), "/tmp",
-              os.path.expanduser("~")],
-        read_only=sandbox.python_paths(), read_write=[str(work), str(ipc)])
+        hide=[str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])],
+        read_only=read_only, read_write=[str(work), str(ipc)])
     description = {
         "notebook_in": str(job.folder / "in.ipynb"), "notebook_out": str(job.folder / "out.ipynb"),
         "status_out": str(job.folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
@@ -386,11 +397,11 @@ def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.Notebook
     """
     originals = {_nbgrader(c)["grade_id"]: c.source for c in source.cells if _is_test(c)}
     stopped = job.status.get("stopped", "") or ""
-    for index, cell in enumerate(executed.cells):
+    for cell in executed.cells:
         if not _is_test(cell):
             continue
         grade_id = _nbgrader(cell)["grade_id"]
-        token = "test passed: " + job.tokens[grade_id]
+        token = job.markers[grade_id]
         cell.source = originals[grade_id]
         marked = False
         for output in cell.outputs:
@@ -517,10 +528,11 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
         if not outcome["success"]:
             raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
         sources[name] = {p.stem: nbformat.read(p, as_version=4) for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
-    grade_ids = {f"{a}": {_nbgrader(c)["grade_id"] for nb in nbs.values() for c in nb.cells if _nbgrader(c).get("grade_id")}
-                 for a, nbs in sources.items()}
+    grade_ids = {a: set().union(*(_grade_ids(nb) for nb in nbs.values())) for a, nbs in sources.items()}
+    imports = {a: {notebook: _imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
+    read_only = sandbox.python_paths()
 
-    isolation = sandbox.probe() if settings.sandbox else sandbox.Isolation(False, "switched off with --no-sandbox")
+    isolation = settings.isolation()
     secret, guard_name = secrets.token_bytes(32), "_grader_" + secrets.token_hex(8)
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
     notes: dict[tuple[str, str], list[str]] = {}
@@ -539,12 +551,13 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                     notes.setdefault((student, name), []).append(f"{notebook}.ipynb missing: 0 points for it")
                     continue
                 try:
-                    nb = read_submission(path, source, others)
+                    nb = read_submission(path, _grade_ids(source), others)
                 except SubmissionError as error:
                     notes.setdefault((student, name), []).append(f"not graded: {error}")
                     continue
                 job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
-                job_files.append((job, prepare(job, source, nb, folder, secret, guard_name, settings, isolation, ipc_root)))
+                job_files.append((job, prepare(job, source, nb, folder, secret, guard_name, settings, isolation, ipc_root,
+                                               imports[name][notebook], read_only)))
                 jobs.setdefault((student, name), []).append(job)
 
     progress = Progress(len(job_files), settings.progress)
@@ -697,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                         memory_mib=args.memory_limit_mib, db_url=args.db_url, feedback=not args.no_feedback,
                         progress=not args.quiet, sandbox=not args.no_sandbox)
-    isolation = sandbox.probe() if settings.sandbox else sandbox.Isolation(False, "switched off with --no-sandbox")
+    isolation = settings.isolation()
     header = [f"Grading {args.submitted} with {settings.jobs} notebook(s) at a time.",
               f"Devices every submission is checked on: {devices_text()}", "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,

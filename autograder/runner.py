@@ -64,7 +64,8 @@ def run(job: dict) -> dict:
     if spec.namespaces:
         os.chown(km.connection_file, spec.uid, spec.gid)
     home = "/tmp/home" if spec.namespaces else str(ipc / "home")
-    os.makedirs(home, exist_ok=True) if not spec.namespaces else None
+    if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox
+        os.makedirs(home, exist_ok=True)
 
     status = {"stopped": "", "cell": None, "seconds": 0.0}
     started = time.monotonic()
@@ -78,7 +79,7 @@ def run(job: dict) -> dict:
             for send in (lambda: os.killpg(process.pid, signal.SIGKILL), lambda: process.kill()):
                 try:
                     send()
-                except (ProcessLookupError, PermissionError, OSError):
+                except OSError:
                     pass
 
     watchdog = threading.Timer(job["time_limit_s"], kill, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
@@ -114,7 +115,8 @@ def run(job: dict) -> dict:
         status["stopped"] = status["stopped"] or f"{type(error).__name__}: {error}"
     finally:
         watchdog.cancel()
-        kill("") if km.has_kernel and not killed.is_set() else None
+        if km.has_kernel and not killed.is_set():
+            kill("")
     status["seconds"] = round(time.monotonic() - started, 2)
     if nb.cells and nb.cells[0] is guard:
         nb.cells.pop(0)
