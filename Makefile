@@ -8,12 +8,13 @@ ORIGINAL_PATH := $(PATH)
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab grade test course execute both-ways clean gpu-check gpu-torch wheels
+.PHONY: help install browser lab grade test course execute both-ways clean gpu-check gpu-torch wheels
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
 	@echo "make grade      autograde the demo class and print the score table"
 	@echo "make test       the whole test suite (what CI runs)"
+	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"
 	@echo "make execute    re-run solutions/ and store their outputs (after editing one)"
 	@echo "make both-ways  every solution passes its tests, every student version none"
@@ -37,7 +38,20 @@ lab: $(READY)
 grade: $(READY)
 	$(BIN)/python -m autograder.grade
 
-test: $(READY)
+# The browser tests drive Debian's Chromium through Playwright, which downloads no
+# browser of its own. CHROMIUM=/path/to/chromium uses another one.
+CHROMIUM ?= /usr/bin/chromium
+SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
+
+browser:
+	@test -x "$(CHROMIUM)" || { \
+	  echo "Installing Debian's chromium package for the browser tests"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
+	  { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } || \
+	  { echo "Could not install chromium with apt-get. Install Debian's chromium package," \
+	         "or run with CHROMIUM=/path/to/chromium."; exit 1; }; }
+
+test: $(READY) browser
 	$(BIN)/python -m pytest
 
 course: $(READY)

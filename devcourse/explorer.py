@@ -86,18 +86,29 @@ def explore(saved_on: str, choice: str) -> str:
 def map_location_explorer():
     """An ipywidgets panel: pick where the checkpoint was saved and a map_location, see the result.
 
-    The result updates as soon as either choice changes.
+    The result updates as soon as either choice changes. The kernel may start on
+    a second change before the first one's result is shown, so a result is shown
+    only if the choices it was computed for are still the current ones.
     """
-    import ipywidgets as widgets
+    import threading
     from html import escape
+
+    import ipywidgets as widgets
 
     saved_on = widgets.Dropdown(options=list(SAVED_ON), value="cuda:1", description="Saved on")
     choice = widgets.Dropdown(options=list(MAP_LOCATIONS), value="None", description="map_location",
                               layout=widgets.Layout(width="28em"), style={"description_width": "initial"})
     result = widgets.HTML()
+    showing = threading.Lock()
 
     def update(_change: object = None) -> None:
-        result.value = f"<pre>{escape(explore(saved_on.value, choice.value))}</pre>"
+        while True:
+            wanted = (saved_on.value, choice.value)
+            text = explore(*wanted)
+            with showing:
+                if (saved_on.value, choice.value) == wanted:
+                    result.value = f"<pre>{escape(text)}</pre>"
+                    return
 
     saved_on.observe(update, names="value")
     choice.observe(update, names="value")

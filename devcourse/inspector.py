@@ -86,15 +86,28 @@ def inspect_text(model: nn.Module, show: str = "all") -> str:
 
 
 def inspector_widget(model: nn.Module):
-    """An ipywidgets panel: a filter (all, parameters, buffers, odd ones) above the table."""
-    import ipywidgets as widgets
+    """An ipywidgets panel: a filter (all, parameters, buffers, odd ones) above the table.
+
+    The kernel may start on a second click before the first one's table is
+    shown, so a table is shown only if its filter is still the one selected.
+    """
+    import threading
     from html import escape
+
+    import ipywidgets as widgets
 
     show = widgets.ToggleButtons(options=list(FILTERS), value="all", description="Show")
     table = widgets.HTML()
+    showing = threading.Lock()
 
     def update(_change: object = None) -> None:
-        table.value = f"<pre>{escape(inspect_text(model, show.value))}</pre>"
+        while True:
+            wanted = show.value
+            text = inspect_text(model, wanted)
+            with showing:
+                if show.value == wanted:
+                    table.value = f"<pre>{escape(text)}</pre>"
+                    return
 
     show.observe(update, names="value")
     update()

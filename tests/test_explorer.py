@@ -45,3 +45,28 @@ def test_widget_updates_when_a_choice_changes():
     assert "meta" in result.value and "saved on cuda:1" in result.value
     saved_on.value = "cpu"
     assert "saved on cpu" in result.value
+
+
+def test_widget_shows_the_result_of_the_choices_it_ends_with(monkeypatch):
+    """JupyterLab may deliver a second change while the first one's result is computed.
+
+    The kernel then handles both at once, and the slower, older result must not
+    be the one left on display.
+    """
+    from html import escape
+
+    from devcourse import explorer
+
+    panel = map_location_explorer()
+    (saved_on, choice), result = panel.children[0].children, panel.children[1]
+    real = explorer.explore
+
+    def explore_while_the_choice_changes(where, how):
+        text = real(where, how)
+        if (where, how) == ("cuda:0", "None"):
+            choice.value = "'meta'"  # the second change, handled before the first returns
+        return text
+
+    monkeypatch.setattr(explorer, "explore", explore_while_the_choice_changes)
+    saved_on.value = "cuda:0"
+    assert result.value == f"<pre>{escape(real('cuda:0', repr('meta')))}</pre>"

@@ -48,3 +48,25 @@ def test_widget_table_follows_the_filter():
     assert "encoder.0.weight" in table.value
     show.value = "odd ones"
     assert "encoder.0.weight" not in table.value and "head.bias" in table.value
+
+
+def test_widget_shows_the_table_of_the_filter_it_ends_with(monkeypatch):
+    """A second click handled while the first one's table is computed decides what stays on display."""
+    from html import escape
+
+    from devcourse import inspector
+
+    model = _split_model()
+    panel = inspector_widget(model)
+    show, table = panel.children
+    real = inspector.inspect_text
+
+    def inspect_while_the_filter_changes(module, wanted="all"):
+        text = real(module, wanted)
+        if wanted == "parameters":
+            show.value = "odd ones"
+        return text
+
+    monkeypatch.setattr(inspector, "inspect_text", inspect_while_the_filter_changes)
+    show.value = "parameters"
+    assert table.value == f"<pre>{escape(real(model, 'odd ones'))}</pre>"
