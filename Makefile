@@ -5,16 +5,18 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.installed
 # The PATH this make was started with, for the GPU check, which must not use .venv.
 ORIGINAL_PATH := $(PATH)
+comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser lab grade test course execute both-ways clean gpu-check gpu-torch wheels
+.PHONY: help install browser postgres lab grade test course execute both-ways clean gpu-check gpu-torch wheels
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
 	@echo "make grade      autograde the demo class and print the score table"
 	@echo "make test       the whole test suite (what CI runs)"
 	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
+	@echo "make postgres   install Debian's postgresql for the gradebook test, if it is missing"
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"
 	@echo "make execute    re-run solutions/ and store their outputs (after editing one)"
 	@echo "make both-ways  every solution passes its tests, every student version none"
@@ -38,20 +40,24 @@ lab: $(READY)
 grade: $(READY)
 	$(BIN)/python -m autograder.grade
 
-# The browser tests drive Debian's Chromium through Playwright, which downloads no
-# browser of its own. CHROMIUM=/path/to/chromium uses another one.
+# Two tests need Debian packages: the browser tests drive Debian's Chromium through
+# Playwright, which downloads no browser of its own (CHROMIUM=/path/to/chromium uses
+# another one), and the gradebook test starts a PostgreSQL server of its own.
 CHROMIUM ?= /usr/bin/chromium
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
+# $(call apt_install,package,what for,how else)
+apt_install = echo "Installing Debian's $(1) package $(2)"; \
+  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(1) || \
+  { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(1); } || \
+  { echo "Could not install $(1) with apt-get. Install Debian's $(1) package$(3)."; exit 1; }
 
 browser:
-	@test -x "$(CHROMIUM)" || { \
-	  echo "Installing Debian's chromium package for the browser tests"; \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
-	  { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } || \
-	  { echo "Could not install chromium with apt-get. Install Debian's chromium package," \
-	         "or run with CHROMIUM=/path/to/chromium."; exit 1; }; }
+	@test -x "$(CHROMIUM)" || { $(call apt_install,chromium,for the browser tests,$(comma) or run with CHROMIUM=/path/to/chromium); }
 
-test: $(READY) browser
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { $(call apt_install,postgresql,for the gradebook test,); }
+
+test: $(READY) browser postgres
 	$(BIN)/python -m pytest
 
 course: $(READY)

@@ -123,6 +123,33 @@ def _grading_environment() -> Iterator[None]:
         yield
 
 
+def gradebook_url(settings: Settings, workdir: Path) -> str:
+    """``--db-url``, else ``$COURSE_GRADEBOOK_URL``, else nbgrader's SQLite file in the work folder."""
+    return settings.db_url or os.environ.get(GRADEBOOK_ENV) or f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
+
+
+def shown_url(url: str) -> str:
+    """The gradebook URL as the report prints it: the password replaced by ``***``."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def gradebook_problem(url: str) -> str | None:
+    """Why the gradebook at ``url`` cannot be opened (server down, wrong password...), or None if it can."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as error:  # noqa: BLE001 - any reason is reported to the instructor, in one line
+        reason = str(getattr(error, "orig", None) or error)
+        return " ".join(line.strip() for line in reason.splitlines() if line.strip()) or type(error).__name__
+    return None
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "unknown error"
@@ -511,7 +538,7 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Setti
     workdir.mkdir(parents=True)
     shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     (workdir / "submitted").mkdir()
-    db_url = settings.db_url or os.environ.get(GRADEBOOK_ENV) or f"sqlite:///{workdir / 'gradebook.db'}"
+    db_url = gradebook_url(settings, workdir)
     with _grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root:
         os.chmod(ipc_root, 0o755)
         return _grade_in(submitted, workdir, db_url, settings, Path(ipc_root))
@@ -710,8 +737,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                         memory_mib=args.memory_limit_mib, db_url=args.db_url, feedback=not args.no_feedback,
                         progress=not args.quiet, sandbox=not args.no_sandbox)
+    db_url = gradebook_url(settings, args.workdir)
+    if settings.db_url or os.environ.get(GRADEBOOK_ENV):
+        problem = gradebook_problem(db_url)
+        if problem:
+            parser.exit(2, f"cannot open the gradebook at {shown_url(db_url)}: {problem}\n")
     isolation = settings.isolation()
     header = [f"Grading {args.submitted} with {settings.jobs} notebook(s) at a time.",
+              f"Gradebook: {shown_url(db_url)}",
               f"Devices every submission is checked on: {devices_text()}", "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
                                                              settings.cell_timeout_s))]

@@ -1,0 +1,183 @@
+"""The gradebook on a real PostgreSQL server: two graders write into it at once.
+
+The server is Debian's ``postgresql`` package (``make postgres`` installs it;
+``make test`` does so before the tests). Each test session starts its own
+cluster in a temporary folder on a free port, with password authentication
+over TCP as several graders would use it, and stops it afterwards.
+"""
+
+import csv
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder import demo, grade, sandbox
+
+ASSIGNMENT = "00_environment"
+STUDENTS = {"grader_a": ["ada", "grace"], "grader_b": ["linus", "margaret"]}
+PASSWORD = "s3cret-for-the-test"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _server_binaries() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if not found:
+        pytest.fail("PostgreSQL is not installed: `make postgres` installs Debian's postgresql package "
+                    "(make test does it first).")
+    return Path(found[-1]).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A PostgreSQL cluster of our own; yields the URL of an empty ``gradebook`` database."""
+    binaries = _server_binaries()
+    # Not under pytest's temporary folder: that one is private to the user running the tests.
+    with tempfile.TemporaryDirectory(prefix="course-postgres-") as folder:
+        yield from _cluster(binaries, Path(folder))
+
+
+def _cluster(binaries: Path, home: Path):
+    data, sockets, log = home / "data", home / "sockets", home / "server.log"
+    sockets.mkdir()
+    (home / "pw").write_text(PASSWORD + "\n")
+    # PostgreSQL refuses to run as root; Debian's package creates the `postgres` user for it.
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")
+        home.chmod(0o755)
+        for path in [home, sockets, home / "pw"]:  # the server writes its data and log next to them
+            os.chown(path, user.pw_uid, user.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+
+    def run(*command: str) -> None:
+        done = subprocess.run([*as_user, *command], capture_output=True, text=True, cwd=home)
+        assert done.returncode == 0, f"{command[0]} failed:\n{done.stdout}\n{done.stderr}\n" + \
+            (log.read_text() if log.exists() else "")
+
+    port = _free_port()
+    run(str(binaries / "initdb"), "-D", str(data), "-U", "grader", f"--pwfile={home / 'pw'}",
+        "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync")
+    run(str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o",
+        f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+    try:
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=port, user="grader", password=PASSWORD, dbname="postgres",
+                             autocommit=True) as admin:
+            admin.execute("CREATE DATABASE gradebook")
+        yield {"url": f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook", "port": port}
+    finally:
+        run(str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+
+
+def _class_of(students: list[str], folder: Path, rename: dict[str, str] | None = None) -> Path:
+    """A class of some demo students' submissions of ASSIGNMENT, each under its own (or a new) name."""
+    for student in students:
+        shutil.copytree(grade.DEMO_CLASS / student / ASSIGNMENT, folder / (rename or {}).get(student, student) / ASSIGNMENT)
+    return folder
+
+
+def _expected() -> dict[str, str]:
+    with demo.EXPECTED_SCORES.open() as handle:
+        return {row["student"]: row["score"] for row in csv.DictReader(handle) if row["assignment"] == ASSIGNMENT}
+
+
+@pytest.fixture(scope="module")
+def graded(server, tmp_path_factory):
+    """Two graders, each with half of the class, grade at the same time into the one gradebook."""
+    tmp = tmp_path_factory.mktemp("graders")
+    env = {**os.environ, grade.GRADEBOOK_ENV: server["url"]}
+    graders = {}
+    for name, students in STUDENTS.items():
+        submitted = _class_of(students, tmp / name / "submitted")
+        graders[name] = subprocess.Popen(
+            [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir",
+             str(tmp / name / "work"), "--jobs", "1", "--quiet", "--no-feedback"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outputs = {}
+    for name, process in graders.items():
+        outputs[name] = process.communicate(timeout=600)[0]
+        assert process.returncode == 0, outputs[name]
+    return tmp, outputs
+
+
+def test_both_graders_scores_land_in_the_postgresql_gradebook(server, graded):
+    from nbgrader.api import Gradebook
+
+    expected = _expected()
+    with Gradebook(server["url"], grade.course_config().CourseDirectory.course_id) as gradebook:
+        scores = {s.student.id: s.score for s in gradebook.assignment_submissions(ASSIGNMENT)}
+    everyone = [student for students in STUDENTS.values() for student in students]
+    assert sorted(scores) == sorted(everyone)
+    assert {student: f"{scores[student]:g}" for student in everyone} == {s: expected[s] for s in everyone}
+    assert len(set(scores.values())) > 1, "the class should not all score the same"
+
+
+def test_no_sqlite_gradebook_when_postgresql_is_set(graded):
+    tmp, _ = graded
+    for name in STUDENTS:
+        assert not list((tmp / name / "work").glob("*.db")), f"{name} wrote a SQLite gradebook"
+
+
+def test_report_names_the_gradebook_without_its_password(server, graded):
+    tmp, outputs = graded
+    for name in STUDENTS:
+        report = (tmp / name / "work" / "report.txt").read_text()
+        assert f"127.0.0.1:{server['port']}/gradebook" in report
+        assert PASSWORD not in report and PASSWORD not in outputs[name]
+
+
+def test_unreachable_gradebook_is_a_clear_error_before_grading(tmp_path, capsys):
+    port = _free_port()  # nothing listens there
+    url = f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook"
+    submitted = _class_of(["ada"], tmp_path / "submitted")
+    with pytest.raises(SystemExit) as stop:
+        grade.main(["--submitted", str(submitted), "--workdir", str(tmp_path / "work"), "--db-url", url, "--quiet"])
+    assert stop.value.code == 2
+    message = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in message and "cannot open the gradebook" in message
+    assert PASSWORD not in message
+    assert not (tmp_path / "work").exists(), "nothing should have been graded"
+
+
+def test_student_kernel_cannot_reach_the_gradebook_server(server, tmp_path):
+    """A submission that knows the server's address and password still cannot write a score."""
+    if not sandbox.probe().namespaces:
+        pytest.fail(f"the network namespace is not available here ({sandbox.probe().reason}); "
+                    "run the tests as root on Linux")
+    submitted = _class_of(["linus"], tmp_path / "submitted", rename={"linus": "intruder"})
+    notebook = submitted / "intruder" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    attack = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {server['port']}), timeout=2).close()\n"
+        "    print('REACHED THE GRADEBOOK')\n"
+        "except OSError as error:\n"
+        "    print('no way through:', error)\n"
+    )
+    answer = next(cell for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = attack + answer.source
+    nbformat.write(nb, notebook)
+    workdir = tmp_path / "work"
+    assert grade.main(["--submitted", str(submitted), "--workdir", str(workdir), "--db-url", server["url"],
+                       "--quiet", "--no-feedback", "--jobs", "1"]) == 0
+    executed = nbformat.read(workdir / "submitted" / "intruder" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "no way through" in printed and "REACHED THE GRADEBOOK" not in printed
