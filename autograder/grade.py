@@ -86,9 +86,12 @@ class Settings:
     feedback: bool = True
     progress: bool = True
     sandbox: bool = True
+    user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
 
     def isolation(self) -> sandbox.Isolation:
-        return sandbox.probe() if self.sandbox else sandbox.Isolation(False, "switched off with --no-sandbox")
+        if not self.sandbox:
+            return sandbox.Isolation(False, "switched off with --no-sandbox")
+        return sandbox.probe(self.user_namespace)
 
 
 # ---- nbgrader ----------------------------------------------------------------
@@ -385,13 +388,10 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
-    namespaces = isolation.namespaces
-    if namespaces:
-        for path in (work, ipc, *work.rglob("*")):
-            os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
     nbformat.write(nb, job.folder / "in.ipynb")
     spec = sandbox.Spec(
-        workdir=str(work), memory_mib=settings.memory_mib, namespaces=namespaces,
+        workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
+        user_namespace=isolation.user_namespace,
         hide=[str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])],
         read_only=read_only, read_write=[str(work), str(ipc)])
     description = {
@@ -400,6 +400,9 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
         "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
         "guard_name": guard_name, "sandbox": spec.__dict__,
     }
+    if spec.as_nobody:
+        for path in (work, ipc, *work.rglob("*")):
+            os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
     (job.folder / "job.json").write_text(json.dumps(description))
     return job.folder / "job.json"
 

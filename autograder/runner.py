@@ -61,7 +61,7 @@ def run(job: dict) -> dict:
     km = _kernel_manager_class()(transport="ipc", ip=str(ipc / "k"), connection_file=str(ipc / "kernel.json"))
     km.spec_path = spec.write(ipc / "sandbox.json")
     km.write_connection_file()
-    if spec.namespaces:
+    if spec.as_nobody:
         os.chown(km.connection_file, spec.uid, spec.gid)
     home = "/tmp/home" if spec.namespaces else str(ipc / "home")
     if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox

@@ -9,15 +9,20 @@ report can say so:
   starts (``RLIMIT_DATA``: an allocation past it fails with PyTorch's
   ``DefaultCPUAllocator: can't allocate memory``) and a cap on the number of
   processes; the grader enforces the wall-time limit by killing it;
-* when the grader runs as root on Linux and ``unshare`` works (a container,
-  a CI machine, a GPU box): new mount, network and PID namespaces. The
-  course folder, the grading folder (sources with hidden tests, gradebook,
-  other students' work), the submissions, the instructor's home, ``/tmp`` and
-  ``/dev/shm`` are replaced by empty folders; the Python environment and the
-  ``devcourse`` package come back read-only, the student's own working copy
-  read-write. The kernel runs as ``nobody`` with no capabilities, the network
-  has a loopback device only (enough for ``torchrun`` on one machine), and
-  when the kernel ends every process it started ends with it.
+* on Linux, where ``unshare`` works: new mount, network and PID namespaces.
+  Every top-level folder but the system's (so the course folder, the grading
+  folder with the sources, hidden tests, gradebook and other students' work,
+  the submissions, home folders, ``/tmp`` and ``/dev/shm``) is replaced by an
+  empty folder; the Python environment and the ``devcourse`` package come
+  back read-only, the student's own working copy read-write. The network has
+  a loopback device only (enough for ``torchrun`` on one machine), and when
+  the kernel ends every process it started ends with it. A grader running as
+  root (a container, a CI machine, a GPU box) runs the kernel as ``nobody``;
+  any other grader gets the same namespaces inside a user namespace of its
+  own, where the kernel keeps the grader's user id but no capabilities, so it
+  can neither undo the mounts nor write what the grader's user could not.
+  Where neither works (macOS, Windows, a Linux that forbids unprivileged user
+  namespaces) only the first point holds, and the report says so.
 
 GPUs stay visible in the sandbox (``/dev`` is untouched), so on a GPU box the
 device matrix includes CUDA.
@@ -28,11 +33,15 @@ needs only the standard library): :func:`wrap` puts it in the kernel's command l
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import json
 import os
 import resource
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -52,6 +61,7 @@ class Isolation:
 
     namespaces: bool
     reason: str = ""
+    user_namespace: bool = False  # True: a grader that is not root, in a user namespace of its own
 
     def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float) -> list[str]:
         memory = (f"{memory_mib} MiB per process (RLIMIT_DATA)" if memory_mib else "off (--memory-limit-mib 0)")
@@ -60,10 +70,11 @@ class Isolation:
             f"memory: enforced, {memory}",
         ]
         if self.namespaces:
+            who = ("in a user namespace, without capabilities" if self.user_namespace else "runs as nobody")
             lines += [
                 "network: enforced, loopback only (network namespace)",
                 "files: enforced, own working copy only; Python environment and devcourse read-only "
-                "(mount namespace, runs as nobody)",
+                f"(mount namespace, {who})",
                 "processes: enforced, all killed with the kernel (PID namespace)",
             ]
         else:
@@ -75,24 +86,37 @@ class Isolation:
         return lines
 
 
-@lru_cache(maxsize=1)
-def probe() -> Isolation:
-    """Find out once whether this machine lets the grader use namespaces."""
+@lru_cache(maxsize=2)
+def probe(user_namespace: bool | None = None) -> Isolation:
+    """Find out once whether this machine lets the grader use namespaces, by starting an empty sandbox.
+
+    ``user_namespace`` None: inside a user namespace unless the grader is root; True or False forces it.
+    """
     if sys.platform != "linux":
         return Isolation(False, f"namespaces need Linux, this is {sys.platform}")
-    if os.geteuid() != 0:
-        return Isolation(False, "namespaces need the grader to run as root, e.g. in a container")
-    unshare = shutil.which("unshare")
-    if unshare is None or shutil.which("mount") is None:
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
         return Isolation(False, "util-linux's unshare and mount are not installed")
-    probe_cmd = [unshare, "--mount", "--net", "--pid", "--fork", "--propagation", "private", "true"]
-    try:
-        done = subprocess.run(probe_cmd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return Isolation(False, f"unshare failed: {error}")
+    if user_namespace is None:
+        user_namespace = os.geteuid() != 0
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as folder:
+        spec = Spec(workdir="/", namespaces=True, user_namespace=user_namespace, read_only=python_paths())
+        spec_path = spec.write(Path(folder) / "spec.json")
+        try:
+            done = subprocess.run(wrap(["true"], spec_path), capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return Isolation(False, f"unshare failed: {error}")
     if done.returncode != 0:
-        return Isolation(False, "unshare failed: " + (done.stderr.strip() or f"exit {done.returncode}"))
-    return Isolation(True)
+        error = _last_line(done.stderr) or f"exit {done.returncode}"
+        if user_namespace:
+            return Isolation(False, f"this Linux does not let a user other than root use namespaces ({error}); "
+                                    "grade as root, e.g. in a container")
+        return Isolation(False, f"unshare failed: {error}")
+    return Isolation(True, user_namespace=user_namespace)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 @dataclass
@@ -103,11 +127,21 @@ class Spec:
     memory_mib: int = 0
     max_processes: int = 8192
     namespaces: bool = False
+    user_namespace: bool = False
     hide: list[str] = field(default_factory=list)
     read_only: list[str] = field(default_factory=list)
     read_write: list[str] = field(default_factory=list)
     uid: int = NOBODY
     gid: int = NOBODY
+
+    def __post_init__(self):
+        if self.user_namespace:  # only the grader's own user id exists in its user namespace, as 0
+            self.uid = self.gid = 0
+
+    @property
+    def as_nobody(self) -> bool:
+        """The kernel runs as ``nobody`` (a root grader): its files must belong to nobody."""
+        return self.namespaces and not self.user_namespace
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(self.__dict__))
@@ -130,22 +164,19 @@ def wrap(command: list[str], spec_path: Path) -> list[str]:
     inner = [sys.executable, "-I", os.path.realpath(__file__), str(spec_path), "--", *command]
     if not spec["namespaces"]:
         return inner
-    return [shutil.which("unshare") or "unshare", "--mount", "--net", "--pid", "--fork", "--kill-child",
+    user = ["--user", "--map-root-user"] if spec["user_namespace"] else []
+    return [shutil.which("unshare") or "unshare", *user, "--mount", "--net", "--pid", "--fork", "--kill-child",
             "--mount-proc", "--propagation", "private", *inner]
 
 
 # ---- the inside half ----------------------------------------------------------
 
 
-def _run(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True, text=True)
+def _run(*args: str, pass_fds: tuple[int, ...] = ()) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True, pass_fds=pass_fds)
 
 
 def _loopback_up() -> None:
-    import fcntl
-    import socket
-    import struct
-
     siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH22x", b"lo", 0)
@@ -170,34 +201,41 @@ def _mount_view(spec: dict) -> None:
              and not any(_under(h, [p]) for h in every)]
     keeps = [(p, ro) for i, (p, ro) in enumerate(keeps) if p not in [k for k, _ in keeps[:i]]]
     keeps.sort(key=lambda keep: len(keep[0]))
-    stage = tempfile.mkdtemp(prefix="sandbox-", dir="/dev/shm")
-    _run("mount", "-t", "tmpfs", "-o", "mode=700", "tmpfs", stage)
-    for index, (path, _) in enumerate(keeps):
-        os.mkdir(f"{stage}/{index}")
-        _run("mount", "--bind", path, f"{stage}/{index}")
+    # Hold each folder to bring back open, hide, then bind the open folder at its old place: this also
+    # works in a user namespace, where mounts copied from the parent namespace cannot be moved.
+    handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path, _ in keeps]
     for path in hide:
         mode = "1777" if path in ("/tmp", "/dev/shm") else "755"
         _run("mount", "-t", "tmpfs", "-o", f"mode={mode},nosuid,nodev", "tmpfs", path)
-    for index, (path, read_only) in enumerate(keeps):
+    for handle, (path, read_only) in zip(handles, keeps):
         os.makedirs(path, exist_ok=True)
-        _run("mount", "--move", f"{stage}/{index}", path)
+        _run("mount", "--no-canonicalize", "--bind", f"/proc/self/fd/{handle}", path, pass_fds=(handle,))
+        os.close(handle)
         if read_only:
-            _run("mount", "-o", "remount,bind,ro", path)
-    _run("umount", stage)
-    os.rmdir(stage)
+            try:
+                _run("mount", "-o", "remount,bind,ro", path)
+            except subprocess.CalledProcessError:  # a user namespace must keep the flags the mount came with
+                _run("mount", "-o", "remount,bind,ro,nosuid,nodev", path)
     _run("mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
 
 
-def _drop_privileges(uid: int, gid: int) -> None:
-    import ctypes
-
+def _drop_privileges(uid: int, gid: int, user_namespace: bool) -> None:
+    """Leave no capability: as ``nobody`` for a root grader, as the grader's own id in a user namespace."""
     libc = ctypes.CDLL(None, use_errno=True)
     pr_capbset_drop, pr_set_no_new_privs = 24, 38
     for cap in range(64):
         libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
-    os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)
+    if user_namespace:
+        # Still id 0 in the namespace: clear every capability set (capset, version 3), and with
+        # an empty bounding set no program it runs gets one back.
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        data = (ctypes.c_uint32 * 6)()
+        if libc.capset(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capset failed")
+    else:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
     if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
@@ -206,7 +244,7 @@ def _limit(spec: dict) -> None:
     if spec["memory_mib"]:
         limit = spec["memory_mib"] << 20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    if spec["max_processes"] and spec["namespaces"]:
+    if spec["max_processes"] and spec["namespaces"] and not spec["user_namespace"]:
         # RLIMIT_NPROC counts every process of the user, i.e. of every sandbox: only with the uid of its own.
         resource.setrlimit(resource.RLIMIT_NPROC, (spec["max_processes"], spec["max_processes"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -225,7 +263,7 @@ def inside(spec_path: str, command: list[str]) -> int:
         try:
             _limit(spec)
             if spec["namespaces"]:
-                _drop_privileges(spec["uid"], spec["gid"])
+                _drop_privileges(spec["uid"], spec["gid"], spec["user_namespace"])
             os.chdir(spec["workdir"])
             # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader kills it instead.
             os.environ.pop("JPY_PARENT_PID", None)

@@ -98,7 +98,7 @@ def test_feedback_has_no_hidden_tests(run):
     assert "own == or !=" in mallory
 
 
-@pytest.mark.skipif(not sandbox.probe().namespaces, reason="needs the sandbox's namespaces (root on Linux)")
+@pytest.mark.skipif(not sandbox.probe().namespaces, reason="needs the sandbox's namespaces (Linux)")
 def test_sandbox_keeps_hidden_tests_and_others_files_out_of_reach(run):
     workdir, _ = run
     eve = nbformat.read(workdir / "autograded" / "eve" / "00_environment" / "00_environment.ipynb", as_version=4)
@@ -110,6 +110,26 @@ def test_sandbox_keeps_hidden_tests_and_others_files_out_of_reach(run):
         if line.startswith("wrote "):
             assert "/jobs/eve/" in line, line
     assert "eve was here" not in (demo.SUBMITTED / "ada" / "00_environment" / "00_environment.ipynb").read_text()
+
+
+def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
+    """What a grader that is not root gets: the same view of the disk, from a user namespace."""
+    if not sandbox.probe(user_namespace=True).namespaces:
+        pytest.skip(f"no user namespaces here: {sandbox.probe(user_namespace=True).reason}")
+    for student in ["ada", "eve"]:
+        shutil.copytree(demo.SUBMITTED / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
+    settings = grade.Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, user_namespace=True)
+    assert "user namespace" in " ".join(settings.isolation().describe(1, 1, 1))
+    results = {r.student: r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+               if r.assignment == "00_environment"}
+    assert (results["ada"].score, results["eve"].score) == (8, 0)
+    eve = nbformat.read(tmp_path / "work" / "submitted" / "eve" / "00_environment" / "00_environment.ipynb",
+                        as_version=4)
+    printed = "".join(o.get("text", "") for c in eve.cells for o in c.get("outputs", []))
+    assert "files found" in printed and "cannot patch the course's code" in printed
+    for line in printed.splitlines():
+        if line.startswith(("hidden tests in ", "wrote ")):
+            assert "/jobs/eve/" in line, line
 
 
 def test_scan_flags_reaching_into_the_grader_and_not_honest_code():
