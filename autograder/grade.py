@@ -419,6 +419,16 @@ def execute(job_file: Path, settings: Settings) -> None:
         pass
 
 
+def _feedback(api, workdir: Path, pair: tuple[str, str], hidden: set[str], notes: dict) -> None:
+    """nbgrader's feedback HTML for one student's assignment, from autograded notebooks without hidden tests."""
+    student, name = pair
+    for path in (workdir / "autograded" / student / name).glob("*.ipynb"):
+        nbformat.write(redact(nbformat.read(path, as_version=4), hidden), path)
+    outcome = api.generate_feedback(name, student, force=True)
+    if not outcome["success"]:
+        notes.setdefault(pair, []).append("no feedback: " + _last_line(outcome.get("error") or outcome.get("log")))
+
+
 def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Decide each test from the outside: it passed only if it printed its marker and raised nothing.
 
@@ -590,6 +600,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                                                imports[name][notebook], read_only)))
                 jobs.setdefault((student, name), []).append(job)
 
+    hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
     progress = Progress(len(job_files), settings.progress)
     remaining = {pair: len(pair_jobs) for pair, pair_jobs in jobs.items()}
     graded: set[tuple[str, str]] = set()
@@ -613,21 +624,15 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                 notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3]))
             remaining[pair] -= 1
             if remaining[pair] == 0:
+                # Scores and feedback of a finished pair, while the pool runs the next notebooks.
                 outcome = api.autograde(job.assignment, job.student, force=True, create=True)
                 if outcome["success"]:
                     graded.add(pair)
+                    if settings.feedback:
+                        _feedback(api, workdir, pair, hidden[job.assignment], notes)
                 else:
                     notes.setdefault(pair, []).append("not graded: " + _last_line(outcome.get("error") or outcome.get("log")))
             progress.step(f"{job.student}/{job.assignment}")
-
-    if settings.feedback:
-        hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
-        for student, name in sorted(graded):
-            for path in (workdir / "autograded" / student / name).glob("*.ipynb"):
-                nbformat.write(redact(nbformat.read(path, as_version=4), hidden[name]), path)
-            outcome = api.generate_feedback(name, student, force=True)
-            if not outcome["success"]:
-                notes.setdefault((student, name), []).append("no feedback: " + _last_line(outcome.get("error") or outcome.get("log")))
 
     devices = devices_text()
     results = []

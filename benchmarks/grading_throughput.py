@@ -1,0 +1,179 @@
+"""Grade the same submissions with plain sequential nbgrader and with make grade; print the ratio.
+
+    python benchmarks/grading_throughput.py [--students ada,grace,linus,margaret]
+
+Four runs over the same copy of some demo students' submissions, one after
+another in this one run:
+
+1. plain nbgrader, as an instructor runs it: ``nbgrader generate_assignment``,
+   ``autograde`` and ``generate_feedback`` for each assignment, sequentially;
+2. the notebooks nbgrader graded in run 1 (the student's answers with the
+   instructor's tests, hidden ones included), outputs cleared, each executed
+   alone in a fresh kernel, one after another: the baseline for the grader's
+   overhead;
+3. ``make grade`` (``python -m autograder.grade``, one notebook per core,
+   sandboxed where the machine allows it, feedback included);
+4. ``make grade --jobs 1``: its wall time over run 2, per notebook, is the
+   grader's own cost for one notebook, everything included (its start, the
+   sandbox, the guard, the gradebook, the feedback).
+
+Targets on 2 cores: run 3 grades at least 1.7 times as fast as run 2, and the
+overhead per notebook is at most 1 s. Also checks that plain nbgrader and make
+grade give every submission the same score. Exits 1 if a target is missed.
+
+Only students whose code is harmless take part by default: plain nbgrader
+runs student code with the instructor's rights and no limits, so the demo
+class's cheats (one of them writes to any file it can find), its endless loop
+and its 12 GiB cache are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import torch
+from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
+from autograder.grade import DEMO_CLASS
+from autograder.pipeline import ROOT, SOLUTIONS, course_config, tool_env
+
+HONEST = ["ada", "grace", "linus", "margaret"]
+TARGET_SPEEDUP = 1.7
+TARGET_OVERHEAD_S = 1.0
+
+
+def copy_class(students: list[str], folder: Path) -> list[Path]:
+    """Copy the students' submissions into ``folder``; return their notebooks."""
+    for student in students:
+        if not (DEMO_CLASS / student).is_dir():
+            raise SystemExit(f"no demo student named {student!r} in {DEMO_CLASS}")
+        shutil.copytree(DEMO_CLASS / student, folder / student)
+    return sorted(folder.glob("*/*/*.ipynb"))
+
+
+def execute_alone(notebooks: list[Path], timeout: float, sockets: Path) -> float:
+    """Run 2: every notebook, outputs cleared, in a fresh kernel of its own, errors allowed, one after another.
+
+    The kernel talks over IPC sockets, as the grader's kernels do.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    sockets.mkdir()
+    started = time.perf_counter()
+    for index, path in enumerate(notebooks):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        manager = AsyncKernelManager(transport="ipc", ip=str(sockets / f"k{index}"),
+                                     connection_file=str(sockets / f"k{index}.json"))
+        try:
+            NotebookClient(nb, km=manager, timeout=timeout, allow_errors=True,
+                           resources={"metadata": {"path": str(path.parent)}}).execute()
+        finally:
+            run_sync(manager.shutdown_kernel)(now=True)
+    return time.perf_counter() - started
+
+
+def plain_nbgrader(submitted: Path, workdir: Path) -> float:
+    """Run 1: nbgrader's own commands, one assignment after another, as documented."""
+    workdir.mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", workdir)
+    shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(submitted, workdir / "submitted")
+    assignments = sorted({path.name for path in submitted.glob("*/*") if path.is_dir()})
+    flags = ["--CourseDirectory.source_directory=source", "--CourseDirectory.release_directory=release",
+             f"--CourseDirectory.db_url=sqlite:///{workdir / 'gradebook.db'}", "--force", "--log-level=ERROR"]
+    started = time.perf_counter()
+    for name in assignments:
+        for command in ["generate_assignment", "autograde", "generate_feedback"]:
+            _quietly([sys.executable, "-m", "nbgrader", command, name, *flags], workdir)
+    return time.perf_counter() - started
+
+
+def make_grade(submitted: Path, workdir: Path, jobs: int) -> float:
+    """Runs 3 and 4: the course's grading command, as ``make grade`` runs it."""
+    started = time.perf_counter()
+    _quietly([sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
+              "--jobs", str(jobs), "--quiet"], ROOT)
+    return time.perf_counter() - started
+
+
+def _quietly(command: list[str], cwd: Path) -> None:
+    """Run a command; show what it printed only if it fails."""
+    done = subprocess.run(command, cwd=cwd, env=tool_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
+
+
+def plain_scores(workdir: Path) -> dict[tuple[str, str], float]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}", course_config().CourseDirectory.course_id) as book:
+        return {(s.student.id, s.assignment.name): s.score
+                for a in book.assignments for s in book.assignment_submissions(a.name)}
+
+
+def our_scores(workdir: Path) -> dict[tuple[str, str], float]:
+    with (workdir / "scores.csv").open() as handle:
+        return {(row["student"], row["assignment"]): float(row["score"]) for row in csv.DictReader(handle)
+                if row["score"] != ""}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--students", default=",".join(HONEST),
+                        help="demo students to grade, comma-separated (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="notebooks make grade runs at once (default: one per core, here %(default)s)")
+    args = parser.parse_args()
+    students = [name.strip() for name in args.students.split(",") if name.strip()]
+    timeout = float(course_config().ExecutePreprocessor.timeout)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch {torch.__version__}")
+    with tempfile.TemporaryDirectory(prefix="grading-benchmark-") as tmp:
+        tmp = Path(tmp)
+        os.chmod(tmp, 0o755)  # the sandboxed kernels run as nobody and must reach their copies below
+        notebooks = copy_class(students, tmp / "class")
+        count = len(notebooks)
+        print(f"{count} notebooks of {len(students)} students ({', '.join(students)}); cell timeout {timeout:g} s\n")
+        graded = [tmp / "plain" / "autograded" / path.relative_to(tmp / "class") for path in notebooks]
+        runs = [
+            ("1. plain nbgrader: generate, autograde, feedback", lambda: plain_nbgrader(tmp / "class", tmp / "plain")),
+            ("2. each graded notebook executed alone", lambda: execute_alone(graded, timeout, tmp / "sockets")),
+            (f"3. make grade (--jobs {args.jobs})", lambda: make_grade(tmp / "class", tmp / "ours", args.jobs)),
+            ("4. make grade --jobs 1", lambda: make_grade(tmp / "class", tmp / "ours1", 1)),
+        ]
+        seconds = []
+        for label, run in runs:
+            seconds.append(run())
+            print(f"{label:<56} {seconds[-1]:7.1f} s  ({seconds[-1] / count:5.1f} s per notebook)", flush=True)
+        plain, alone, ours, ours_one = seconds
+        plain_result, our_result = plain_scores(tmp / "plain"), our_scores(tmp / "ours")
+
+    speedup = plain / ours
+    overhead = (ours_one - alone) / count
+    differ = {pair: (plain_result.get(pair), our_result.get(pair))
+              for pair in sorted(set(plain_result) | set(our_result)) if plain_result.get(pair) != our_result.get(pair)}
+    print(f"\nthroughput: make grade {speedup:.2f}x plain nbgrader (target at least {TARGET_SPEEDUP}x on 2 cores)")
+    print(f"overhead of make grade over executing alone: {overhead:+.2f} s per notebook "
+          f"(target at most {TARGET_OVERHEAD_S:g} s)")
+    print("scores: plain nbgrader and make grade agree on all " f"{len(our_result)} submissions" if not differ else
+          "scores differ (student, assignment: plain, make grade): " +
+          "; ".join(f"{s}/{a}: {p}, {o}" for (s, a), (p, o) in differ.items()))
+    return 0 if speedup >= TARGET_SPEEDUP and overhead <= TARGET_OVERHEAD_S and not differ else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
