@@ -126,6 +126,44 @@ def _grading_environment() -> Iterator[None]:
         yield
 
 
+class GradebookLock:
+    """One grader at a time writes a shared PostgreSQL gradebook (a PostgreSQL advisory lock).
+
+    nbgrader creates assignments, notebooks and students with "update or
+    create", which two graders doing it at once turn into a duplicate-key
+    error. Any other database (SQLite in the work folder) has one grader: no lock.
+    """
+
+    KEY = 0x6E626772  # any number the graders of one course agree on
+
+    def __init__(self, url: str):
+        from sqlalchemy.engine import make_url
+
+        self.engine = None
+        if make_url(url).get_backend_name() == "postgresql":
+            import sqlalchemy
+
+            self.engine = sqlalchemy.create_engine(url)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        if self.engine is None:
+            yield
+            return
+        from sqlalchemy import text
+
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": self.KEY})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.KEY})
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.dispose()
+
+
 def gradebook_url(settings: Settings, workdir: Path) -> str:
     """``--db-url``, else ``$COURSE_GRADEBOOK_URL``, else nbgrader's SQLite file in the work folder."""
     return settings.db_url or os.environ.get(GRADEBOOK_ENV) or f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
@@ -558,13 +596,23 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Setti
 
 
 def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, ipc_root: Path) -> list[Result]:
+    api = _api(workdir, db_url)
+    lock = GradebookLock(db_url)
+    try:
+        return _grade_with(api, lock, submitted, workdir, db_url, settings, ipc_root)
+    finally:
+        lock.close()
+
+
+def _grade_with(api, lock: GradebookLock, submitted: Path, workdir: Path, db_url: str, settings: Settings,
+                ipc_root: Path) -> list[Result]:
     from nbgrader.api import Gradebook, MissingEntry
 
-    api = _api(workdir, db_url)
     names = assignments()
     sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
     for name in names:
-        outcome = api.generate_assignment(name, force=True)
+        with lock.held():
+            outcome = api.generate_assignment(name, force=True)
         if not outcome["success"]:
             raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
         sources[name] = {p.stem: nbformat.read(p, as_version=4) for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
@@ -625,7 +673,8 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
             remaining[pair] -= 1
             if remaining[pair] == 0:
                 # Scores and feedback of a finished pair, while the pool runs the next notebooks.
-                outcome = api.autograde(job.assignment, job.student, force=True, create=True)
+                with lock.held():
+                    outcome = api.autograde(job.assignment, job.student, force=True, create=True)
                 if outcome["success"]:
                     graded.add(pair)
                     if settings.feedback:

@@ -127,6 +127,28 @@ def test_both_graders_scores_land_in_the_postgresql_gradebook(server, graded):
     assert len(set(scores.values())) > 1, "the class should not all score the same"
 
 
+def test_graders_write_the_gradebook_one_at_a_time(server):
+    """nbgrader's "update or create" from two graders at once is a duplicate-key error: the lock prevents it."""
+    import psycopg
+
+    lock = grade.GradebookLock(server["url"])
+    try:
+        with psycopg.connect(server["url"].replace("postgresql://", "postgres://"), autocommit=True) as other:
+            def free() -> bool:
+                taken = other.execute("SELECT pg_try_advisory_lock(%s)", (grade.GradebookLock.KEY,)).fetchone()[0]
+                if taken:
+                    other.execute("SELECT pg_advisory_unlock(%s)", (grade.GradebookLock.KEY,))
+                return taken
+
+            assert free()
+            with lock.held():
+                assert not free(), "another grader could write while this one holds the lock"
+            assert free()
+    finally:
+        lock.close()
+    assert grade.GradebookLock("sqlite:///gradebook.db").engine is None
+
+
 def test_no_sqlite_gradebook_when_postgresql_is_set(graded):
     tmp, _ = graded
     for name in STUDENTS:
