@@ -46,6 +46,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 from unittest import mock
@@ -145,6 +146,13 @@ class GradebookLock:
 
             self.engine = sqlalchemy.create_engine(url)
 
+    def __enter__(self) -> "GradebookLock":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        if self.engine is not None:
+            self.engine.dispose()
+
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         if self.engine is None:
@@ -158,10 +166,6 @@ class GradebookLock:
                 yield
             finally:
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.KEY})
-
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.dispose()
 
 
 def gradebook_url(settings: Settings, workdir: Path) -> str:
@@ -191,9 +195,8 @@ def gradebook_problem(url: str) -> str | None:
     return None
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "unknown error"
+def _last_line(text: str | None) -> str:
+    return sandbox.last_line(text or "") or "unknown error"
 
 
 # ---- assembling the notebook to run ---------------------------------------------
@@ -271,8 +274,14 @@ def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode) ->
 
 def _stub(cell) -> str:
     """What nbgrader writes into a student version's answer cell (nbgrader_config.py's stubs)."""
+    code, text = _stubs()
+    return code if cell.cell_type == "code" else text
+
+
+@lru_cache(maxsize=1)
+def _stubs() -> tuple[str, str]:
     stubs = course_config().ClearSolutions
-    return stubs.code_stub["python"] if cell.cell_type == "code" else stubs.text_stub
+    return stubs.code_stub["python"], stubs.text_stub
 
 
 # ---- scanning the student's code ------------------------------------------------
@@ -590,24 +599,17 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Setti
     shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     (workdir / "submitted").mkdir()
     db_url = gradebook_url(settings, workdir)
-    with _grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root:
+    with _grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root, \
+            GradebookLock(db_url) as lock:
         os.chmod(ipc_root, 0o755)
-        return _grade_in(submitted, workdir, db_url, settings, Path(ipc_root))
+        return _grade_in(submitted, workdir, db_url, settings, Path(ipc_root), lock)
 
 
-def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, ipc_root: Path) -> list[Result]:
-    api = _api(workdir, db_url)
-    lock = GradebookLock(db_url)
-    try:
-        return _grade_with(api, lock, submitted, workdir, db_url, settings, ipc_root)
-    finally:
-        lock.close()
-
-
-def _grade_with(api, lock: GradebookLock, submitted: Path, workdir: Path, db_url: str, settings: Settings,
-                ipc_root: Path) -> list[Result]:
+def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
+              lock: GradebookLock) -> list[Result]:
     from nbgrader.api import Gradebook, MissingEntry
 
+    api = _api(workdir, db_url)
     names = assignments()
     sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
     for name in names:

@@ -106,7 +106,7 @@ def probe(user_namespace: bool | None = None) -> Isolation:
         except (OSError, subprocess.TimeoutExpired) as error:
             return Isolation(False, f"unshare failed: {error}")
     if done.returncode != 0:
-        error = _last_line(done.stderr) or f"exit {done.returncode}"
+        error = last_line(done.stderr) or f"exit {done.returncode}"
         if user_namespace:
             return Isolation(False, f"this Linux does not let a user other than root use namespaces ({error}); "
                                     "grade as root, e.g. in a container")
@@ -114,7 +114,8 @@ def probe(user_namespace: bool | None = None) -> Isolation:
     return Isolation(True, user_namespace=user_namespace)
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
+    """The last line of ``text`` that is not blank, stripped; "" if there is none."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from autograder import demo, grade, sandbox
@@ -131,21 +132,17 @@ def test_graders_write_the_gradebook_one_at_a_time(server):
     """nbgrader's "update or create" from two graders at once is a duplicate-key error: the lock prevents it."""
     import psycopg
 
-    lock = grade.GradebookLock(server["url"])
-    try:
-        with psycopg.connect(server["url"].replace("postgresql://", "postgres://"), autocommit=True) as other:
-            def free() -> bool:
-                taken = other.execute("SELECT pg_try_advisory_lock(%s)", (grade.GradebookLock.KEY,)).fetchone()[0]
-                if taken:
-                    other.execute("SELECT pg_advisory_unlock(%s)", (grade.GradebookLock.KEY,))
-                return taken
+    with grade.GradebookLock(server["url"]) as lock, psycopg.connect(server["url"], autocommit=True) as other:
+        def free() -> bool:
+            taken = other.execute("SELECT pg_try_advisory_lock(%s)", (grade.GradebookLock.KEY,)).fetchone()[0]
+            if taken:
+                other.execute("SELECT pg_advisory_unlock(%s)", (grade.GradebookLock.KEY,))
+            return taken
 
-            assert free()
-            with lock.held():
-                assert not free(), "another grader could write while this one holds the lock"
-            assert free()
-    finally:
-        lock.close()
+        assert free()
+        with lock.held():
+            assert not free(), "another grader could write while this one holds the lock"
+        assert free()
     assert grade.GradebookLock("sqlite:///gradebook.db").engine is None
 
 
@@ -183,8 +180,6 @@ def test_student_kernel_cannot_reach_the_gradebook_server(server, tmp_path):
                     "run the tests as root on Linux")
     submitted = _class_of(["linus"], tmp_path / "submitted", rename={"linus": "intruder"})
     notebook = submitted / "intruder" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    import nbformat
-
     nb = nbformat.read(notebook, as_version=4)
     attack = (
         "import socket\n"
