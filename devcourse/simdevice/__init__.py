@@ -1,0 +1,101 @@
+"""A simulated accelerator: a second (and third...) device with real values on any machine.
+
+On a machine without a GPU, ``enable()`` adds a device type ``sim`` with
+``count`` devices (``sim:0``, ``sim:1``, ...) that behaves, for the device
+logic a course teaches, like CUDA devices: tensors and modules move to it
+and back, train on any index, raise PyTorch's own "Expected all tensors to
+be on the same device" error where CUDA would (with ``sim`` in place of
+``cuda``), save checkpoints tagged ``sim:N`` that load with every form of
+``map_location``, run under ``torch.autocast("sim")`` and
+``torch.amp.GradScaler("sim")``, count memory per device and, with a budget,
+run out of it with ``torch.OutOfMemoryError``. Values live in host memory,
+so results can be compared with the CPU's exactly.
+
+It is built on PyTorch's extension point for out-of-tree devices
+(PrivateUse1, with the Python backend of
+``torch.utils.backend_registration``) and a tensor subclass that holds a CPU
+tensor. It is a teaching and grading device, not a fast one: each operator
+costs tens of microseconds more than on the CPU.
+
+Nothing happens on import. ``enable()`` is the one explicit switch; it
+cannot be undone in a process (PyTorch allows one PrivateUse1 backend per
+process), calling it again with the same count does nothing, and it refuses,
+changing nothing, when another PrivateUse1 backend is registered.
+
+What it does not simulate: speed, streams and events (operators finish
+before they return), pinned memory, a random generator of its own (random
+numbers on ``sim`` come from the CPU generator), and several processes
+sharing one device. This package imports nothing from the course around it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from devcourse.simdevice import _backend, _memory
+from devcourse.simdevice._backend import NAME, SimDeviceError, resolve
+from devcourse.simdevice._tensor import SimTensor
+
+__all__ = [
+    "NAME", "SimDeviceError", "SimTensor", "device_count", "devices", "enable", "is_enabled",
+    "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats", "set_memory_budget",
+]
+
+
+def enable(count: int = 2, memory_budget: int | None = None) -> list[torch.device]:
+    """Turn on ``count`` simulated devices and return them (``[sim:0, sim:1, ...]``).
+
+    ``memory_budget`` (bytes), if given, is set on every device (see
+    :func:`set_memory_budget`). Calling it again with the same count returns
+    the same devices; another count, or another PrivateUse1 backend already
+    registered in the process, raises :class:`SimDeviceError` and changes
+    nothing. Also switches off the autograd engine's device threads in the
+    calling thread (PrivateUse1's device guard reports one device).
+    """
+    _backend.enable(count)
+    if memory_budget is not None:
+        for index in range(count):
+            set_memory_budget(index, memory_budget)
+    return devices()
+
+
+def is_enabled() -> bool:
+    """True once :func:`enable` has run in this process."""
+    return _backend.enabled()
+
+
+def device_count() -> int:
+    """How many simulated devices are on (0 before :func:`enable`)."""
+    return _backend.count()
+
+
+def devices() -> list[torch.device]:
+    """The simulated devices, indexed: ``[sim:0, sim:1, ...]``; empty before :func:`enable`."""
+    return [torch.device(NAME, i) for i in range(_backend.count())]
+
+
+def memory_allocated(device: torch.device | str | int | None = None) -> int:
+    """Bytes held by tensors on ``device`` (default ``sim:0``), like ``torch.cuda.memory_allocated``."""
+    return _memory.device(resolve(device).index).allocated
+
+
+def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
+    """The peak of :func:`memory_allocated` since enabling or the last reset."""
+    return _memory.device(resolve(device).index).peak
+
+
+def reset_peak_memory_stats(device: torch.device | str | int | None = None) -> None:
+    """Start the peak of ``device`` again from what it holds now."""
+    entry = _memory.device(resolve(device).index)
+    entry.peak = entry.allocated
+
+
+def set_memory_budget(device: torch.device | str | int | None, nbytes: int | None) -> None:
+    """Let ``device`` hold at most ``nbytes`` (None: no limit).
+
+    An allocation past it raises ``torch.OutOfMemoryError`` (a
+    ``RuntimeError``), worded like CUDA's, and allocates nothing.
+    """
+    if nbytes is not None and nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0 or None, not {nbytes}")
+    _memory.device(resolve(device).index).budget = nbytes

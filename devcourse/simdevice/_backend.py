@@ -1,0 +1,249 @@
+"""Turning the simulated device on: PyTorch's PrivateUse1 extension point.
+
+PyTorch keeps one device type, PrivateUse1, for a backend that lives outside
+its source tree, and since 2.10 lets that backend be written in Python
+(``torch.utils.backend_registration._setup_privateuseone_for_python_backend``,
+private and experimental, hence the pinned torch and ``test_simdevice_seams``).
+:func:`enable` renames PrivateUse1 to ``sim`` and registers
+
+* a device module ``torch.sim`` (``device_count``, ``is_available``,
+  ``current_device``, AMP dtypes) that ``torch.accelerator``, ``torch.load``
+  and autocast consult;
+* kernels for the two allocating operators (``empty.memory_format`` and
+  ``empty_strided``) that hand out :class:`SimTensor` objects, and for
+  ``_copy_from``, which ``torch.tensor(data, device=...)`` reaches with
+  Python dispatch switched off: every other operator reaches
+  ``SimTensor.__torch_dispatch__``;
+* a serialization package that tags the storages of simulated tensors as
+  ``sim:N`` in checkpoints and loads ``sim:N`` storages into simulated
+  tensors, so every ``map_location`` form works as it does for CUDA;
+* autocast kernels for the device type (see ``_autocast``).
+
+The registration cannot be undone (PyTorch allows one PrivateUse1 name per
+process), so it is only ever made by an explicit :func:`enable` call.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import torch
+
+from devcourse.simdevice import _memory
+from devcourse.simdevice._tensor import SimTensor
+
+NAME = "sim"
+_state: dict[str, Any] = {"enabled": False, "count": 0}
+_lock = threading.Lock()
+_LOCATION = re.compile(rf"^{NAME}(?::(\d+))?$")
+
+
+class SimDeviceError(RuntimeError):
+    """The simulated device cannot be turned on, or was asked for something it cannot do."""
+
+
+def name() -> str:
+    return NAME
+
+
+def enabled() -> bool:
+    return _state["enabled"]
+
+
+def count() -> int:
+    return _state["count"]
+
+
+def resolve(device: torch.device | str | int | None) -> torch.device:
+    """``sim``, ``sim:N``, ``N`` or None as an indexed simulated device; a bad index raises."""
+    if device is None:
+        index = 0
+    elif isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != NAME:
+            raise SimDeviceError(f"expected a {NAME} device, got {device}")
+        index = 0 if device.index is None else device.index
+    n = _state["count"]
+    if not 0 <= index < n:
+        have = "no simulated devices are turned on" if n == 0 else (
+            f"{n} simulated device{'s' if n != 1 else ''} turned on ({', '.join(f'{NAME}:{i}' for i in range(n))})"
+        )
+        raise RuntimeError(f"{NAME.upper()} error: invalid device ordinal: {NAME}:{index} was asked for, but {have}")
+    return torch.device(NAME, index)
+
+
+class _DeviceModule:
+    """What ``torch.sim`` answers: the parts of ``torch.cuda`` that PyTorch's own code asks a backend."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return _state["enabled"]
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return _state["enabled"]
+
+    @staticmethod
+    def device_count() -> int:
+        return _state["count"]
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        return None  # random numbers come from the CPU generator
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        return [torch.float16, torch.bfloat16]
+
+    @staticmethod
+    def memory_allocated(device: object = None) -> int:
+        return _memory.device(resolve(device).index).allocated
+
+    @staticmethod
+    def max_memory_allocated(device: object = None) -> int:
+        return _memory.device(resolve(device).index).peak
+
+    @staticmethod
+    def synchronize(device: object = None) -> None:
+        return None  # every operator has finished when it returns
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    target = resolve(device)
+    values = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
+    return SimTensor(values, target)
+
+
+def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    target = resolve(device)
+    values = torch.empty_strided(size, stride, dtype=dtype, layout=layout)
+    return SimTensor(values, target)
+
+
+def _copy_from(source, destination, non_blocking=False):
+    # Reached only where PyTorch excludes Python dispatch (``torch.tensor(..., device=...)``).
+    values = source._values if isinstance(source, SimTensor) else source
+    destination._values.copy_(values)
+    return destination
+
+
+def tag_storage(storage: torch.UntypedStorage, device: torch.device) -> None:
+    """Mark the CPU storage of a simulated tensor as being on ``device``, for ``torch.save``.
+
+    PyTorch keeps one Python object per storage, so the mark stays with the
+    storage; only simulated tensors' own storages are ever marked.
+    """
+    storage._sim_location = str(device)
+
+
+def _tagger(storage) -> str | None:
+    return getattr(storage, "_sim_location", None)
+
+
+def _deserializer(storage, location: str):
+    match = _LOCATION.match(location)
+    if match is None:
+        return None
+    if not _state["enabled"]:
+        raise RuntimeError(
+            f"Attempting to deserialize object on a simulated {NAME!r} device, but it is not turned on in "
+            f"this process. Call devcourse.simdevice.enable() first, or use torch.load with "
+            f"map_location=torch.device('cpu') to map your storages to the CPU."
+        )
+    storage._sim_target = resolve(location)
+    return storage
+
+
+def _rebuild_tensor(storage, storage_offset, size, stride):
+    tensor = _original_rebuild(storage, storage_offset, size, stride)
+    target = getattr(storage._untyped_storage, "_sim_target", None)
+    return tensor if target is None else SimTensor(tensor, target)
+
+
+_original_rebuild = torch._utils._rebuild_tensor
+_original_storage_new = torch.UntypedStorage.__new__
+
+
+def _storage_new(cls, *args, **kwargs):
+    # A PrivateUse1 storage needs an allocator, which a Python backend cannot
+    # register: PyTorch would crash the process. Refuse it instead.
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == NAME:
+        raise RuntimeError(
+            f"the simulated device holds no storages of its own: its tensors keep their values in CPU "
+            f"storages. Create a tensor instead, e.g. torch.empty(n, dtype=torch.uint8, device={str(device)!r})"
+        )
+    return _original_storage_new(cls, *args, **kwargs)
+
+
+# The serialization package is registered on import, before enable(): a
+# checkpoint saved on sim:N then fails to load with a message that says what
+# to do, like CUDA's on a machine without a GPU. Priority below the CPU's (10)
+# so that storages tagged while saving are seen first.
+torch.serialization.register_package(-5, _tagger, _deserializer)
+
+
+def enable(count: int = 2) -> None:
+    with _lock:
+        if _state["enabled"]:
+            if count != _state["count"]:
+                raise SimDeviceError(
+                    f"the simulated device is already on with {_state['count']} devices; "
+                    f"it cannot be turned on again with {count} (restart the kernel to change it)"
+                )
+            return
+        if not isinstance(count, int) or count < 1:
+            raise SimDeviceError(f"count must be a positive int, not {count!r}")
+        current = torch._C._get_privateuse1_backend_name()
+        if current != "privateuseone":
+            raise SimDeviceError(
+                f"cannot turn on the simulated device: PyTorch's one out-of-tree device type (PrivateUse1) "
+                f"is already registered as {current!r} in this process; nothing was changed"
+            )
+        torch.utils.backend_registration._setup_privateuseone_for_python_backend(
+            NAME, backend_module=_DeviceModule(), hook=_Hooks(), device_guard=_Guard()
+        )
+        library = torch.library.Library("aten", "IMPL")
+        library.impl("empty.memory_format", _empty, "PrivateUse1")
+        library.impl("empty_strided", _empty_strided, "PrivateUse1")
+        library.impl("_copy_from", _copy_from, "PrivateUse1")
+        _state["library"] = library
+        from devcourse.simdevice import _autocast
+
+        _state["autocast"] = _autocast.register(NAME)
+        torch._utils._rebuild_tensor = _rebuild_tensor
+        torch.UntypedStorage.__new__ = _storage_new
+        _memory.reset(count)
+        _state.update(enabled=True, count=count)
+    # PrivateUse1's device guard reports a single device: the autograd engine's
+    # worker threads assert on any other index. Backward runs in the calling
+    # thread instead (a thread-local switch: this thread, the kernel's).
+    torch.autograd.set_multithreading_enabled(False)

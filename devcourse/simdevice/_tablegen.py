@@ -1,0 +1,90 @@
+"""Build the table of device checks that CUDA's generated wrappers make.
+
+PyTorch generates a wrapper for each operator that has a CUDA kernel; unless
+the operator is marked ``device_check: NoCheck`` in
+``native_functions.yaml``, the wrapper checks that every tensor argument is
+on one device and raises::
+
+    Expected all tensors to be on the same device, but got <arg> is on <device>,
+    different from other tensors on <device> (when checking argument in method
+    wrapper_CUDA_<name>)
+
+The wrapper's name and the order of the checked arguments come from
+PyTorch's own code generator (``torchgen``), which ships with torch. This
+module runs that generator's signature code over the ``native_functions.yaml``
+that ships with the installed torch, and writes ``device_checks.json``: for
+each checked operator, the wrapper's name (with ``CUDA`` left as ``{}`` so
+any backend name fits) and its checked arguments in order. The simulated
+device raises the same error for the same operator and argument.
+
+Run ``python -m devcourse.simdevice._tablegen`` after changing the pinned
+torch; a test fails when the stored table differs from what it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+TABLE = Path(__file__).with_name("device_checks.json")
+
+
+def build() -> dict[str, object]:
+    """Return the table for the installed torch (takes about a second)."""
+    import torch
+    import torchgen
+    from torchgen.api.types import DispatcherSignature, NativeSignature
+    from torchgen.gen import parse_native_yaml
+    from torchgen.model import DeviceCheckType, DispatchKey
+
+    native = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
+    parsed = parse_native_yaml(
+        os.path.join(native, "native_functions.yaml"), os.path.join(native, "tags.yaml")
+    )
+    cuda = parsed.backend_indices[DispatchKey.CUDA]
+    by_name = {f.func.name: f for f in parsed.native_functions}
+    checks: dict[str, list[object]] = {}
+    cuda_kernels: set[str] = set()
+    for f in parsed.native_functions:
+        kernel_owner = by_name[f.structured_delegate] if f.structured_delegate is not None else f
+        if cuda.get_kernel(kernel_owner) is None:
+            continue
+        cuda_kernels.add(str(f.func.name.name))
+        if f.device_check == DeviceCheckType.NoCheck:
+            continue
+        # The two naming schemes of torchgen/dest/register_dispatch_key.py.
+        if f.structured or f.structured_delegate is not None:
+            method = NativeSignature(f.func, symint=False, prefix="wrapper_{}_").name()
+        else:
+            prefix = f"wrapper_{{}}_{f.func.name.overload_name}_"
+            method = DispatcherSignature.from_schema(f.func, symint=False, prefix=prefix).name()
+        arguments = list(f.func.arguments.out) + list(f.func.arguments.flat_positional)
+        names = [a.name for a in arguments if a.type.is_tensor_like()]
+        # One tensor cannot mix devices, one list of tensors can.
+        if len(names) > 1 or any(a.type.is_list_like() for a in arguments if a.type.is_tensor_like()):
+            checks[str(f.func.name)] = [method, names]
+    return {
+        "torch": torch.__version__.split("+")[0],
+        "checks": dict(sorted(checks.items())),
+        "cuda_kernels": sorted(cuda_kernels),
+    }
+
+
+def render(table: dict[str, object]) -> str:
+    """The table as JSON, one operator a line, so a diff reads per operator."""
+    rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in table["checks"].items())
+    kernels = json.dumps(table["cuda_kernels"])
+    return f'{{"torch": {json.dumps(table["torch"])}, "cuda_kernels": {kernels},\n"checks": {{\n{rows}\n}}}}\n'
+
+
+
+def main() -> int:
+    TABLE.write_text(render(build()))
+    print(f"wrote {TABLE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
