@@ -580,7 +580,7 @@ class Progress:
 def devices_text() -> str:
     from devcourse.grading import device_matrix
 
-    labels = {"": "", "meta": " (stand-in)", "fake": " (FakeTensorMode)"}
+    labels = {"": "", "sim": " (simulated)"}
     return " ".join(f"{entry.device}{labels.get(entry.stand_in, '')}" for entry in device_matrix("tensor"))
 
 

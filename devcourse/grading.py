@@ -1,22 +1,26 @@
 """Run an exercise's check on every device the course grades on.
 
-Exercises are graded on a *device matrix*: the CPU always, every CUDA device
-when the machine has some, and, on a machine without a GPU, stand-ins for a
-second device so that device logic is still checked:
+Exercises are graded on a *device matrix*: the CPU always, then
 
-* ``meta``: a real second device that holds shapes and dtypes but no values.
-  Modules move to it and forward passes run, so it catches code that forgets
-  to move a parameter, a buffer or a batch tensor. Mixing it with ``cpu`` in
-  an elementwise op raises a real ``RuntimeError``.
-* ``cuda:0`` and ``cuda:1`` under ``FakeTensorMode``: tensors that report a
-  CUDA device on a machine without one. Mixing devices raises CUDA's own
-  ``Expected all tensors to be on the same device`` message. They stand in
-  for tensor-level code only: ``Module.to('cuda:...')`` fails inside the
-  mode, and autograd on a fake CUDA tensor that requires grad kills the
-  process, so module checks never use them.
+* on a machine with CUDA: every ``cuda:N``; when it has fewer than two GPUs,
+  also ``sim:0`` and ``sim:1``, so that every check still meets a device at
+  index 1;
+* on a machine without CUDA: ``sim:0`` and ``sim:1``, the simulated
+  accelerator of :mod:`devcourse.simdevice`, which the matrix turns on
+  (explicitly, the first time it is asked for). Its tensors hold real
+  values, modules train on it, and mixing it with the CPU raises PyTorch's
+  own same-device errors where CUDA raises them, so checks compare values
+  on every device of the matrix.
 
-Stand-ins carry no values: a check compares values only where
-:func:`has_values` says there are some (see :func:`assert_tensor`).
+``meta`` and ``FakeTensorMode`` CUDA devices are no longer in the matrix:
+everything they caught, the simulated device catches with values, and they
+rejected correct answers for reasons of their own (no values on ``meta``,
+indexing and ``Module.to`` failing under ``FakeTensorMode``). The one thing
+a device named ``cuda`` shows that ``sim`` cannot is code that branches on
+``device.type == "cuda"``; such code is not what the course teaches (it asks
+the device, see ``devcourse.devices``), and hard-coded ``"cuda"`` strings fail
+on the simulated devices, as they should on a machine without CUDA. Lessons
+still use ``meta`` where it is the lesson (building a model without memory).
 
 Introduced in 01_device_placement.
 """
@@ -29,19 +33,22 @@ from typing import Callable, ContextManager, Iterator, Literal
 from unittest import mock
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor
+
+from devcourse import simdevice
 
 Kind = Literal["tensor", "module"]
 
 _KINDS = ("tensor", "module")
+SIMULATED_COUNT = 2
 
 
 @dataclass(frozen=True)
 class GradingDevice:
     """One entry of the device matrix.
 
-    ``stand_in`` is ``""`` for a device this machine really has, ``"meta"``
-    for the meta device and ``"fake"`` for a ``FakeTensorMode`` CUDA device.
+    ``stand_in`` is ``""`` for a device this machine really has and
+    ``"sim"`` for a device of the simulated accelerator.
     """
 
     device: torch.device
@@ -49,21 +56,28 @@ class GradingDevice:
 
     @property
     def real(self) -> bool:
-        """True when tensors on this device hold real values on this machine."""
+        """True when this machine really has the device (not simulated)."""
         return not self.stand_in
 
     def activate(self) -> ContextManager[object]:
-        """The context a check must run in: ``FakeTensorMode`` for fake devices."""
-        if self.stand_in == "fake":
-            return FakeTensorMode(allow_non_fake_inputs=True)
+        """The context a check runs in (nothing special on any device of today's matrix)."""
         return contextlib.nullcontext()
 
     def __str__(self) -> str:
-        if self.stand_in == "fake":
-            return f"{self.device} (FakeTensorMode stand-in: no GPU on this machine)"
-        if self.stand_in == "meta":
-            return f"{self.device} (stand-in second device: no GPU on this machine)"
+        if self.stand_in == "sim":
+            return f"{self.device} (simulated device: real values in host memory)"
         return str(self.device)
+
+
+def simulated_devices() -> list[torch.device]:
+    """Two simulated devices, ``[sim:0, sim:1]``, turning the simulated accelerator on if it is off.
+
+    If the process already turned it on with another count, its first two
+    devices (or its only one) are used.
+    """
+    if not simdevice.is_enabled():
+        simdevice.enable(SIMULATED_COUNT)
+    return simdevice.devices()[:SIMULATED_COUNT]
 
 
 def device_matrix(kind: Kind = "tensor") -> list[GradingDevice]:
@@ -71,20 +85,20 @@ def device_matrix(kind: Kind = "tensor") -> list[GradingDevice]:
 
     ``kind="tensor"`` is for code that takes and returns tensors;
     ``kind="module"`` for code that moves or runs ``nn.Module`` objects.
+    Both kinds get the same devices since the simulated device holds
+    modules too; the kind stays in every test, so a future matrix can tell
+    them apart again.
 
-    On a CPU-only machine: ``[cpu, meta, cuda:0 (fake), cuda:1 (fake)]`` for
-    tensors and ``[cpu, meta]`` for modules. With CUDA: ``cpu`` and every
-    ``cuda:N`` for both kinds, all real.
+    On a CPU-only machine: ``[cpu, sim:0, sim:1]``. With N GPUs: ``cpu`` and
+    every ``cuda:N``, plus ``sim:0`` and ``sim:1`` when N < 2.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
     devices = [GradingDevice(torch.device("cpu"))]
-    if torch.cuda.is_available():
-        devices += [GradingDevice(torch.device("cuda", i)) for i in range(torch.cuda.device_count())]
-        return devices
-    devices.append(GradingDevice(torch.device("meta"), stand_in="meta"))
-    if kind == "tensor":
-        devices += [GradingDevice(torch.device("cuda", i), stand_in="fake") for i in (0, 1)]
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    devices += [GradingDevice(torch.device("cuda", i)) for i in range(gpus)]
+    if gpus < 2:
+        devices += [GradingDevice(d, stand_in="sim") for d in simulated_devices()]
     return devices
 
 
@@ -94,7 +108,8 @@ def check_on_devices(check: Callable[[torch.device], object], kind: Kind = "tens
     The first failure is raised as an ``AssertionError`` whose message names
     the check and the device it failed on, with the original error chained.
     Returns the devices that were checked, so a caller can report them.
-    On a CPU-only machine the stand-ins of :func:`device_matrix` are used.
+    On a CPU-only machine the simulated devices of :func:`device_matrix`
+    are used.
     """
     checked = []
     for entry in device_matrix(kind):
@@ -109,7 +124,10 @@ def check_on_devices(check: Callable[[torch.device], object], kind: Kind = "tens
 
 
 def has_values(tensor: torch.Tensor) -> bool:
-    """False for tensors on a stand-in device (meta or fake), True otherwise."""
+    """False for tensors without values (on ``meta``, or fake under ``FakeTensorMode``), True otherwise.
+
+    Tensors on the simulated device have values.
+    """
     return not (tensor.is_meta or isinstance(tensor, FakeTensor))
 
 
@@ -117,8 +135,8 @@ def assert_tensor(actual: object, expected: torch.Tensor, device: torch.device |
     """Assert that ``actual`` is a tensor like ``expected`` on ``device``.
 
     Checks type, device (``expected.device`` when ``device`` is None), dtype
-    and shape; values too, exactly, when both tensors have them (not on a
-    stand-in device).
+    and shape; values too, exactly, when both tensors have them (every
+    device of the matrix has them; ``meta`` tensors do not).
     """
     assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual).__name__}"
     want = torch.device(device) if device is not None else expected.device
@@ -136,8 +154,8 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
     Inside the block ``torch.cuda.is_available()``, ``device_count()``,
     ``current_device()`` and ``get_device_name(i)`` answer as a machine with
     ``count`` GPUs named ``"{name} {i}"`` would. Nothing else is simulated:
-    tensors cannot be created on these devices (use ``FakeTensorMode`` for
-    that). Works the same on a CPU-only machine and on a GPU machine.
+    tensors cannot be created on these devices (the simulated accelerator,
+    :mod:`devcourse.simdevice`, holds tensors). Works the same on a CPU-only machine and on a GPU machine.
 
     Introduced in 00_environment.
     """

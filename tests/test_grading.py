@@ -1,7 +1,5 @@
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
-
 from devcourse.grading import (
     assert_tensor,
     check_on_devices,
@@ -14,15 +12,14 @@ NO_GPU = not torch.cuda.is_available()
 
 
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
-def test_matrix_without_gpu_uses_meta_and_fake_cuda_stand_ins():
-    tensor = device_matrix("tensor")
-    assert [str(d.device) for d in tensor] == ["cpu", "meta", "cuda:0", "cuda:1"]
-    assert [d.stand_in for d in tensor] == ["", "meta", "fake", "fake"]
-    module = device_matrix("module")
-    assert [str(d.device) for d in module] == ["cpu", "meta"]
+def test_matrix_without_gpu_is_the_cpu_and_two_simulated_devices():
+    for kind in ("tensor", "module"):
+        entries = device_matrix(kind)
+        assert [str(d.device) for d in entries] == ["cpu", "sim:0", "sim:1"]
+        assert [d.stand_in for d in entries] == ["", "sim", "sim"]
 
 
-def test_matrix_with_gpus_lists_each_real_gpu_and_no_stand_in():
+def test_matrix_with_two_gpus_lists_each_real_gpu_and_no_stand_in():
     with simulated_cuda(2):
         for kind in ("tensor", "module"):
             entries = device_matrix(kind)
@@ -30,56 +27,55 @@ def test_matrix_with_gpus_lists_each_real_gpu_and_no_stand_in():
             assert all(d.real for d in entries)
 
 
+def test_matrix_with_one_gpu_adds_the_simulated_devices():
+    with simulated_cuda(1):
+        assert [str(d.device) for d in device_matrix("module")] == ["cpu", "cuda:0", "sim:0", "sim:1"]
+
+
 def test_matrix_rejects_unknown_kind():
     with pytest.raises(ValueError, match="kind must be one of"):
         device_matrix("gpu")
 
 
-def test_stand_ins_say_what_they_are():
+def test_simulated_devices_say_what_they_are():
     with simulated_cuda(0):
         labels = [str(d) for d in device_matrix("tensor")]
     assert labels[0] == "cpu"
-    assert "stand-in" in labels[1] and labels[1].startswith("meta")
-    assert "FakeTensorMode" in labels[2] and labels[2].startswith("cuda:0")
+    assert labels[1] == "sim:0 (simulated device: real values in host memory)"
 
 
-def test_check_on_devices_runs_the_check_once_per_device():
+def test_check_on_devices_runs_the_check_once_per_device_with_values():
     seen = []
 
     def check(device):
-        t = torch.ones(2, device=device)
-        seen.append((t.device, type(t)))
+        t = torch.arange(3.0, device=device) * 2
+        seen.append((t.device, t.tolist()))
 
     with simulated_cuda(0):
         checked = check_on_devices(check)
-    assert [str(d.device) for d in checked] == ["cpu", "meta", "cuda:0", "cuda:1"]
-    assert [str(device) for device, _ in seen] == ["cpu", "meta", "cuda:0", "cuda:1"]
-    # fake CUDA devices run inside FakeTensorMode
-    assert seen[2][1] is FakeTensor and seen[0][1] is torch.Tensor
+    assert [str(d.device) for d in checked] == ["cpu", "sim:0", "sim:1"]
+    assert seen == [(torch.device(d), [0.0, 2.0, 4.0]) for d in ("cpu", "sim:0", "sim:1")]
 
 
 def test_a_failing_check_names_the_device_and_keeps_the_cause():
     def check_mixes_devices(device):
-        torch.ones(2, device=device) + torch.ones(2)  # fails on any device but cpu
+        torch.nn.Linear(2, 2).to(device)(torch.ones(1, 2))  # the batch left on the CPU
 
     with simulated_cuda(0), pytest.raises(AssertionError) as err:
-        check_on_devices(check_mixes_devices)
+        check_on_devices(check_mixes_devices, kind="module")
     message = str(err.value)
-    assert message.startswith("check_mixes_devices failed on meta")
-    assert "RuntimeError" in message and "expected device meta" in message
+    assert message.startswith("check_mixes_devices failed on sim:0 (simulated device")
+    assert "RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu" in message
     assert isinstance(err.value.__cause__, RuntimeError)
 
 
-def test_fake_cuda_reproduces_the_cuda_device_mismatch_message():
-    def check(device):
-        torch.ones(2, device=device) + torch.ones(2)
+def test_token_ids_left_on_the_cpu_fail_the_matrix():
+    """The classic bug that meta let through: embedding weights on the device, ids on the CPU."""
+    def check_embeds(device):
+        torch.nn.Embedding(5, 2).to(device)(torch.tensor([1, 2]))
 
-    entry = device_matrix("tensor")[2] if NO_GPU else None
-    if entry is None:
-        pytest.skip("the fake devices exist only without CUDA")
-    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"):
-        with entry.activate():
-            check(entry.device)
+    with simulated_cuda(0), pytest.raises(AssertionError, match="failed on sim:0 .*index is on cpu"):
+        check_on_devices(check_embeds, kind="module")
 
 
 def test_a_student_stub_fails_the_check():
@@ -90,8 +86,9 @@ def test_a_student_stub_fails_the_check():
         check_on_devices(check)
 
 
-def test_has_values_is_false_only_on_stand_ins():
+def test_has_values_is_false_only_on_devices_without_values():
     assert has_values(torch.ones(1))
+    assert has_values(torch.ones(1, device=device_matrix()[-1].device))
     assert not has_values(torch.ones(1, device="meta"))
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -101,6 +98,10 @@ def test_has_values_is_false_only_on_stand_ins():
 
 def test_assert_tensor_accepts_a_matching_tensor():
     assert_tensor(torch.arange(3), torch.arange(3), "cpu")
+    sim1 = device_matrix()[-1].device
+    assert_tensor(torch.arange(3).to(sim1), torch.arange(3), sim1)
+    with pytest.raises(AssertionError, match="values differ"):
+        assert_tensor(torch.arange(3).to(sim1) + 1, torch.arange(3), sim1)
     assert_tensor(torch.ones(2, device="meta"), torch.zeros(2), "meta")  # no values on meta
 
 

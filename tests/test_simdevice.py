@@ -349,3 +349,18 @@ def test_the_process_survives_hundreds_of_random_operators():
     assert result.returncode == 0, f"crashed after: {result.stdout.splitlines()[-1:]}\n{result.stderr[-2000:]}"
     last = result.stdout.splitlines()[-1]
     assert last.startswith("survived") and int(last.split()[1]) >= 300, last
+
+
+def test_pinned_memory_and_the_dataloader_work_with_the_device_on():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    batch = torch.arange(6.0).reshape(2, 3)
+    pinned = batch.pin_memory()
+    assert pinned.is_pinned() and not batch.is_pinned() and torch.equal(pinned, batch)
+    assert pinned.pin_memory() is pinned
+    moved = pinned.to("sim:1", non_blocking=True)
+    assert moved.device == torch.device("sim", 1) and moved.tolist() == batch.tolist()
+    data, _ = next(iter(DataLoader(TensorDataset(batch, torch.tensor([0, 1])), batch_size=2, pin_memory=True)))
+    assert data.is_pinned()
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        moved.pin_memory()

@@ -23,7 +23,8 @@ process), calling it again with the same count does nothing, and it refuses,
 changing nothing, when another PrivateUse1 backend is registered.
 
 What it does not simulate: speed, streams and events (operators finish
-before they return), pinned memory, a random generator of its own (random
+before they return), page-locked memory (``pin_memory()`` gives a CPU copy
+marked pinned), a random generator of its own (random
 numbers on ``sim`` come from the CPU generator), and several processes
 sharing one device. This package imports nothing from the course around it.
 """
@@ -33,7 +34,8 @@ from __future__ import annotations
 import torch
 
 from devcourse.simdevice import _backend, _memory
-from devcourse.simdevice._backend import NAME, SimDeviceError, resolve
+from devcourse.simdevice._backend import SimDeviceError
+from devcourse.simdevice._state import NAME, resolve
 from devcourse.simdevice._tensor import SimTensor
 
 __all__ = [

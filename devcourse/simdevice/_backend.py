@@ -17,7 +17,9 @@ private and experimental, hence the pinned torch and ``test_simdevice_seams``).
 * a serialization package that tags the storages of simulated tensors as
   ``sim:N`` in checkpoints and loads ``sim:N`` storages into simulated
   tensors, so every ``map_location`` form works as it does for CUDA;
-* autocast kernels for the device type (see ``_autocast``).
+* autocast kernels for the device type (see ``_autocast``);
+* pinned memory as CPU copies marked pinned (PyTorch asks the backend for a
+  pinned allocator, which a Python backend cannot register).
 
 The registration cannot be undone (PyTorch allows one PrivateUse1 name per
 process), so it is only ever made by an explicit :func:`enable` call.
@@ -27,15 +29,13 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
-
 import torch
 
 from devcourse.simdevice import _memory
+from devcourse.simdevice._state import NAME, resolve
+from devcourse.simdevice._state import state as _state
 from devcourse.simdevice._tensor import SimTensor
 
-NAME = "sim"
-_state: dict[str, Any] = {"enabled": False, "count": 0}
 _lock = threading.Lock()
 _LOCATION = re.compile(rf"^{NAME}(?::(\d+))?$")
 
@@ -44,36 +44,12 @@ class SimDeviceError(RuntimeError):
     """The simulated device cannot be turned on, or was asked for something it cannot do."""
 
 
-def name() -> str:
-    return NAME
-
-
 def enabled() -> bool:
-    return _state["enabled"]
+    return bool(_state["enabled"])
 
 
 def count() -> int:
-    return _state["count"]
-
-
-def resolve(device: torch.device | str | int | None) -> torch.device:
-    """``sim``, ``sim:N``, ``N`` or None as an indexed simulated device; a bad index raises."""
-    if device is None:
-        index = 0
-    elif isinstance(device, int):
-        index = device
-    else:
-        device = torch.device(device)
-        if device.type != NAME:
-            raise SimDeviceError(f"expected a {NAME} device, got {device}")
-        index = 0 if device.index is None else device.index
-    n = _state["count"]
-    if not 0 <= index < n:
-        have = "no simulated devices are turned on" if n == 0 else (
-            f"{n} simulated device{'s' if n != 1 else ''} turned on ({', '.join(f'{NAME}:{i}' for i in range(n))})"
-        )
-        raise RuntimeError(f"{NAME.upper()} error: invalid device ordinal: {NAME}:{index} was asked for, but {have}")
-    return torch.device(NAME, index)
+    return int(_state["count"])
 
 
 class _DeviceModule:
@@ -155,15 +131,6 @@ def _copy_from(source, destination, non_blocking=False):
     return destination
 
 
-def tag_storage(storage: torch.UntypedStorage, device: torch.device) -> None:
-    """Mark the CPU storage of a simulated tensor as being on ``device``, for ``torch.save``.
-
-    PyTorch keeps one Python object per storage, so the mark stays with the
-    storage; only simulated tensors' own storages are ever marked.
-    """
-    storage._sim_location = str(device)
-
-
 def _tagger(storage) -> str | None:
     return getattr(storage, "_sim_location", None)
 
@@ -211,6 +178,28 @@ def _storage_new(cls, *args, **kwargs):
 torch.serialization.register_package(-5, _tagger, _deserializer)
 
 
+_original_pin_memory = torch.Tensor.pin_memory
+_original_is_pinned = torch.Tensor.is_pinned
+
+
+def _pin_memory(self, device=None):
+    # Pinned memory needs an allocator from the backend, which a Python backend
+    # cannot give. Host memory is all the simulated device has: a pinned tensor
+    # is a CPU copy marked as pinned, so DataLoader(pin_memory=True), is_pinned()
+    # and non_blocking copies behave as on a GPU machine.
+    if self.device.type != "cpu":
+        raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
+    if _is_pinned(self):
+        return self
+    pinned = self.clone()
+    pinned.untyped_storage()._sim_pinned = True
+    return pinned
+
+
+def _is_pinned(self, device=None):
+    return self.device.type == "cpu" and getattr(self.untyped_storage(), "_sim_pinned", False)
+
+
 def enable(count: int = 2) -> None:
     with _lock:
         if _state["enabled"]:
@@ -241,6 +230,8 @@ def enable(count: int = 2) -> None:
         _state["autocast"] = _autocast.register(NAME)
         torch._utils._rebuild_tensor = _rebuild_tensor
         torch.UntypedStorage.__new__ = _storage_new
+        torch.Tensor.pin_memory = _pin_memory
+        torch.Tensor.is_pinned = _is_pinned
         _memory.reset(count)
         _state.update(enabled=True, count=count)
     # PrivateUse1's device guard reports a single device: the autograd engine's

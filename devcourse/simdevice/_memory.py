@@ -2,7 +2,7 @@
 
 Every simulated tensor keeps its values in a CPU storage. The counters count
 each such storage once per device, from the moment a tensor on the device
-first holds it until the last tensor on the device that holds it is freed,
+first holds it until PyTorch frees it (the last tensor holding it is gone),
 like ``torch.cuda.memory_allocated`` (without the caching allocator's
 rounding). With a budget set, a new storage that would take a device past
 its budget raises ``torch.OutOfMemoryError``, worded like CUDA's.
@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from devcourse.simdevice._state import NAME
+
 
 @dataclass
 class _Device:
     allocated: int = 0
     peak: int = 0
     budget: int | None = None
-    storages: dict[int, list[int]] = field(default_factory=dict)  # data_ptr -> [nbytes, holders]
+    storages: dict[int, int] = field(default_factory=dict)  # data_ptr -> nbytes
 
 
 _devices: dict[int, _Device] = {}
@@ -40,41 +42,42 @@ def _fmt(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
-def hold(holder: object, index: int, storage: torch.UntypedStorage, backend: str) -> None:
-    """Count ``storage`` on device ``index`` while ``holder`` (a tensor) lives."""
+def hold(index: int, storage: torch.UntypedStorage) -> None:
+    """Count ``storage`` on device ``index`` until PyTorch frees it.
+
+    A storage is counted once, however many tensors (views) hold it: PyTorch
+    keeps one Python object per storage alive as long as the storage, so a
+    finalizer on that object runs when the last tensor holding it is freed.
+    """
     device = _devices[index]
     key = storage.data_ptr()
-    entry = device.storages.get(key)
-    if entry is None:
-        nbytes = storage.nbytes()
-        check_new(index, nbytes, backend)
-        entry = device.storages[key] = [nbytes, 0]
-        device.allocated += nbytes
-        device.peak = max(device.peak, device.allocated)
-    entry[1] += 1
-    weakref.finalize(holder, _release, device, key)
+    if key in device.storages:
+        return
+    nbytes = storage.nbytes()
+    check_new(index, nbytes)
+    device.storages[key] = nbytes
+    device.allocated += nbytes
+    if device.allocated > device.peak:
+        device.peak = device.allocated
+    weakref.finalize(storage, _release, device, key)
 
 
 def _release(device: _Device, key: int) -> None:
-    entry = device.storages.get(key)
-    if entry is None:  # counters were reset since
-        return
-    entry[1] -= 1
-    if entry[1] == 0:
-        del device.storages[key]
-        device.allocated -= entry[0]
+    nbytes = device.storages.pop(key, None)
+    if nbytes is not None:  # None: the counters were reset since
+        device.allocated -= nbytes
 
 
-def check_new(index: int, nbytes: int, backend: str) -> None:
+def check_new(index: int, nbytes: int) -> None:
     """Raise ``torch.OutOfMemoryError`` if ``nbytes`` more would pass the budget."""
     device = _devices[index]
     if device.budget is not None and device.allocated + nbytes > device.budget:
         free = max(device.budget - device.allocated, 0)
         raise torch.OutOfMemoryError(
-            f"{backend.upper()} out of memory. Tried to allocate {_fmt(nbytes)}. "
-            f"{backend}:{index} has a total capacity of {_fmt(device.budget)} of which "
+            f"{NAME.upper()} out of memory. Tried to allocate {_fmt(nbytes)}. "
+            f"{NAME}:{index} has a total capacity of {_fmt(device.budget)} of which "
             f"{_fmt(free)} is free. Of the allocated memory {_fmt(device.allocated)} is "
-            f"allocated by tensors on {backend}:{index}."
+            f"allocated by tensors on {NAME}:{index}."
         )
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 from devcourse.simdevice import _memory
+from devcourse.simdevice._state import NAME, resolve
 
 _DATA = json.loads(Path(__file__).with_name("device_checks.json").read_text())
 _TABLE: dict[str, list] = _DATA["checks"]
@@ -43,6 +42,7 @@ _TRANSFERS = frozenset(
 _INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"})
 
 _SAME_DEVICE = "Expected all tensors to be on the same device, "
+_EXPLICIT = torch._C.DispatchKey.CompositeExplicitAutograd
 
 
 class SimTensor(torch.Tensor):
@@ -58,7 +58,7 @@ class SimTensor(torch.Tensor):
             dtype=values.dtype, layout=values.layout, device=device, requires_grad=requires_grad,
         )
         tensor._values = values
-        _memory.hold(tensor, device.index, values.untyped_storage(), device.type)
+        _memory.hold(device.index, values.untyped_storage())
         return tensor
 
     def __repr__(self, *, tensor_contents=None):
@@ -87,9 +87,9 @@ class SimTensor(torch.Tensor):
         # Pickle exactly as a CPU tensor would, from the CPU values, so that
         # torch.save writes a normal checkpoint; the storage is tagged with
         # this tensor's device by the serialization hooks (see _backend).
-        from devcourse.simdevice import _backend
-
-        _backend.tag_storage(self._values.untyped_storage(), self.device)
+        # PyTorch keeps one Python object per storage, so the mark stays with it;
+        # only simulated tensors' own storages are ever marked.
+        self._values.untyped_storage()._sim_location = str(self.device)
         rebuild, args = self._values.__reduce_ex__(protocol)
         args = list(args)
         args[4] = self.requires_grad  # _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, ...)
@@ -99,53 +99,68 @@ class SimTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if check_devices(func, args, kwargs) == "decompose":
-            return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+            return func._op_dk(_EXPLICIT, *args, **kwargs)
         return run(func, args, kwargs)
 
 
-def run(func: Callable, args: tuple, kwargs: dict) -> Any:
+def _unwrap(value):
+    kind = type(value)
+    if kind is SimTensor:
+        return value._values
+    if (kind is list or kind is tuple) and any(type(v) is SimTensor for v in value):
+        return kind(v._values if type(v) is SimTensor else v for v in value)
+    return value
+
+
+def _first_device(args, kwargs) -> torch.device | None:
+    for value in (*args, *kwargs.values()):
+        kind = type(value)
+        if kind is SimTensor:
+            return value.device
+        if kind is list or kind is tuple:
+            for v in value:
+                if type(v) is SimTensor:
+                    return v.device
+    return None
+
+
+def run(func, args: tuple, kwargs: dict):
     """Run ``func`` on the CPU values and place its results like a device would."""
-    from devcourse.simdevice import _backend
-
-    target = None
-    inputs: dict[int, SimTensor] = {}
-
-    def unwrap(x):
-        nonlocal target
-        if isinstance(x, SimTensor):
-            inputs[id(x._values)] = x
-            if target is None:
-                target = x.device
-            return x._values
-        return x
-
-    args, kwargs = tree_map(unwrap, (args, kwargs))
-    if "device" in kwargs and kwargs["device"] is not None:
-        target = torch.device(kwargs["device"])
-        if target.type == _backend.name():
-            target = _backend.resolve(target)
-            kwargs["device"] = torch.device("cpu")
-    if "pin_memory" in kwargs:
-        kwargs["pin_memory"] = False
+    target = _first_device(args, kwargs)
+    device = kwargs.get("device")
+    if device is not None or "pin_memory" in kwargs:
+        kwargs = dict(kwargs)
+        if device is not None:
+            target = torch.device(device)
+            if target.type == NAME:
+                target = resolve(target)
+                kwargs["device"] = torch.device("cpu")
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+    inner_args = [_unwrap(a) for a in args]
+    inner_kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
     try:
-        out = func(*args, **kwargs)
+        out = func(*inner_args, **inner_kwargs)
     except NotImplementedError as exc:
         raise NotImplementedError(
             f"the simulated device cannot run {func}: it runs each operator with PyTorch's CPU kernel, "
             f"and the CPU has none for it ({exc.args[0].splitlines()[0] if exc.args else exc})"
         ) from None
-    if target is None or target.type != _backend.name():
+    if target is None or target.type != NAME:
         return out
+    if isinstance(out, torch.Tensor):
+        return _wrap(out, target, args, kwargs)
+    if type(out) is tuple or type(out) is list:
+        return type(out)(_wrap(o, target, args, kwargs) if isinstance(o, torch.Tensor) else o for o in out)
+    return out
 
-    def wrap(x):
-        if isinstance(x, torch.Tensor) and not isinstance(x, SimTensor):
-            same = inputs.get(id(x))
-            if same is not None and same._values is x and same.device == target:
-                return same  # in-place and out= operators return their argument
-            return SimTensor(x, target)
-        return x
 
-    return tree_map(wrap, out)
+def _wrap(values: torch.Tensor, target: torch.device, args: tuple, kwargs: dict):
+    # In-place and out= operators return their argument: hand back the same wrapper.
+    for value in (*args, *kwargs.values()):
+        if type(value) is SimTensor and value._values is values and value.device == target:
+            return value
+    return SimTensor(values, target)
 
 
 _plans: dict[object, tuple] = {}
@@ -165,14 +180,6 @@ def _plan(func) -> tuple:
     return plan
 
 
-def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for t in value if isinstance(t, torch.Tensor)]
-    return []
-
-
 def check_devices(func, args: tuple, kwargs: dict) -> str | None:
     """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
 
@@ -186,8 +193,6 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
     would run as a composite of others mixes devices: the caller then runs
     the composite, whose parts raise what they raise on CUDA.
     """
-    from devcourse.simdevice import _backend
-
     name, method, checked = _plan(func)
     if name in _TRANSFERS:
         return None
@@ -195,33 +200,36 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
         common = None
         for arg, position in checked:
             value = kwargs.get(arg) if position is None or position >= len(args) else args[position]
-            for tensor in _tensors(value):
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                if not isinstance(tensor, torch.Tensor):
+                    continue
                 if common is None:
                     common = tensor.device
                 elif tensor.device != common:
                     raise RuntimeError(
                         f"{_SAME_DEVICE}but got {arg} is on {tensor.device}, different from other "
-                        f"tensors on {common} (when checking argument in method "
-                        f"{method.format(_backend.name().upper())})"
+                        f"tensors on {common} (when checking argument in method {method.format(NAME.upper())})"
                     )
         return None
-    if name in _INDEXING:  # index tensors are exempt; check self and values only
-        flat = [args[0]] + [a for a in args[2:] if isinstance(a, torch.Tensor)]
+    if name in _INDEXING:  # index tensors may stay on the CPU: check self and values only
+        values = (args[0], *args[2:])
     else:
-        flat = [t for t in tree_flatten((kwargs.get("out"), args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        out = kwargs.get("out")
+        values = (*args, *kwargs.values()) if out is None else (out, *args, *kwargs.values())
     common = None
-    for tensor in flat:
-        if not isinstance(tensor, torch.Tensor):
-            continue
-        device = tensor.device
-        if device.type == "cpu" and tensor.dim() == 0:
-            continue
-        if common is None:
-            common = device
-        elif device != common:
-            if _plan(func)[0] not in _CUDA_KERNELS and torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), "CompositeExplicitAutograd"
-            ):
-                return "decompose"
-            raise RuntimeError(f"{_SAME_DEVICE}but found at least two devices, {common} and {device}!")
+    for value in values:
+        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            device = tensor.device
+            if device.type == "cpu" and tensor.dim() == 0:
+                continue
+            if common is None:
+                common = device
+            elif device != common:
+                if name not in _CUDA_KERNELS and torch._C._dispatch_has_kernel_for_dispatch_key(
+                    func.name(), "CompositeExplicitAutograd"
+                ):
+                    return "decompose"
+                raise RuntimeError(f"{_SAME_DEVICE}but found at least two devices, {common} and {device}!")
     return None
