@@ -131,6 +131,16 @@ def has_values(tensor: torch.Tensor) -> bool:
     return not (tensor.is_meta or isinstance(tensor, FakeTensor))
 
 
+def is_plain_tensor(value: object) -> bool:
+    """True for a tensor of PyTorch's own type, or of the simulated device's tensor type.
+
+    A test that demands "a tensor, not a subclass" asks this instead of
+    ``type(value) is torch.Tensor``, which a correct answer on ``sim:N``
+    would fail (its tensors are :class:`devcourse.simdevice.SimTensor`).
+    """
+    return type(value) is torch.Tensor or type(value) is simdevice.SimTensor
+
+
 def assert_tensor(actual: object, expected: torch.Tensor, device: torch.device | str | None = None) -> None:
     """Assert that ``actual`` is a tensor like ``expected`` on ``device``.
 

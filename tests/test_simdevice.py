@@ -53,6 +53,9 @@ def test_tensors_move_between_cpu_and_each_device_with_their_values():
         assert torch.equal(y.to("sim:1" if device.index == 0 else "sim:0").cpu(), x)
     assert torch.tensor([1, 2], device="sim:1").tolist() == [1, 2]
     assert torch.ones(2, device="sim").device == torch.device("sim", 0)
+    for made in (torch.arange(6.0, device="sim:1"), torch.linspace(0, 5, 6, device="sim:1")):
+        assert made.shape == (6,) and made.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert torch.eye(2, device="sim:1").shape == (2, 2)
     assert torch.device("sim") != torch.device("sim:0")  # as with cuda: resolve before comparing
 
 
@@ -364,3 +367,14 @@ def test_pinned_memory_and_the_dataloader_work_with_the_device_on():
     assert data.is_pinned()
     with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
         moved.pin_memory()
+
+
+def test_module_dtype_conversions_keep_the_values_in_step():
+    model = torch.nn.Linear(3, 2).to("sim:1")
+    weight = model.weight
+    model.double()
+    assert model.weight is weight and weight.dtype == torch.float64
+    out = model(torch.ones(1, 3, dtype=torch.float64, device="sim:1"))
+    assert out.dtype == torch.float64
+    with pytest.raises(NotImplementedError, match="cannot change the shape or strides of a tensor in place"):
+        torch.ones(3, device="sim:0").resize_(5)

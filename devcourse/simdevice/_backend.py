@@ -124,6 +124,35 @@ def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_me
     return SimTensor(values, target)
 
 
+# Factories that PyTorch builds as "an empty tensor, then the out= operator",
+# which resizes the empty tensor in place (a wrapper's shape cannot change):
+# on the simulated device they run on the CPU and are wrapped once.
+_FACTORIES = (
+    "arange range linspace logspace eye randperm tril_indices triu_indices "
+    "bartlett_window blackman_window hamming_window hann_window kaiser_window"
+).split()
+
+
+def _factory(op):
+    def kernel(*args, **kwargs):
+        target = resolve(kwargs.get("device"))
+        kwargs["device"] = torch.device("cpu")
+        kwargs.pop("pin_memory", None)
+        return SimTensor(op(*args, **kwargs), target)
+
+    return kernel
+
+
+def _register_factories(library: torch.library.Library) -> None:
+    for name in _FACTORIES:
+        packet = getattr(torch.ops.aten, name)
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            arguments = op._schema.arguments
+            if any(a.name == "device" for a in arguments) and not any(a.name == "out" for a in arguments):
+                library.impl(name if overload == "default" else f"{name}.{overload}", _factory(op), "PrivateUse1")
+
+
 def _copy_from(source, destination, non_blocking=False):
     # Reached only where PyTorch excludes Python dispatch (``torch.tensor(..., device=...)``).
     values = source._values if isinstance(source, SimTensor) else source
@@ -224,6 +253,7 @@ def enable(count: int = 2) -> None:
         library.impl("empty.memory_format", _empty, "PrivateUse1")
         library.impl("empty_strided", _empty_strided, "PrivateUse1")
         library.impl("_copy_from", _copy_from, "PrivateUse1")
+        _register_factories(library)
         _state["library"] = library
         from devcourse.simdevice import _autocast
 

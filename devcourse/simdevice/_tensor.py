@@ -61,6 +61,19 @@ class SimTensor(torch.Tensor):
         _memory.hold(device.index, values.untyped_storage())
         return tensor
 
+    @property
+    def data(self):
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        # ``Module._apply`` (``.double()``, ``.half()``, ``.to(same device)``) sets
+        # ``param.data``, which swaps the tensor's metadata in C++; the values
+        # are ours to swap along with it.
+        torch._C.TensorBase.data.__set__(self, new)
+        if type(new) is SimTensor:
+            self._values = new._values
+
     def __repr__(self, *, tensor_contents=None):
         # PyTorch's own printer, fed the values (it cannot read them through a subclass).
         contents = torch._tensor_str._tensor_str(self._values.detach(), len("tensor("))
@@ -159,6 +172,11 @@ def _wrap(values: torch.Tensor, target: torch.device, args: tuple, kwargs: dict)
     # In-place and out= operators return their argument: hand back the same wrapper.
     for value in (*args, *kwargs.values()):
         if type(value) is SimTensor and value._values is values and value.device == target:
+            if value.shape != values.shape or value.stride() != values.stride():
+                raise NotImplementedError(
+                    "the simulated device cannot change the shape or strides of a tensor in place "
+                    "(resize_, set_, or out= of another shape): create a new tensor instead"
+                )
             return value
     return SimTensor(values, target)
 
