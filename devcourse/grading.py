@@ -2,9 +2,10 @@
 
 Exercises are graded on a *device matrix*: the CPU always, then
 
-* on a machine with CUDA: every ``cuda:N``; when it has fewer than two GPUs,
-  also ``sim:0`` and ``sim:1``, so that every check still meets a device at
-  index 1;
+* on a machine with CUDA: every ``cuda:N``. The simulated devices are not
+  added there: a registered out-of-tree device becomes PyTorch's current
+  accelerator (``torch.accelerator``), CUDA or not, which would change what
+  student code on a GPU machine sees;
 * on a machine without CUDA: ``sim:0`` and ``sim:1``, the simulated
   accelerator of :mod:`devcourse.simdevice`, which the matrix turns on
   (explicitly, the first time it is asked for). Its tensors hold real
@@ -90,16 +91,14 @@ def device_matrix(kind: Kind = "tensor") -> list[GradingDevice]:
     them apart again.
 
     On a CPU-only machine: ``[cpu, sim:0, sim:1]``. With N GPUs: ``cpu`` and
-    every ``cuda:N``, plus ``sim:0`` and ``sim:1`` when N < 2.
+    every ``cuda:N``.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
     devices = [GradingDevice(torch.device("cpu"))]
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    devices += [GradingDevice(torch.device("cuda", i)) for i in range(gpus)]
-    if gpus < 2:
-        devices += [GradingDevice(d, stand_in="sim") for d in simulated_devices()]
-    return devices
+    if torch.cuda.is_available():
+        return devices + [GradingDevice(torch.device("cuda", i)) for i in range(torch.cuda.device_count())]
+    return devices + [GradingDevice(d, stand_in="sim") for d in simulated_devices()]
 
 
 def check_on_devices(check: Callable[[torch.device], object], kind: Kind = "tensor") -> list[GradingDevice]:

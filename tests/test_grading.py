@@ -27,9 +27,9 @@ def test_matrix_with_two_gpus_lists_each_real_gpu_and_no_stand_in():
             assert all(d.real for d in entries)
 
 
-def test_matrix_with_one_gpu_adds_the_simulated_devices():
+def test_matrix_with_one_gpu_is_that_gpu():
     with simulated_cuda(1):
-        assert [str(d.device) for d in device_matrix("module")] == ["cpu", "cuda:0", "sim:0", "sim:1"]
+        assert [str(d.device) for d in device_matrix("module")] == ["cpu", "cuda:0"]
 
 
 def test_matrix_rejects_unknown_kind():

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import threading
+
 import torch
 
 from devcourse.simdevice import _memory
@@ -215,7 +216,11 @@ def _pin_memory(self, device=None):
     # Pinned memory needs an allocator from the backend, which a Python backend
     # cannot give. Host memory is all the simulated device has: a pinned tensor
     # is a CPU copy marked as pinned, so DataLoader(pin_memory=True), is_pinned()
-    # and non_blocking copies behave as on a GPU machine.
+    # and non_blocking copies behave as on a GPU machine. A registered PrivateUse1
+    # backend becomes PyTorch's current accelerator, CUDA or not: where CUDA is
+    # there, pinning still asks CUDA for page-locked memory.
+    if torch.cuda.is_available():
+        return _original_pin_memory(self, "cuda")
     if self.device.type != "cpu":
         raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
     if _is_pinned(self):
@@ -226,10 +231,15 @@ def _pin_memory(self, device=None):
 
 
 def _is_pinned(self, device=None):
+    if torch.cuda.is_available():
+        return _original_is_pinned(self, "cuda")
     return self.device.type == "cpu" and getattr(self.untyped_storage(), "_sim_pinned", False)
 
 
 def enable(count: int = 2) -> None:
+    """Register the device type with ``count`` devices (see the module docstring); idempotent for one count."""
+    if not isinstance(count, int) or count < 1:
+        raise SimDeviceError(f"count must be a positive int, not {count!r}")
     with _lock:
         if _state["enabled"]:
             if count != _state["count"]:
@@ -238,8 +248,6 @@ def enable(count: int = 2) -> None:
                     f"it cannot be turned on again with {count} (restart the kernel to change it)"
                 )
             return
-        if not isinstance(count, int) or count < 1:
-            raise SimDeviceError(f"count must be a positive int, not {count!r}")
         current = torch._C._get_privateuse1_backend_name()
         if current != "privateuseone":
             raise SimDeviceError(
