@@ -6,7 +6,9 @@ by ``entry.code`` (the mistake) or ``entry.fix`` (the other correct answer),
 the notebook is executed with errors allowed, and the graded test cells that
 follow that answer cell (up to the next answer cell) are inspected:
 
-* a mistake is good when at least one of those test cells raised;
+* a mistake is good when at least one of those test cells raised, and raised otherwise than it
+  does with the course's own solution (each assignment's unmodified solution notebook is run
+  once too, so that a test cell that fails anyway, on this machine, is not credited to a mistake);
 * a fix is good when none of them raised.
 
 In both cases the answer cell itself must run without an error (a mistake
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import importlib.util
 import json
 import re
@@ -205,7 +206,12 @@ def first_line(text: str) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else ""
 
 
-def execute_round(assignment: str, items: list[dict]) -> list[dict]:
+def execute_round(assignment: str, items: list[dict]) -> dict:
+    """Execute the notebook with the items' answer cells replaced; report the failing test cells.
+
+    Returns ``{"seconds": ..., "failed": {grade_id: error}, "answer_errors": {answer: error}}`` where
+    ``failed`` covers every graded test cell of the notebook (not only those of the replaced cells).
+    """
     import nbformat
     from nbclient import NotebookClient
 
@@ -219,29 +225,47 @@ def execute_round(assignment: str, items: list[dict]) -> list[dict]:
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(folder)}})
     client.execute()
-    seconds = time.monotonic() - started
-    results = []
-    for item in items:
-        index = cells[item["answer"]]
-        answer_errors = [o for o in nb.cells[index].get("outputs", []) if o.get("output_type") == "error"]
-        failed = {}
-        tests = test_cells(raw, index)
-        for i in tests:
+    failed, answer_errors = {}, {}
+    for answer, index in cells.items():
+        for output in nb.cells[index].get("outputs", []):
+            if output.get("output_type") == "error":
+                answer_errors[answer] = f"{output.get('ename')}: {first_line(output.get('evalue', ''))}"
+        for i in test_cells(raw, index):
             for output in nb.cells[i].get("outputs", []):
                 if output.get("output_type") == "error":
                     grade_id = raw["cells"][i]["metadata"]["nbgrader"]["grade_id"]
                     failed[grade_id] = f"{output.get('ename')}: {first_line(output.get('evalue', ''))}"
-        if answer_errors:
-            ok, why = False, "the answer cell itself raised: " + first_line(answer_errors[0].get("evalue", ""))
-        elif item["kind"] == "code":
-            ok = bool(failed)
-            why = f"{len(failed)} of {len(tests)} test cells fail" if ok else f"all {len(tests)} test cells pass"
-        else:
-            ok = not failed
-            why = f"all {len(tests)} test cells pass" if ok else f"{len(failed)} of {len(tests)} test cells fail"
-        results.append({"id": item["id"], "kind": item["kind"], "assignment": assignment, "answer": item["answer"],
-                        "ok": ok, "why": why, "failed": failed, "seconds": round(seconds, 1)})
-    return results
+    return {"seconds": round(time.monotonic() - started, 1), "failed": failed, "answer_errors": answer_errors}
+
+
+def execute_round_with_retry(assignment: str, items: list[dict]) -> dict:
+    """execute_round, tried once more when the execution itself breaks (a kernel that fails to start)."""
+    try:
+        return execute_round(assignment, items)
+    except Exception:
+        return execute_round(assignment, items)
+
+
+def judge(item: dict, run: dict, baseline_failed: dict[str, str], nb: dict) -> dict:
+    """Whether one entry behaves, given its notebook run and the failures of the unmodified solution."""
+    index = answer_cells(nb)[item["answer"]]
+    tests = [nb["cells"][i]["metadata"]["nbgrader"]["grade_id"] for i in test_cells(nb, index)]
+    failed = {g: e for g, e in run["failed"].items() if g in tests}
+    # a failure counts for a mistake unless the course's own solution fails that test cell the same way
+    new = {g: e for g, e in failed.items() if baseline_failed.get(g) != e}
+    if item["answer"] in run["answer_errors"]:
+        ok, why = False, "the answer cell itself raised: " + run["answer_errors"][item["answer"]]
+    elif item["kind"] == "code":
+        ok = bool(new)
+        why = (f"{len(new)} of {len(tests)} test cells fail" if ok else
+               f"no test cell fails that the course's solution passes ({len(failed)} of {len(tests)} fail)")
+    else:
+        ok = not failed
+        why = f"all {len(tests)} test cells pass" if ok else f"{len(failed)} of {len(tests)} test cells fail"
+        if failed and not new:
+            why += " (all of them fail with the course's own solution too)"
+    return {"id": item["id"], "kind": item["kind"], "assignment": item["assignment"], "answer": item["answer"],
+            "ok": ok, "why": why, "failed": failed, "seconds": run["seconds"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="notebooks executed at once (default 2)")
     parser.add_argument("--static", action="store_true", help="check the catalog's rules only, execute nothing")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="do not run the unmodified solution first (a mistake then counts every failing test)")
     args = parser.parse_args(argv)
 
     catalog = load_catalog()
@@ -276,28 +302,49 @@ def main(argv: list[str] | None = None) -> int:
                 {"id": m.id, "kind": "fix", "answer": m.answer, "text": m.fix})
     jobs = []
     for assignment, items in sorted(items_by_assignment.items()):
+        if not args.no_baseline:
+            jobs.append((assignment, []))  # the unmodified solution: which tests fail anyway
         for round_ in plan_rounds(items, read_notebook(assignment)):
             jobs.append((assignment, [{k: v for k, v in item.items() if k != "uses"} for item in round_]))
-    print(f"{sum(len(items) for _, items in jobs)} entries to check in {len(jobs)} notebook executions")
+    print(f"{sum(len(items) for _, items in jobs)} entries to check in {len(jobs)} notebook executions"
+          f"{'' if args.no_baseline else ' (one per assignment runs the unmodified solution)'}", flush=True)
 
-    results = []
+    runs: list[tuple[str, list[dict], dict]] = []
+    baseline: dict[str, dict[str, str]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(execute_round, assignment, items): (assignment, items) for assignment, items in jobs}
+        futures = {pool.submit(execute_round_with_retry, assignment, items): (assignment, items) for assignment, items in jobs}
         for future in as_completed(futures):
             assignment, items = futures[future]
             try:
-                done = future.result()
+                run = future.result()
             except Exception as exc:  # the execution itself broke: every entry of the round is unchecked
-                done = [{"id": item["id"], "kind": item["kind"], "assignment": assignment, "answer": item["answer"],
-                         "ok": False, "why": f"execution failed: {type(exc).__name__}: {exc}", "failed": {}}
-                        for item in items]
-            for result in done:
-                mark = "ok " if result["ok"] else "BAD"
-                print(f"{mark} {result['kind']:4} {result['assignment']}/{result['answer']} {result['id']}: {result['why']}"
-                      f" ({result.get('seconds', '?')} s)", flush=True)
-                for grade_id, error in result["failed"].items():
+                run = {"seconds": 0, "failed": {}, "error": f"{type(exc).__name__}: {exc}",
+                       "answer_errors": {item["answer"]: f"execution failed: {exc!r}" for item in items}}
+            if not items and "error" in run:
+                problems.append(f"baseline {assignment} could not run: {run['error']}")
+                print(f"baseline {assignment}: the unmodified solution could not run: {run['error']}", flush=True)
+            elif not items:
+                baseline[assignment] = dict(run["failed"])
+                print(f"baseline {assignment}: {len(run['failed'])} test cells fail with the course's solution "
+                      f"({run['seconds']} s)", flush=True)
+                for grade_id, error in run["failed"].items():
                     print(f"        {grade_id}: {error}", flush=True)
-            results.extend(done)
+            else:
+                print(f"ran {assignment} with {len(items)} replaced answer cells ({run['seconds']} s)", flush=True)
+                runs.append((assignment, items, run))
+
+    results = []
+    for assignment, items, run in runs:
+        nb = read_notebook(assignment)
+        for item in items:
+            item = dict(item, assignment=assignment)
+            results.append(judge(item, run, baseline.get(assignment, {}), nb))
+    results.sort(key=lambda r: (r["assignment"], r["answer"], r["id"], r["kind"]))
+    for result in results:
+        mark = "ok " if result["ok"] else "BAD"
+        print(f"{mark} {result['kind']:4} {result['assignment']}/{result['answer']} {result['id']}: {result['why']}")
+        for grade_id, error in result["failed"].items():
+            print(f"        {grade_id}: {error}")
 
     bad = [r for r in results if not r["ok"]]
     print(f"\n{len(results) - len(bad)} of {len(results)} checked entries behave; rule problems: {len(problems)}")
