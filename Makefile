@@ -9,12 +9,13 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser postgres lab grade test course execute both-ways clean gpu-check gpu-torch wheels
+.PHONY: help install browser postgres lab grade test mistakes course execute both-ways clean gpu-check gpu-torch wheels
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
 	@echo "make grade      autograde the demo class and print the score table"
 	@echo "make test       the whole test suite (what CI runs)"
+	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 5 minutes)"
 	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
 	@echo "make postgres   install Debian's postgresql for the gradebook test, if it is missing"
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"
@@ -59,6 +60,9 @@ postgres:
 
 test: $(READY) browser postgres
 	$(BIN)/python -m pytest
+
+mistakes: $(READY)
+	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/test_mistakes.py
 
 course: $(READY)
 	$(BIN)/python -m autograder.pipeline course

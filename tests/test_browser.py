@@ -419,9 +419,9 @@ def test_inspector_filters_the_table_and_flags_the_new_head(page, lab):
         assert table.inner_text() != before
         if show == "odd ones":
             panel.screenshot(path=page.artifacts / "inspector-odd-ones.png")
-    # The lesson's point: the head created after .to("meta") is the odd one out.
+    # The lesson's point: the head created after .to(sim0) is the odd one out.
     assert [row[0] for row in expected["odd ones"]] == ["3.weight", "3.bias"]
-    assert all("on cpu, the rest on meta" in " ".join(row) for row in expected["odd ones"])
+    assert all("on cpu, the rest on sim:0" in " ".join(row) for row in expected["odd ones"])
 
 
 # ---- a student at work ------------------------------------------------------------

@@ -12,13 +12,18 @@ first mistake or fix of each exercise, ``round2`` the second, and so on.
 Every test cell belongs to the exercise whose answer cell comes before it,
 so each entry is judged on its own exercise's tests only.
 
-Bars (issue "a simulated accelerator"): at least 95% of the mistakes lose
-points on their exercise, and every fix keeps all of them.
+``make test`` grades the first two rounds (16 notebooks: 27 mistakes and 21
+fixes, about 2 minutes on 2 CPUs); ``make mistakes`` grades all of them
+(``COURSE_MISTAKE_ROUNDS=all``, 31 notebooks, about 4.5 minutes).
+
+Bars: at least 95% of the mistakes lose points on their exercise, and every
+fix keeps all of them.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -31,6 +36,7 @@ from autograder.pipeline import ROOT, solution_path
 
 CATALOG = ROOT / "tests" / "mistakes" / "catalog.py"
 MISTAKE_BAR = 0.95
+ROUNDS = os.environ.get("COURSE_MISTAKE_ROUNDS", "2")  # a number, or "all"
 
 
 def _catalog():
@@ -58,9 +64,12 @@ def exercises_of(assignment: str) -> dict[str, list[str]]:
     return dict(tests)
 
 
-def plan(entries) -> dict[tuple[str, str], list[tuple[str, object]]]:
-    """(student, assignment) -> [(kind, entry)]: each round holds at most one entry per answer cell."""
-    rounds: dict[tuple[str, str], list[tuple[str, object]]] = defaultdict(list)
+def plan(entries, rounds: str = "all") -> dict[tuple[str, str], list[tuple[str, object]]]:
+    """(student, assignment) -> [(kind, entry)]: each round holds at most one entry per answer cell.
+
+    ``rounds`` keeps the first N rounds only (``"all"``: every round).
+    """
+    planned: dict[tuple[str, str], list[tuple[str, object]]] = defaultdict(list)
     taken: dict[tuple[str, str, str], int] = defaultdict(int)  # (assignment, answer) -> next free round
     for entry in entries:
         for kind, code in (("mistake", entry.code), ("fix", entry.fix)):
@@ -68,8 +77,9 @@ def plan(entries) -> dict[tuple[str, str], list[tuple[str, object]]]:
                 continue
             key = (entry.assignment, entry.answer)
             taken[key] += 1
-            rounds[(f"round{taken[key]}", entry.assignment)].append((kind, entry))
-    return dict(rounds)
+            if rounds == "all" or taken[key] <= int(rounds):
+                planned[(f"round{taken[key]}", entry.assignment)].append((kind, entry))
+    return dict(planned)
 
 
 def write_submissions(rounds, folder: Path) -> None:
@@ -88,8 +98,7 @@ def write_submissions(rounds, folder: Path) -> None:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade every round through the command line, as an instructor would; return the per-entry verdicts."""
-    entries = _catalog()
-    rounds = plan(entries)
+    rounds = plan(_catalog(), ROUNDS)
     tmp = tmp_path_factory.mktemp("mistakes")
     write_submissions(rounds, tmp / "submitted")
     workdir = tmp / "work"
@@ -107,7 +116,7 @@ def graded(tmp_path_factory):
                 got = sum(g.score for g in scores)
                 most = sum(g.max_score for g in scores)
                 verdicts[kind, entry.id] = (got, most, student)
-    return entries, verdicts
+    return [entry for items in rounds.values() for _, entry in items], verdicts
 
 
 def test_the_catalog_is_real_and_spread():
@@ -121,15 +130,17 @@ def test_the_catalog_is_real_and_spread():
 
 
 def test_mistakes_lose_points_on_their_exercise(graded):
-    entries, verdicts = graded
-    kept = [(e.id, verdicts["mistake", e.id]) for e in entries if verdicts["mistake", e.id][0] == verdicts["mistake", e.id][1]]
-    caught = 1 - len(kept) / len(entries)
+    graded_entries, verdicts = graded
+    mistakes = {e.id for e in graded_entries if ("mistake", e.id) in verdicts}
+    assert len(mistakes) >= 25, f"only {len(mistakes)} mistakes graded"
+    kept = [(m, verdicts["mistake", m]) for m in sorted(mistakes) if verdicts["mistake", m][0] == verdicts["mistake", m][1]]
+    caught = 1 - len(kept) / len(mistakes)
     assert caught >= MISTAKE_BAR, f"{caught:.0%} of the mistakes lose points; full marks despite the mistake: {kept}"
 
 
 def test_correct_fixes_keep_every_point(graded):
-    entries, verdicts = graded
-    fixes = [e for e in entries if e.fix is not None]
-    assert fixes, "the catalog has no fixes"
-    lost = [(e.id, verdicts["fix", e.id]) for e in fixes if verdicts["fix", e.id][0] != verdicts["fix", e.id][1]]
+    graded_entries, verdicts = graded
+    fixes = sorted({e.id for e in graded_entries if ("fix", e.id) in verdicts})
+    assert len(fixes) >= 15, f"only {len(fixes)} fixes graded"
+    lost = [(f, verdicts["fix", f]) for f in fixes if verdicts["fix", f][0] != verdicts["fix", f][1]]
     assert not lost, f"correct fixes that lost points (score, max, student): {lost}"

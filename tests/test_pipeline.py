@@ -1,20 +1,16 @@
-"""Every exercise is proven both ways, and the proof itself can fail."""
+"""Every exercise is proven both ways, and the proof itself can fail.
 
-import shutil
+That every solution passes every test, hidden ones included, is proven by
+nbval running ``solutions/`` (a failing test is a cell that raises) and by the
+grader giving the demo student ``ada`` full marks (``tests/test_grade.py``);
+``make both-ways`` runs nbgrader's own validate on them too. Here: the
+student versions pass none.
+"""
 
 import nbformat
 import pytest
 
 from autograder import pipeline
-
-
-@pytest.mark.parametrize("name", pipeline.assignments())
-def test_solution_passes_every_test(name, tmp_path):
-    copy = tmp_path / name / f"{name}.ipynb"
-    copy.parent.mkdir()
-    shutil.copy(pipeline.solution_path(name), copy)
-    ok, output = pipeline.validate(copy)
-    assert ok, output
 
 
 @pytest.mark.parametrize("name", pipeline.assignments())
