@@ -110,10 +110,64 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if not kwargs:
+            out = _fast(func, args)
+            if out is not _SLOW:
+                return out
         kwargs = kwargs or {}
         if check_devices(func, args, kwargs) == "decompose":
             return func._op_dk(_EXPLICIT, *args, **kwargs)
         return run(func, args, kwargs)
+
+
+_SLOW = object()
+
+
+def _fast(func, args: tuple):
+    """The common case, in one pass: positional arguments whose tensors are all on one simulated device.
+
+    Then no check can fail, so the operator runs at once. Returns ``_SLOW``
+    for anything else (a CPU tensor, tensors in lists, two devices) before
+    running anything: the general path checks and runs those.
+    """
+    device = None
+    inner = []
+    for value in args:
+        kind = type(value)
+        if kind is SimTensor:
+            if device is None:
+                device = value.device
+            elif value.device != device:
+                return _SLOW
+            inner.append(value._values)
+        elif kind is list or kind is tuple:
+            if any(isinstance(v, torch.Tensor) for v in value):
+                return _SLOW
+            inner.append(value)
+        elif isinstance(value, torch.Tensor):
+            return _SLOW
+        else:
+            inner.append(value)
+    writes = (_plans.get(func) or _plan(func))[3]
+    try:
+        out = func(*inner)
+    except NotImplementedError as exc:
+        raise _cannot_run(func, exc) from None
+    if type(out) is torch.Tensor:
+        return _wrap(out, device, args, {}) if writes else SimTensor(out, device)
+    if type(out) is tuple or type(out) is list:
+        return type(out)(
+            (_wrap(o, device, args, {}) if writes else SimTensor(o, device)) if type(o) is torch.Tensor else o
+            for o in out
+        )
+    return out
+
+
+def _cannot_run(func, exc: NotImplementedError) -> NotImplementedError:
+    return NotImplementedError(
+        f"the simulated device cannot run {func}: it runs each operator with PyTorch's CPU kernel, "
+        f"and the CPU has none for it ({exc.args[0].splitlines()[0] if exc.args else exc})"
+    )
 
 
 def _unwrap(value):
@@ -155,10 +209,7 @@ def run(func, args: tuple, kwargs: dict):
     try:
         out = func(*inner_args, **inner_kwargs)
     except NotImplementedError as exc:
-        raise NotImplementedError(
-            f"the simulated device cannot run {func}: it runs each operator with PyTorch's CPU kernel, "
-            f"and the CPU has none for it ({exc.args[0].splitlines()[0] if exc.args else exc})"
-        ) from None
+        raise _cannot_run(func, exc) from None
     if target is None or target.type != NAME:
         return out
     if isinstance(out, torch.Tensor):
@@ -193,7 +244,8 @@ def _plan(func) -> tuple:
         entry = _TABLE.get(key)
         positions = {a.name: i for i, a in enumerate(schema.arguments) if not a.kwarg_only}
         checked = None if entry is None else [(n, positions.get(n)) for n in entry[1]]
-        plan = (name, entry[0] if entry else None, checked)
+        writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        plan = (name, entry[0] if entry else None, checked, writes)
         _plans[func] = plan
     return plan
 
@@ -211,7 +263,7 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
     would run as a composite of others mixes devices: the caller then runs
     the composite, whose parts raise what they raise on CUDA.
     """
-    name, method, checked = _plan(func)
+    name, method, checked, _ = _plan(func)
     if name in _TRANSFERS:
         return None
     if checked is not None:
