@@ -7,14 +7,15 @@ solution notebooks, hands them to ``autograder.grade`` as a class of
 students, and reads each test cell's score from nbgrader's gradebook.
 
 To keep the run short, one notebook carries several entries of one
-assignment, never two on the same answer cell: a student ``round1`` has the
-first mistake or fix of each exercise, ``round2`` the second, and so on.
+assignment: never two on the same answer cell, and never one whose cell or
+tests use what another entry's cell defines (``plan_rounds`` of
+``tests/mistakes/check_catalog.py``, which also checks the catalog's rules).
 Every test cell belongs to the exercise whose answer cell comes before it,
 so each entry is judged on its own exercise's tests only.
 
-``make test`` grades the first two rounds (16 notebooks: 27 mistakes and 21
-fixes, about 2 minutes on 2 CPUs); ``make mistakes`` grades all of them
-(``COURSE_MISTAKE_ROUNDS=all``, 31 notebooks, about 4.5 minutes).
+``make test`` grades the first two rounds of each assignment (about 2
+minutes on 2 CPUs); ``make mistakes`` grades all of them
+(``COURSE_MISTAKE_ROUNDS=all``, about 4.5 minutes).
 
 Bars: at least 95% of the mistakes lose points on their exercise, and every
 fix keeps all of them.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import nbformat
@@ -34,61 +34,55 @@ import pytest
 from autograder import grade
 from autograder.pipeline import ROOT, solution_path
 
-CATALOG = ROOT / "tests" / "mistakes" / "catalog.py"
 MISTAKE_BAR = 0.95
 ROUNDS = os.environ.get("COURSE_MISTAKE_ROUNDS", "2")  # a number, or "all"
 
 
-def _catalog():
-    spec = importlib.util.spec_from_file_location("mistakes_catalog", CATALOG)
+def _checker():
+    """tests/mistakes/check_catalog.py as a module: the catalog, its rules and the cell helpers."""
+    spec = importlib.util.spec_from_file_location("check_catalog", ROOT / "tests" / "mistakes" / "check_catalog.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    return module.MISTAKES
+    return module
 
 
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
+checker = _checker()
 
 
-def exercises_of(assignment: str) -> dict[str, list[str]]:
-    """Answer grade_id -> the grade_ids of the test cells that follow it, up to the next answer cell."""
-    tests: dict[str, list[str]] = defaultdict(list)
-    answer = None
-    for cell in nbformat.read(solution_path(assignment), as_version=4).cells:
-        meta = _nbgrader(cell)
-        if meta.get("solution") and meta.get("grade_id"):
-            answer = meta["grade_id"]
-        elif meta.get("grade") and answer is not None:
-            tests[answer].append(meta["grade_id"])
-    return dict(tests)
+def plan(entries, rounds: str = "all") -> dict[tuple[str, str], list[dict]]:
+    """(student, assignment) -> entries as check_catalog's items, grouped by its ``plan_rounds``.
 
-
-def plan(entries, rounds: str = "all") -> dict[tuple[str, str], list[tuple[str, object]]]:
-    """(student, assignment) -> [(kind, entry)]: each round holds at most one entry per answer cell.
-
-    ``rounds`` keeps the first N rounds only (``"all"``: every round).
+    ``rounds`` keeps the first N rounds of each assignment only (``"all"``: every round).
     """
-    planned: dict[tuple[str, str], list[tuple[str, object]]] = defaultdict(list)
-    taken: dict[tuple[str, str, str], int] = defaultdict(int)  # (assignment, answer) -> next free round
+    items: dict[str, list[dict]] = {}
     for entry in entries:
-        for kind, code in (("mistake", entry.code), ("fix", entry.fix)):
-            if code is None:
-                continue
-            key = (entry.assignment, entry.answer)
-            taken[key] += 1
-            if rounds == "all" or taken[key] <= int(rounds):
-                planned[(f"round{taken[key]}", entry.assignment)].append((kind, entry))
-    return dict(planned)
+        for kind, text in (("mistake", entry.code), ("fix", entry.fix)):
+            if text is not None:
+                items.setdefault(entry.assignment, []).append(
+                    {"id": entry.id, "kind": kind, "answer": entry.answer, "text": text})
+    planned = {}
+    for assignment, assignment_items in items.items():
+        grouped = checker.plan_rounds(assignment_items, checker.read_notebook(assignment))
+        for number, round_ in enumerate(grouped if rounds == "all" else grouped[: int(rounds)], start=1):
+            planned[(f"round{number}", assignment)] = round_
+    return planned
+
+
+def exercise_tests(assignment: str, answer: str) -> list[str]:
+    """The grade_ids of the test cells after answer cell ``answer``, up to the next answer cell."""
+    nb = checker.read_notebook(assignment)
+    return [checker.nbgrader(nb["cells"][i])["grade_id"]
+            for i in checker.test_cells(nb, checker.answer_cells(nb)[answer])]
 
 
 def write_submissions(rounds, folder: Path) -> None:
     for (student, assignment), items in rounds.items():
         nb = nbformat.read(solution_path(assignment), as_version=4)
-        by_answer = {_nbgrader(c).get("grade_id"): c for c in nb.cells if _nbgrader(c).get("solution")}
-        for kind, entry in items:
-            cell = by_answer[entry.answer]
-            cell.source = entry.code if kind == "mistake" else entry.fix
+        by_answer = {checker.nbgrader(c).get("grade_id"): c for c in nb.cells if checker.nbgrader(c).get("solution")}
+        for item in items:
+            cell = by_answer[item["answer"]]
+            cell.source = item["text"]
             cell.outputs, cell.execution_count = [], None
         target = folder / student / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
@@ -97,8 +91,8 @@ def write_submissions(rounds, folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Grade every round through the command line, as an instructor would; return the per-entry verdicts."""
-    rounds = plan(_catalog(), ROUNDS)
+    """Grade every round through the command line, as an instructor would; return each entry's verdict."""
+    rounds = plan(checker.load_catalog().MISTAKES, ROUNDS)
     tmp = tmp_path_factory.mktemp("mistakes")
     write_submissions(rounds, tmp / "submitted")
     workdir = tmp / "work"
@@ -110,37 +104,30 @@ def graded(tmp_path_factory):
     verdicts = {}
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gradebook:
         for (student, assignment), items in rounds.items():
-            tests = exercises_of(assignment)
-            for kind, entry in items:
-                scores = [gradebook.find_grade(test, assignment, assignment, student) for test in tests[entry.answer]]
-                got = sum(g.score for g in scores)
-                most = sum(g.max_score for g in scores)
-                verdicts[kind, entry.id] = (got, most, student)
-    return [entry for items in rounds.values() for _, entry in items], verdicts
+            for item in items:
+                scores = [gradebook.find_grade(test, assignment, assignment, student)
+                          for test in exercise_tests(assignment, item["answer"])]
+                verdicts[item["kind"], item["id"]] = (sum(g.score for g in scores), sum(g.max_score for g in scores), student)
+    return verdicts
 
 
-def test_the_catalog_is_real_and_spread():
-    entries = _catalog()
-    assert len(entries) >= 30
-    assert len({e.id for e in entries}) == len(entries)
-    assert all(e.url.startswith("https://") for e in entries)
-    assert len({e.assignment for e in entries}) >= 6
-    for entry in entries:
-        assert entry.answer in exercises_of(entry.assignment), f"{entry.id}: no answer cell {entry.answer}"
+def test_the_catalog_keeps_its_rules():
+    catalog = checker.load_catalog()
+    assert not checker.static_problems(catalog)
+    assert len(catalog.MISTAKES) >= 30
+    assert all(exercise_tests(e.assignment, e.answer) for e in catalog.MISTAKES), "every entry's exercise has tests"
 
 
 def test_mistakes_lose_points_on_their_exercise(graded):
-    graded_entries, verdicts = graded
-    mistakes = {e.id for e in graded_entries if ("mistake", e.id) in verdicts}
+    mistakes = sorted(i for kind, i in graded if kind == "mistake")
     assert len(mistakes) >= 25, f"only {len(mistakes)} mistakes graded"
-    kept = [(m, verdicts["mistake", m]) for m in sorted(mistakes) if verdicts["mistake", m][0] == verdicts["mistake", m][1]]
+    kept = [(m, graded["mistake", m]) for m in mistakes if graded["mistake", m][0] == graded["mistake", m][1]]
     caught = 1 - len(kept) / len(mistakes)
     assert caught >= MISTAKE_BAR, f"{caught:.0%} of the mistakes lose points; full marks despite the mistake: {kept}"
 
 
 def test_correct_fixes_keep_every_point(graded):
-    graded_entries, verdicts = graded
-    fixes = sorted({e.id for e in graded_entries if ("fix", e.id) in verdicts})
+    fixes = sorted(i for kind, i in graded if kind == "fix")
     assert len(fixes) >= 15, f"only {len(fixes)} fixes graded"
-    lost = [(f, verdicts["fix", f]) for f in fixes if verdicts["fix", f][0] != verdicts["fix", f][1]]
+    lost = [(f, graded["fix", f]) for f in fixes if graded["fix", f][0] != graded["fix", f][1]]
     assert not lost, f"correct fixes that lost points (score, max, student): {lost}"
