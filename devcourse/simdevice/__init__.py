@@ -35,7 +35,7 @@ import torch
 
 from devcourse.simdevice import _backend, _memory
 from devcourse.simdevice._backend import SimDeviceError
-from devcourse.simdevice._state import NAME, resolve
+from devcourse.simdevice._state import NAME
 from devcourse.simdevice._tensor import SimTensor
 
 __all__ = [
@@ -78,17 +78,17 @@ def devices() -> list[torch.device]:
 
 def memory_allocated(device: torch.device | str | int | None = None) -> int:
     """Bytes held by tensors on ``device`` (default ``sim:0``), like ``torch.cuda.memory_allocated``."""
-    return _memory.device(resolve(device).index).allocated
+    return _memory.of(device).allocated
 
 
 def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
     """The peak of :func:`memory_allocated` since enabling or the last reset."""
-    return _memory.device(resolve(device).index).peak
+    return _memory.of(device).peak
 
 
 def reset_peak_memory_stats(device: torch.device | str | int | None = None) -> None:
     """Start the peak of ``device`` again from what it holds now."""
-    entry = _memory.device(resolve(device).index)
+    entry = _memory.of(device)
     entry.peak = entry.allocated
 
 
@@ -100,4 +100,4 @@ def set_memory_budget(device: torch.device | str | int | None, nbytes: int | Non
     """
     if nbytes is not None and nbytes < 0:
         raise ValueError(f"nbytes must be >= 0 or None, not {nbytes}")
-    _memory.device(resolve(device).index).budget = nbytes
+    _memory.of(device).budget = nbytes

@@ -86,11 +86,11 @@ class _DeviceModule:
 
     @staticmethod
     def memory_allocated(device: object = None) -> int:
-        return _memory.device(resolve(device).index).allocated
+        return _memory.of(device).allocated
 
     @staticmethod
     def max_memory_allocated(device: object = None) -> int:
-        return _memory.device(resolve(device).index).peak
+        return _memory.of(device).peak
 
     @staticmethod
     def synchronize(device: object = None) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from devcourse.simdevice._state import NAME
+from devcourse.simdevice._state import NAME, resolve
 
 
 @dataclass
@@ -54,7 +54,7 @@ def hold(index: int, storage: torch.UntypedStorage) -> None:
     if key in device.storages:
         return
     nbytes = storage.nbytes()
-    check_new(index, nbytes)
+    _check_new(index, nbytes)
     device.storages[key] = nbytes
     device.allocated += nbytes
     if device.allocated > device.peak:
@@ -68,7 +68,7 @@ def _release(device: _Device, key: int) -> None:
         device.allocated -= nbytes
 
 
-def check_new(index: int, nbytes: int) -> None:
+def _check_new(index: int, nbytes: int) -> None:
     """Raise ``torch.OutOfMemoryError`` if ``nbytes`` more would pass the budget."""
     device = _devices[index]
     if device.budget is not None and device.allocated + nbytes > device.budget:
@@ -81,5 +81,6 @@ def check_new(index: int, nbytes: int) -> None:
         )
 
 
-def device(index: int) -> _Device:
-    return _devices[index]
+def of(device: torch.device | str | int | None) -> _Device:
+    """The counters of a simulated device (``sim``, ``sim:N``, ``N``; None is ``sim:0``)."""
+    return _devices[resolve(device).index]

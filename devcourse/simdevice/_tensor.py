@@ -284,8 +284,9 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
     if name in _INDEXING:  # index tensors may stay on the CPU: check self and values only
         values = (args[0], *args[2:])
     else:
-        out = kwargs.get("out")
-        values = (*args, *kwargs.values()) if out is None else (out, *args, *kwargs.values())
+        # out= comes first, as TensorIterator puts outputs before inputs
+        values = (kwargs["out"], *args, *(v for k, v in kwargs.items() if k != "out")) if "out" in kwargs \
+            else (*args, *kwargs.values())
     common = None
     for value in values:
         for tensor in value if isinstance(value, (list, tuple)) else (value,):
