@@ -140,6 +140,10 @@ if __name__ == "__main__":
     import torch.distributed as _dist
     from pathlib import Path as _Path
 
+    if {simulated} and not _torch.accelerator.is_available():
+        from devcourse import simdevice as _simdevice
+
+        _simdevice.enable({simulated})  # this node's simulated accelerators
     _result = {main}(_Path({outdir!r}))
     _torch.save(_result, _Path({outdir!r}) / f"rank{{_os.environ['RANK']}}.pt")
     # With gloo, DDP's finished gradient all-reduces are freed by a gloo thread that needs the
@@ -165,16 +169,24 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 """
 
 
-def write_script(path: str | Path, functions: Sequence[Callable], main: Callable, outdir: str | Path) -> Path:
+def write_script(
+    path: str | Path, functions: Sequence[Callable], main: Callable, outdir: str | Path, simulated_devices: int = 0
+) -> Path:
     """Write a script holding the source of ``functions`` and ``main``, and a harness that calls ``main``.
 
     Each rank runs ``main(outdir)`` and its return value is saved as
     ``outdir/rank{RANK}.pt``. The functions may come from notebook cells;
     they see ``torch``, ``dist``, ``nn``, ``DDP``, ``DataLoader``,
-    ``DistributedSampler``, ``TensorDataset``, ``os`` and ``Path``.
+    ``DistributedSampler``, ``TensorDataset``, ``os`` and ``Path``. With
+    ``simulated_devices=N``, every process in which ``torch.accelerator``
+    finds no accelerator turns on N simulated devices (``sim:0`` ...
+    ``sim:N-1``, see :mod:`devcourse.simdevice`) before ``main``: a node of
+    N GPUs, as a CPU-only machine can have it. Where there is an accelerator
+    (a GPU box), nothing is turned on.
     """
     sources = [textwrap.dedent(inspect.getsource(function)) for function in [*functions, main]]
-    body = _PRELUDE + "\n\n" + "\n\n".join(sources) + _HARNESS.format(main=main.__name__, outdir=str(outdir))
+    harness = _HARNESS.format(main=main.__name__, outdir=str(outdir), simulated=int(simulated_devices))
+    body = _PRELUDE + "\n\n" + "\n\n".join(sources) + harness
     path = Path(path)
     path.write_text(body)
     return path
@@ -186,19 +198,22 @@ def run_functions(
     nproc_per_node: int = 2,
     nnodes: int = 1,
     timeout_s: float = 120,
+    simulated_devices: int = 0,
 ) -> list[object]:
     """Run ``main(outdir)`` on every rank with torchrun; return each rank's result, rank 0 first.
 
     ``functions`` are the helpers ``main`` calls (a student's answers, say).
-    See :func:`write_script` and :func:`torchrun`. Results are loaded with
-    ``weights_only=True``: return tensors, numbers, strings and containers.
+    See :func:`write_script` (``simulated_devices`` included) and
+    :func:`torchrun`. Results are loaded with ``weights_only=True``: return
+    tensors, numbers, strings and containers; tensors on a simulated device
+    come back on the CPU.
     """
     with tempfile.TemporaryDirectory(prefix="ddp-run-") as folder:
         folder = Path(folder)
-        script = write_script(folder / "run.py", functions, main, folder)
+        script = write_script(folder / "run.py", functions, main, folder, simulated_devices)
         run = torchrun(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
         world_size = nproc_per_node * nnodes
         missing = [r for r in range(world_size) if not (folder / f"rank{r}.pt").exists()]
         if missing:
             raise DistributedRunError(f"ranks {missing} returned no result; output:\n{_tail(run.output)}")
-        return [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in range(world_size)]
+        return [torch.load(folder / f"rank{r}.pt", map_location="cpu", weights_only=True) for r in range(world_size)]

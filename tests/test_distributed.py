@@ -16,16 +16,19 @@ def _setup():
 
 def _train(outdir):
     rank, world = _setup()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    accelerator = torch.accelerator.current_accelerator()
+    device = torch.device(accelerator.type, local_rank) if accelerator else torch.device("cpu")
     torch.manual_seed(0)
-    model = DDP(nn.Linear(4, 2))  # noqa: F821
+    model = DDP(nn.Linear(4, 2).to(device), device_ids=[local_rank] if accelerator else None)  # noqa: F821
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     torch.manual_seed(100 + rank)  # each rank sees other data
     for _ in range(3):
-        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss = model(torch.randn(8, 4).to(device)).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return {"rank": rank, "world": world, "weight": model.module.weight.detach()}
+    return {"rank": rank, "world": world, "device": str(model.module.weight.device), "weight": model.module.weight.detach()}
 
 
 def _processes_running(folder):
@@ -34,16 +37,25 @@ def _processes_running(folder):
     return [line for line in out.splitlines() if str(folder) in line]
 
 
-def test_two_ranks_train_and_agree():
-    results = run_functions([_setup], _train)
-    assert [r["rank"] for r in results] == [0, 1] and {r["world"] for r in results} == {2}
+@pytest.fixture(scope="module")
+def two_nodes_on_the_cpu():
+    return run_functions([_setup], _train, nproc_per_node=1, nnodes=2)
+
+
+def test_two_nodes_meet_through_the_c10d_rendezvous(two_nodes_on_the_cpu):
+    results = two_nodes_on_the_cpu
+    assert sorted(r["rank"] for r in results) == [0, 1] and {r["world"] for r in results} == {2}
+    assert [r["device"] for r in results] == ["cpu", "cpu"]
     assert torch.equal(results[0]["weight"], results[1]["weight"]), "DDP keeps parameters in step"
 
 
-def test_two_nodes_meet_through_the_c10d_rendezvous():
-    results = run_functions([_setup], _train, nproc_per_node=1, nnodes=2)
-    assert sorted(r["rank"] for r in results) == [0, 1] and {r["world"] for r in results} == {2}
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="simulated devices are only turned on without an accelerator")
+def test_ranks_on_simulated_devices_train_as_on_the_cpu(two_nodes_on_the_cpu):
+    results = run_functions([_setup], _train, simulated_devices=2)
+    assert [r["rank"] for r in results] == [0, 1] and [r["device"] for r in results] == ["sim:0", "sim:1"]
     assert torch.equal(results[0]["weight"], results[1]["weight"])
+    # gradients all-reduced in gloo from the simulated tensors' values: the same numbers as on the CPU
+    assert torch.allclose(results[0]["weight"], two_nodes_on_the_cpu[0]["weight"], atol=1e-6)
 
 
 def _hang(outdir):

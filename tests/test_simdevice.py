@@ -378,3 +378,24 @@ def test_module_dtype_conversions_keep_the_values_in_step():
     assert out.dtype == torch.float64
     with pytest.raises(NotImplementedError, match="cannot change the shape or strides of a tensor in place"):
         torch.ones(3, device="sim:0").resize_(5)
+
+
+def test_collectives_run_in_gloo_on_the_values(tmp_path):
+    import torch.distributed as dist
+
+    assert dist.get_default_backend_for_device("sim:1") == "gloo"
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        tensor = torch.arange(3.0, device="sim:1")
+        dist.all_reduce(tensor)  # a flat list of tensors
+        gathered = [torch.empty(3, device="sim:1")]
+        dist.all_gather(gathered, tensor * 2)  # nested lists of tensors
+        dist.broadcast(tensor, src=0)
+        assert tensor.device == torch.device("sim:1") and tensor.tolist() == [0.0, 1.0, 2.0]
+        assert type(gathered[0]) is SimTensor and gathered[0].tolist() == [0.0, 2.0, 4.0]
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2).to("sim:1"), device_ids=[1])
+        model(torch.ones(4, 3, device="sim:1")).sum().backward()
+        assert model.module.weight.grad.device == torch.device("sim:1")
+        assert model.module.weight.grad.tolist() == [[4.0] * 3] * 2
+    finally:
+        dist.destroy_process_group()

@@ -20,6 +20,8 @@ private and experimental, hence the pinned torch and ``test_simdevice_seams``).
 * autocast kernels for the device type (see ``_autocast``);
 * pinned memory as CPU copies marked pinned (PyTorch asks the backend for a
   pinned allocator, which a Python backend cannot register).
+* ``gloo`` as the device's default ``torch.distributed`` backend: collectives
+  (``all_reduce``, DDP's gradient buckets) run in gloo on the CPU values.
 
 The registration cannot be undone (PyTorch allows one PrivateUse1 name per
 process), so it is only ever made by an explicit :func:`enable` call.
@@ -271,6 +273,11 @@ def enable(count: int = 2) -> None:
         torch.Tensor.pin_memory = _pin_memory
         torch.Tensor.is_pinned = _is_pinned
         _memory.reset(count)
+        if torch.distributed.is_available():
+            # Collectives on simulated tensors run in gloo on their CPU values
+            # (see _tensor._collective): gloo is the device's default backend,
+            # as nccl is CUDA's (dist.get_default_backend_for_device).
+            torch.distributed.Backend.default_device_backend_map.setdefault(NAME, "gloo")
         _state.update(enabled=True, count=count)
     # PrivateUse1's device guard reports a single device: the autograd engine's
     # worker threads assert on any other index. Backward runs in the calling

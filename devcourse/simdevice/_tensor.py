@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.utils._pytree as pytree
 
 from devcourse.simdevice import _memory
 from devcourse.simdevice._state import NAME, resolve
@@ -115,6 +116,8 @@ class SimTensor(torch.Tensor):
             if out is not _SLOW:
                 return out
         kwargs = kwargs or {}
+        if func.namespace == "c10d":
+            return _collective(func, args, kwargs)
         if check_devices(func, args, kwargs) == "decompose":
             return func._op_dk(_EXPLICIT, *args, **kwargs)
         return run(func, args, kwargs)
@@ -141,7 +144,7 @@ def _fast(func, args: tuple):
                 return _SLOW
             inner.append(value._values)
         elif kind is list or kind is tuple:
-            if any(isinstance(v, torch.Tensor) for v in value):
+            if any(isinstance(v, (torch.Tensor, list, tuple)) for v in value):  # nested: collectives
                 return _SLOW
             inner.append(value)
         elif isinstance(value, torch.Tensor):
@@ -177,6 +180,20 @@ def _unwrap(value):
     if (kind is list or kind is tuple) and any(type(v) is SimTensor for v in value):
         return kind(v._values if type(v) is SimTensor else v for v in value)
     return value
+
+
+def _collective(func, args: tuple, kwargs: dict):
+    """A collective of ``torch.distributed`` (``c10d::allreduce_``, ``allgather_``, ...).
+
+    The process group's backend (gloo) works on the CPU values in place, tensor
+    lists nested or not; what it returns (the tensors it wrote and a ``Work``
+    handle) goes back with the simulated tensors it wrote into, so code that
+    waits on the handle finds the results on the device.
+    """
+    inner_args, inner_kwargs = pytree.tree_map_only(SimTensor, lambda t: t._values, (args, kwargs))
+    out = func(*inner_args, **inner_kwargs)
+    owners = {id(t._values): t for t in pytree.tree_leaves((args, kwargs)) if type(t) is SimTensor}
+    return pytree.tree_map_only(torch.Tensor, lambda t: owners.get(id(t), t), out)
 
 
 def _first_device(args, kwargs) -> torch.device | None:
