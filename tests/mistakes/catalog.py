@@ -803,8 +803,9 @@ MISTAKES_05 = [
 
 _AMP_STEP_HEAD = '''\
 def amp_step(model: nn.Module, batch: torch.Tensor, target: torch.Tensor, optimizer: torch.optim.Optimizer,
-             scaler: torch.amp.GradScaler, amp_dtype: torch.dtype | None) -> torch.Tensor:
-    """One training step under autocast for batch's device type (amp_dtype None: float32). Returns the detached loss."""
+             scaler: torch.amp.GradScaler, amp_dtype: torch.dtype | None, max_norm: float | None = None) -> torch.Tensor:
+    """One training step under autocast for batch's device type (amp_dtype None: float32), gradients clipped
+    to max_norm if given. Returns the detached loss."""
 '''
 
 _OUTPUT_DTYPES_HEAD = '''\
@@ -863,7 +864,28 @@ MISTAKES_06 = [
         loss = F.cross_entropy(logits, target)
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)  # explicit: the gradients are true gradients from here on
+    if max_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm)
     scaler.step(optimizer)      # skips the step if they hold inf or NaN
+    scaler.update()
+    return loss.detach()
+''',
+    ),
+    Mistake(
+        id="gradients_clipped_before_unscale",
+        url="https://github.com/milesial/Pytorch-UNet/issues/468",
+        summary="The training loop clipped the gradients right after scaler.scale(loss).backward(), while they "
+                "were still multiplied by the scale; scaler.unscale_(optimizer) has to come first.",
+        assignment="06_mixed_precision",
+        answer="amp_step",
+        code=_AMP_STEP_HEAD + '''\
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(batch.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        loss = F.cross_entropy(model(batch), target)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)  # unscales, then steps
     scaler.update()
     return loss.detach()
 ''',
@@ -1015,24 +1037,25 @@ MISTAKES_07 = [
         answer="setup_distributed",
         code=_SETUP_HEAD + '''\
     rank = int(os.environ["RANK"])
-    local_world_size = int(os.environ["LOCAL_WORLD_SIZE"])
-    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
-        device, backend = torch.device("cuda", rank), "nccl"
-        torch.cuda.set_device(device)
+    accelerator = torch.accelerator.current_accelerator()
+    if (accelerator is not None and accelerator.type != "mps"
+            and torch.accelerator.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])):
+        device = torch.device(accelerator.type, rank)
+        torch.accelerator.set_device_index(rank)
     else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+        device = torch.device("cpu")
+    dist.init_process_group(dist.get_default_backend_for_device(device))
     return dist.get_rank(), dist.get_world_size(), device
 ''',
         fix=_SETUP_HEAD + '''\
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    one_gpu_each = gpus >= processes_here
-    device = torch.device(f"cuda:{local_rank}") if one_gpu_each else torch.device("cpu")
-    if one_gpu_each:
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend="nccl" if one_gpu_each else "gloo")
+    kind = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    one_each = kind is not None and kind.type != "mps" and torch.accelerator.device_count() >= processes_here
+    device = torch.device(f"{kind.type}:{local_rank}") if one_each else torch.device("cpu")
+    if one_each:
+        torch.accelerator.set_device_index(device)
+    dist.init_process_group(backend=dist.get_default_backend_for_device(device.type))
     return dist.get_rank(), dist.get_world_size(), device
 ''',
     ),
@@ -1117,15 +1140,15 @@ MISTAKES_07 = [
 ''',
     ),
     Mistake(
-        id="ddp_wrapper_state_dict_saved",
-        url="https://github.com/whai362/pan_pp.pytorch/issues/14",
-        summary="Saved the DataParallel-wrapped model with torch.save(model.state_dict(), ...), so every key "
-                "carried a 'module.' prefix; saving model.module.state_dict() avoids it.",
+        id="checkpoint_saved_by_local_rank_0",
+        url="https://github.com/NVIDIA/apex/issues/886",
+        summary="Saved the checkpoint when local_rank == 0, which is one process per node: with more than one "
+                "node, several processes wrote the same file and corrupted it ('storage has wrong size').",
         assignment="07_multi_device_training",
         answer="save_on_rank0",
         code=_SAVE_RANK0_HEAD + '''\
-    if dist.get_rank() == 0:
-        torch.save(model.state_dict(), path)
+    if int(os.environ["LOCAL_RANK"]) == 0:
+        torch.save(model.module.state_dict(), path)
     dist.barrier()
 ''',
     ),

@@ -45,7 +45,7 @@ ROOT = HERE.parents[1]
 SOLUTIONS = ROOT / "solutions"
 CELL_TIMEOUT = 300
 MIN_MISTAKES = 34
-MAX_PER_ANSWER = 3
+MAX_PER_ANSWER = 4
 MIN_ASSIGNMENTS = 6
 HOSTS = ("github.com", "discuss.pytorch.org", "stackoverflow.com")
 
