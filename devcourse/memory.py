@@ -6,7 +6,10 @@
   counts CUDA's allocator (and answers 0 where there is none).
 * :func:`is_out_of_memory` tells an allocation failure from any other error.
   CUDA raises ``torch.OutOfMemoryError``; PyTorch's CPU allocator raises a
-  plain ``RuntimeError`` whose message says it ``can't allocate memory``.
+  plain ``RuntimeError`` whose message says it ``can't allocate memory``, and
+  Apple's MPS one that starts ``MPS backend out of memory``
+  (``aten/src/ATen/mps/MPSAllocator.mm``): there is no exception type to
+  catch for those two, so their messages are matched.
 * :class:`MemoryHungry` is a small model whose forward pass really fails to
   allocate when a batch is larger than a limit, on the CPU and on any GPU, and
   which records whether the tensors of a failed attempt were freed before the
@@ -52,7 +55,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
     ``torch.OutOfMemoryError`` (raised by CUDA's allocator; also reachable as
     ``torch.cuda.OutOfMemoryError``) counts, and so does the ``RuntimeError``
     of PyTorch's CPU allocator (``DefaultCPUAllocator: can't allocate
-    memory``) or of another backend whose message says ``out of memory``.
+    memory``), of MPS (``MPS backend out of memory ...``) or of another
+    backend whose message says ``out of memory``.
     Any other error, a shape or device mismatch for instance, is not one.
     """
     if isinstance(exc, torch.OutOfMemoryError):
