@@ -96,3 +96,32 @@ def test_script_holds_the_functions_and_a_harness(tmp_path):
     text = script.read_text()
     assert "def _setup():" in text and "def _train(outdir):" in text
     assert 'if __name__ == "__main__":' in text and "rank{_os.environ['RANK']}.pt" in text
+
+
+def _sync_batchnorm(outdir):
+    rank, _ = _setup()
+    device = torch.device("sim", int(os.environ["LOCAL_RANK"]))
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))  # noqa: F821
+    model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(net).to(device), device_ids=[device.index])  # noqa: F821
+    batch = torch.randn(10, 4, generator=torch.Generator().manual_seed(1))
+    mine = batch[:4] if rank == 0 else batch[4:]  # shares of 4 and 6 samples
+    model(mine.to(device)).pow(2).sum().backward()
+    norm = model.module[1]
+    return {"type": type(norm).__name__, "running_mean": norm.running_mean.cpu(), "running_var": norm.running_var.cpu(),
+            "grad": model.module[0].weight.grad.cpu()}
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="simulated devices are only turned on without an accelerator")
+def test_sync_batchnorm_on_simulated_devices_sees_the_whole_batch():
+    results = run_functions([_setup], _sync_batchnorm, simulated_devices=2)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    batch = torch.randn(10, 4, generator=torch.Generator().manual_seed(1))
+    net(batch).pow(2).sum().backward()  # one process, the whole batch
+    for result in results:
+        assert result["type"] == "SyncBatchNorm"
+        torch.testing.assert_close(result["running_mean"], net[1].running_mean)
+        torch.testing.assert_close(result["running_var"], net[1].running_var)
+        # DDP averages the two ranks' gradients of their own shares of the loss
+        torch.testing.assert_close(result["grad"], net[0].weight.grad / 2)

@@ -399,3 +399,44 @@ def test_collectives_run_in_gloo_on_the_values(tmp_path):
         assert model.module.weight.grad.tolist() == [[4.0] * 3] * 2
     finally:
         dist.destroy_process_group()
+
+
+def test_sync_batchnorm_kernels_match_batchnorm_over_the_whole_batch():
+    # Two "ranks" of 3 and 5 samples, combined as SyncBatchNorm combines them: forward
+    # statistics, running statistics and gradients equal BatchNorm's over all 8 samples.
+    torch.manual_seed(0)
+    x = torch.randn(8, 4, 3)
+    weight, bias = torch.randn(4), torch.randn(4)
+    reference = torch.nn.BatchNorm1d(4)
+    with torch.no_grad():
+        reference.weight.copy_(weight)
+        reference.bias.copy_(bias)
+    expected = reference(x)
+    parts = [x[:3].to("sim:1"), x[3:].to("sim:1")]
+    stats = [torch.batch_norm_stats(part, 1e-5) for part in parts]
+    means = torch.stack([mean for mean, _ in stats])
+    invstds = torch.stack([invstd for _, invstd in stats])
+    counts = torch.tensor([3.0 * 3, 5.0 * 3], device="sim:1")
+    running_mean, running_var = torch.zeros(4, device="sim:1"), torch.ones(4, device="sim:1")
+    mean, invstd = torch.batch_norm_gather_stats_with_counts(
+        parts[0], means, invstds, running_mean, running_var, 0.1, 1e-5, counts)
+    w, b = weight.to("sim:1"), bias.to("sim:1")
+    out = torch.cat([torch.batch_norm_elemt(part, w, b, mean, invstd, 1e-5) for part in parts])
+    assert out.device == torch.device("sim:1")
+    torch.testing.assert_close(out.cpu(), expected.detach())
+    torch.testing.assert_close(running_mean.cpu(), reference.running_mean)
+    torch.testing.assert_close(running_var.cpu(), reference.running_var)
+    # backward: gradient sums are all-reduced across ranks before the elementwise part
+    grad_out = torch.randn(8, 4, 3)
+    expected.backward(grad_out)
+    reduced = [torch.batch_norm_backward_reduce(g.to("sim:1"), part, mean, invstd, w, True, True, True)
+               for g, part in zip((grad_out[:3], grad_out[3:]), parts)]
+    sum_dy, sum_dy_xmu = sum(r[0] for r in reduced), sum(r[1] for r in reduced)
+    count = torch.tensor([9, 15], dtype=torch.int32, device="sim:1")
+    grad_in = torch.cat([torch.batch_norm_backward_elemt(g.to("sim:1"), part, mean, invstd, w, sum_dy, sum_dy_xmu, count)
+                         for g, part in zip((grad_out[:3], grad_out[3:]), parts)])
+    x_grad = x.clone().requires_grad_()
+    torch.nn.functional.batch_norm(x_grad, None, None, weight, bias, True, 0.1, 1e-5).backward(grad_out)
+    torch.testing.assert_close(grad_in.cpu(), x_grad.grad)
+    torch.testing.assert_close(sum(r[2] for r in reduced).cpu(), reference.weight.grad)
+    torch.testing.assert_close(sum(r[3] for r in reduced).cpu(), reference.bias.grad)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _memory
+from devcourse.simdevice import _cudaonly, _memory
 from devcourse.simdevice._state import NAME, resolve
 
 _DATA = json.loads(Path(__file__).with_name("device_checks.json").read_text())
@@ -155,7 +155,7 @@ def _fast(func, args: tuple):
     try:
         out = func(*inner)
     except NotImplementedError as exc:
-        raise _cannot_run(func, exc) from None
+        out = _without_cpu_kernel(func, exc, inner, {})
     if type(out) is torch.Tensor:
         return _wrap(out, device, args, {}) if writes else SimTensor(out, device)
     if type(out) is tuple or type(out) is list:
@@ -164,6 +164,14 @@ def _fast(func, args: tuple):
             for o in out
         )
     return out
+
+
+def _without_cpu_kernel(func, exc: NotImplementedError, args, kwargs):
+    """Run ``func``'s own implementation (``_cudaonly``) when the CPU has no kernel for it, or raise."""
+    own = _cudaonly.KERNELS.get(func)
+    if own is None:
+        raise _cannot_run(func, exc) from None
+    return own(*args, **kwargs)
 
 
 def _cannot_run(func, exc: NotImplementedError) -> NotImplementedError:
@@ -226,7 +234,7 @@ def run(func, args: tuple, kwargs: dict):
     try:
         out = func(*inner_args, **inner_kwargs)
     except NotImplementedError as exc:
-        raise _cannot_run(func, exc) from None
+        out = _without_cpu_kernel(func, exc, inner_args, inner_kwargs)
     if target is None or target.type != NAME:
         return out
     if isinstance(out, torch.Tensor):
