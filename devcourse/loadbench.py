@@ -1,9 +1,13 @@
 """Measure how loading a checkpoint costs time and memory, one strategy per process.
 
 Each strategy loads the same file into a fresh Python process and reports
-its wall time and how far its peak resident memory rose above what the
-process held before loading (after importing torch). A fresh process per
-strategy keeps one strategy's memory from hiding another's.
+its wall time and how far two peaks rose above what the process held before
+loading (after importing torch): resident memory (``VmHWM``), which also
+counts the pages of a memory-mapped file, and anonymous memory
+(``RssAnon``, sampled), which does not. Mapped pages are the file's: the
+kernel can drop them under pressure and read them again, so the anonymous
+peak is what a strategy really needs. A fresh process per strategy keeps
+one strategy's memory from hiding another's.
 
 Strategies:
 
@@ -33,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from devcourse.measure import peak_rss_mib, run_child
+from devcourse.measure import AnonPeak, anon_rss_mib, peak_rss_mib, run_child
 
 STRATEGIES = ("plain", "mmap", "meta_assign", "devcourse")
 WIDTH = 1024  # one 1024 x 1024 float32 layer is 4 MiB
@@ -68,11 +72,17 @@ class Measurement:
     checkpoint_mib: float
     device: str = "cpu"
     gpu_peak_mib: float | None = None  # torch.cuda.max_memory_allocated, when loading onto a GPU
+    extra_anon_mib: float | None = None  # peak anonymous memory above the level before loading (Linux)
 
     @property
     def ratio(self) -> float:
         """Extra peak memory as a multiple of the checkpoint's size."""
         return self.extra_peak_mib / self.checkpoint_mib
+
+    @property
+    def anon_ratio(self) -> float | None:
+        """Extra peak anonymous memory as a multiple of the checkpoint's size (``None`` without ``/proc``)."""
+        return None if self.extra_anon_mib is None else self.extra_anon_mib / self.checkpoint_mib
 
 
 def _load(strategy: str, path: Path, layers: int, device: torch.device) -> nn.Module:
@@ -101,20 +111,23 @@ def _child(strategy: str, path: Path, layers: int, device: torch.device) -> dict
     if on_gpu:
         torch.cuda.init()
         torch.cuda.reset_peak_memory_stats(device)
-    before = peak_rss_mib()
+    before, anon_before = peak_rss_mib(), anon_rss_mib()
     start = time.perf_counter()
-    model = _load(strategy, path, layers, device)
-    checksum = sum(float(p.detach().sum()) for p in model.parameters())  # touch every weight
+    with AnonPeak() as anon:
+        model = _load(strategy, path, layers, device)
+        checksum = sum(float(p.detach().sum()) for p in model.parameters())  # touch every weight
     seconds = time.perf_counter() - start
     gpu_peak = torch.cuda.max_memory_allocated(device) / 2**20 if on_gpu else None
-    return {"seconds": seconds, "extra_peak_mib": peak_rss_mib() - before, "gpu_peak_mib": gpu_peak, "checksum": checksum}
+    extra_anon = None if anon.peak is None else anon.peak - anon_before
+    return {"seconds": seconds, "extra_peak_mib": peak_rss_mib() - before, "extra_anon_mib": extra_anon,
+            "gpu_peak_mib": gpu_peak, "checksum": checksum}
 
 
 def measure(strategy: str, path: Path, layers: int, device: str = "cpu", timeout_s: float = 600) -> Measurement:
     """Run one strategy in a fresh process, loading onto ``device``, and return what it measured."""
     result = run_child("devcourse.loadbench", [strategy, str(path), str(layers), str(device)], timeout_s)
     return Measurement(strategy, result["seconds"], result["extra_peak_mib"], path.stat().st_size / 2**20,
-                       str(device), result["gpu_peak_mib"])
+                       str(device), result["gpu_peak_mib"], result["extra_anon_mib"])
 
 
 def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES, device: str = "cpu") -> list[Measurement]:
@@ -126,17 +139,23 @@ def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES
 
 
 def format_table(measurements: list[Measurement]) -> str:
-    """One row per strategy: wall time, extra peak memory, and that memory over the checkpoint size.
+    """One row per strategy: wall time, extra peak memory and extra peak anonymous memory, each also
+    over the checkpoint size.
 
-    When the loads went onto a GPU, a last column gives the GPU's peak allocated memory.
+    The anonymous columns are left out where it was not measured (no ``/proc``). When the loads
+    went onto a GPU, a last column gives the GPU's peak allocated memory.
     """
     size = measurements[0].checkpoint_mib if measurements else 0.0
     gpu = any(m.gpu_peak_mib is not None for m in measurements)
+    anon = any(m.extra_anon_mib is not None for m in measurements)
     where = f", loaded onto {measurements[0].device}" if gpu else ""
-    header = f"{'strategy':12} {'seconds':>8} {'peak MiB':>9} {'x size':>7}" + (f" {'GPU MiB':>8}" if gpu else "")
+    header = (f"{'strategy':12} {'seconds':>8} {'peak MiB':>9} {'x size':>7}"
+              + (f" {'anon MiB':>9} {'x size':>7}" if anon else "") + (f" {'GPU MiB':>8}" if gpu else ""))
     lines = [f"checkpoint: {size:.0f} MiB{where}", header]
     for m in measurements:
         row = f"{m.strategy:12} {m.seconds:8.2f} {m.extra_peak_mib:9.0f} {m.ratio:7.2f}"
+        if anon:
+            row += f" {m.extra_anon_mib or 0:9.0f} {m.anon_ratio or 0:7.2f}"
         lines.append(row + (f" {m.gpu_peak_mib or 0:8.0f}" if gpu else ""))
     return "\n".join(lines)
 

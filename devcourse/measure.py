@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +31,58 @@ def peak_rss_mib() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB elsewhere
+
+
+def anon_rss_mib() -> float | None:
+    """This process's resident *anonymous* memory now, in MiB; ``None`` where ``/proc`` is missing.
+
+    ``RssAnon`` in ``/proc/self/status``: the memory the process holds that
+    no file backs (its heap, tensors it allocated). Pages of a memory-mapped
+    file (``torch.load(mmap=True)``) are counted in ``VmRSS`` and so in
+    :func:`peak_rss_mib`, but not here: the kernel can drop them under
+    pressure and read them again from the file.
+    """
+    status = Path("/proc/self/status")
+    if not status.exists():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 2**10  # kB
+    return None
+
+
+class AnonPeak:
+    """The peak of :func:`anon_rss_mib` over a ``with`` block, sampled every ``interval_s`` by a thread.
+
+    ``peak`` is ``None`` where ``/proc`` is missing (macOS, Windows). The
+    kernel keeps no peak of anonymous memory, so a short spike between two
+    samples can be missed; every sample and the block's end are counted.
+    """
+
+    def __init__(self, interval_s: float = 0.0005):
+        self.interval_s = interval_s
+        self.peak: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _take(self) -> None:
+        value = anon_rss_mib()
+        if value is not None and (self.peak is None or value > self.peak):
+            self.peak = value
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._take()
+
+    def __enter__(self) -> "AnonPeak":
+        self._take()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._take()
 
 
 def run_child(module: str, args: Sequence[str], timeout_s: float = 600) -> dict:

@@ -13,6 +13,12 @@ def test_each_strategy_reports_time_and_memory_from_its_own_process():
     assert by_name["plain"].ratio > 1.5
     assert by_name["meta_assign"].extra_peak_mib < 0.75 * plain
     assert by_name["devcourse"].extra_peak_mib < 0.75 * plain
+    # anonymous memory: mmap=True keeps the loaded copy in the file's pages, which the resident
+    # peak counts and the anonymous one does not; meta_assign needs almost none of its own
+    if by_name["plain"].extra_anon_mib is not None:  # Linux
+        assert by_name["plain"].anon_ratio > 1.5
+        assert by_name["mmap"].anon_ratio < 1.3 < by_name["mmap"].ratio
+        assert by_name["meta_assign"].anon_ratio < 0.25
 
 
 def test_table_has_one_row_per_strategy():
@@ -21,6 +27,13 @@ def test_table_has_one_row_per_strategy():
     assert lines[0] == "checkpoint: 100 MiB"
     assert lines[2].split() == ["plain", "1.50", "200", "2.00"]
     assert lines[3].split() == ["devcourse", "0.50", "105", "1.05"]
+
+
+def test_table_adds_anonymous_memory_where_it_was_measured():
+    rows = [loadbench.Measurement("mmap", 1.0, 200.0, 100.0, extra_anon_mib=100.0)]
+    lines = loadbench.format_table(rows).splitlines()
+    assert lines[1].split() == ["strategy", "seconds", "peak", "MiB", "x", "size", "anon", "MiB", "x", "size"]
+    assert lines[2].split() == ["mmap", "1.00", "200", "2.00", "100", "1.00"]
 
 
 def test_table_adds_the_gpu_peak_when_loading_onto_a_gpu():
@@ -37,3 +50,21 @@ def test_a_failing_strategy_raises_with_its_error(tmp_path):
 
 def test_layer_count_follows_the_requested_size():
     assert loadbench.layers_for(1024) == 256 and loadbench.layers_for(1) == 1
+
+
+def test_anon_peak_sees_memory_freed_before_the_block_ends():
+    import time
+
+    import torch
+
+    from devcourse import measure
+
+    start = measure.anon_rss_mib()
+    with measure.AnonPeak() as anon:
+        block = torch.ones(8 * 2**20)  # 32 MiB, written, so resident
+        time.sleep(0.05)
+        del block
+    if start is None:
+        assert anon.peak is None  # no /proc here
+    else:
+        assert anon.peak - start > 24 and measure.anon_rss_mib() - start < 16
