@@ -121,6 +121,7 @@ def check_notebooks(ctx: Context) -> Check:
 
 def check_grading(ctx: Context) -> Check:
     from autograder import demo, grade
+    from autograder.report import format_table
     from devcourse.grading import device_matrix
 
     results = grade.grade(workdir=WORKDIR / "grade")
@@ -132,7 +133,7 @@ def check_grading(ctx: Context) -> Check:
         if ("" if r.score is None else f"{r.score:g}") != expected.get((r.student, r.assignment))
     ]
     devices = ", ".join(str(d) for d in device_matrix("tensor"))
-    body = [f"Device matrix: {devices}", "", "```", grade.format_table(results), "```"]
+    body = [f"Device matrix: {devices}", "", "```", format_table(results), "```"]
     if wrong:
         body += ["", "Scores that differ from expected_scores.csv:", *(f"- {w}" for w in wrong)]
     return Check("grading", "failed" if wrong else "passed", f"demo class graded on {devices}; {len(wrong)} unexpected scores", body)

@@ -1,6 +1,6 @@
 """Execute one assembled notebook in a sandboxed kernel (one process per notebook).
 
-``python -m autograder.runner JOB.json`` is started by :mod:`autograder.grade`
+``python -m autograder.runner JOB.json`` is started by :mod:`autograder.job`
 for every submission. It runs outside the sandbox, like nbgrader's executor:
 it starts the kernel through :func:`autograder.sandbox.wrap`, installs
 :mod:`autograder.guard` in it, runs the cells one by one with a per-cell and

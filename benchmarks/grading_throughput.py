@@ -45,7 +45,7 @@ import torch
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
-from autograder.grade import DEMO_CLASS
+from autograder.settings import DEMO_CLASS
 from autograder.pipeline import ROOT, SOLUTIONS, course_config, tool_env
 
 HONEST = ["ada", "grace", "linus", "margaret"]

@@ -7,7 +7,9 @@ import shutil
 import nbformat
 import pytest
 
-from autograder import demo, grade, sandbox
+from autograder import demo, grade, pipeline, sandbox, scan, submission
+from autograder.settings import Settings
+from autograder.job import strict_comparisons
 
 CELL_TIMEOUT_S = 45  # the looping student costs this much; every honest cell of the course is far quicker
 
@@ -118,7 +120,7 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
         pytest.skip(f"no user namespaces here: {sandbox.probe(user_namespace=True).reason}")
     for student in ["ada", "eve"]:
         shutil.copytree(demo.SUBMITTED / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
-    settings = grade.Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, user_namespace=True)
+    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, user_namespace=True)
     assert "user namespace" in " ".join(settings.isolation().describe(1, 1, 1))
     results = {r.student: r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                if r.assignment == "00_environment"}
@@ -132,42 +134,44 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
             assert "/jobs/eve/" in line, line
 
 
-def test_scan_flags_reaching_into_the_grader_and_not_honest_code():
-    def cells(*sources):
-        return [nbformat.v4.new_code_cell(s) for s in sources]
+def cells_of(*sources):
+    return [nbformat.v4.new_code_cell(s) for s in sources]
 
-    assert grade.scan(cells("model.eval()\nx = torch.ones(2).to('cpu')")) == []
-    assert grade.scan(cells("import torch\ntorch.allclose = lambda *a: True")) == ["line 2 changes torch.allclose"]
-    assert grade.scan(cells("get_ipython().showtraceback = None"))
-    assert grade.scan(cells("import builtins"))
-    assert grade.scan(cells("import torch", "setattr(torch, 'equal', min)"))
+
+def test_scan_flags_reaching_into_the_grader_and_not_honest_code():
+    cells = cells_of
+    assert scan.scan(cells("model.eval()\nx = torch.ones(2).to('cpu')")) == []
+    assert scan.scan(cells("import torch\ntorch.allclose = lambda *a: True")) == ["line 2 changes torch.allclose"]
+    assert scan.scan(cells("get_ipython().showtraceback = None"))
+    assert scan.scan(cells("import builtins"))
+    assert scan.scan(cells("import torch", "setattr(torch, 'equal', min)"))
 
 
 def test_strict_comparisons_refuse_rigged_equality():
-    source = grade.strict_comparisons("assert f() == 3\nassert g() != 4", "_guard")
+    source = strict_comparisons("assert f() == 3\nassert g() != 4", "_guard")
     assert "_guard" in source and "==" not in source and "!=" not in source
 
 
 def test_assemble_restores_tests_and_keeps_answers():
-    source = nbformat.read(grade.SOLUTIONS / "01_device_placement" / "01_device_placement.ipynb", as_version=4)
+    source = nbformat.read(pipeline.SOLUTIONS / "01_device_placement" / "01_device_placement.ipynb", as_version=4)
     student = nbformat.read(demo.SUBMITTED / "trudy" / "02_cross_device_errors" / "02_cross_device_errors.ipynb",
                             as_version=4)
-    source02 = nbformat.read(grade.SOLUTIONS / "02_cross_device_errors" / "02_cross_device_errors.ipynb", as_version=4)
-    built = grade.assemble(source02, student)
-    tests = [c.source for c in built.cells if grade._is_test(c)]
-    assert tests == [c.source for c in source02.cells if grade._is_test(c)], "edited and deleted tests come back"
-    assert any("raise NotImplementedError" in c.source for c in built.cells if grade._is_answer(c))
-    with pytest.raises(grade.SubmissionError, match="notebook of 01_device_placement"):
+    source02 = nbformat.read(pipeline.SOLUTIONS / "02_cross_device_errors" / "02_cross_device_errors.ipynb", as_version=4)
+    built = submission.assemble(source02, student)
+    tests = [c.source for c in built.cells if submission.is_test(c)]
+    assert tests == [c.source for c in source02.cells if submission.is_test(c)], "edited and deleted tests come back"
+    assert any("raise NotImplementedError" in c.source for c in built.cells if submission.is_answer(c))
+    with pytest.raises(submission.SubmissionError, match="notebook of 01_device_placement"):
         path = demo.SUBMITTED / "ada" / "01_device_placement" / "01_device_placement.ipynb"
-        ids = {grade._nbgrader(c).get("grade_id") for c in source.cells} - {None}
-        grade.read_submission(path, grade._grade_ids(source02), {"01_device_placement": ids})
+        ids = {submission.nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
+        submission.read_submission(path, submission.grade_ids_of(source02), {"01_device_placement": ids})
 
 
 def test_corrupt_notebook_is_named(tmp_path):
     path = tmp_path / "x.ipynb"
     path.write_text('{"cells": [ this is not json')
-    with pytest.raises(grade.SubmissionError, match="x.ipynb is not a valid notebook"):
-        grade.read_submission(path, set(), {})
+    with pytest.raises(submission.SubmissionError, match="x.ipynb is not a valid notebook"):
+        submission.read_submission(path, set(), {})
 
 
 def test_help_describes_the_command(capsys):
@@ -185,3 +189,4 @@ def test_status_files_say_why_a_notebook_stopped(run):
                          / "status.json").read_text())
     assert status["stopped"].startswith("time limit")
     shutil.rmtree(workdir / "jobs")  # the working copies are large; the graded notebooks stay
+

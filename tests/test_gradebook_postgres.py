@@ -21,6 +21,9 @@ import nbformat
 import pytest
 
 from autograder import demo, grade, sandbox
+from autograder.gradebook import GradebookLock
+from autograder.pipeline import course_config
+from autograder.settings import DEMO_CLASS, GRADEBOOK_ENV
 
 ASSIGNMENT = "00_environment"
 STUDENTS = {"grader_a": ["ada", "grace"], "grader_b": ["linus", "margaret"]}
@@ -88,7 +91,7 @@ def _cluster(binaries: Path, home: Path):
 def _class_of(students: list[str], folder: Path, rename: dict[str, str] | None = None) -> Path:
     """A class of some demo students' submissions of ASSIGNMENT, each under its own (or a new) name."""
     for student in students:
-        shutil.copytree(grade.DEMO_CLASS / student / ASSIGNMENT, folder / (rename or {}).get(student, student) / ASSIGNMENT)
+        shutil.copytree(DEMO_CLASS / student / ASSIGNMENT, folder / (rename or {}).get(student, student) / ASSIGNMENT)
     return folder
 
 
@@ -101,7 +104,7 @@ def _expected() -> dict[str, str]:
 def graded(server, tmp_path_factory):
     """Two graders, each with half of the class, grade at the same time into the one gradebook."""
     tmp = tmp_path_factory.mktemp("graders")
-    env = {**os.environ, grade.GRADEBOOK_ENV: server["url"]}
+    env = {**os.environ, GRADEBOOK_ENV: server["url"]}
     graders = {}
     for name, students in STUDENTS.items():
         submitted = _class_of(students, tmp / name / "submitted")
@@ -120,7 +123,7 @@ def test_both_graders_scores_land_in_the_postgresql_gradebook(server, graded):
     from nbgrader.api import Gradebook
 
     expected = _expected()
-    with Gradebook(server["url"], grade.course_config().CourseDirectory.course_id) as gradebook:
+    with Gradebook(server["url"], course_config().CourseDirectory.course_id) as gradebook:
         scores = {s.student.id: s.score for s in gradebook.assignment_submissions(ASSIGNMENT)}
     everyone = [student for students in STUDENTS.values() for student in students]
     assert sorted(scores) == sorted(everyone)
@@ -132,18 +135,18 @@ def test_graders_write_the_gradebook_one_at_a_time(server):
     """nbgrader's "update or create" from two graders at once is a duplicate-key error: the lock prevents it."""
     import psycopg
 
-    with grade.GradebookLock(server["url"]) as lock, psycopg.connect(server["url"], autocommit=True) as other:
+    with GradebookLock(server["url"]) as lock, psycopg.connect(server["url"], autocommit=True) as other:
         def free() -> bool:
-            taken = other.execute("SELECT pg_try_advisory_lock(%s)", (grade.GradebookLock.KEY,)).fetchone()[0]
+            taken = other.execute("SELECT pg_try_advisory_lock(%s)", (GradebookLock.KEY,)).fetchone()[0]
             if taken:
-                other.execute("SELECT pg_advisory_unlock(%s)", (grade.GradebookLock.KEY,))
+                other.execute("SELECT pg_advisory_unlock(%s)", (GradebookLock.KEY,))
             return taken
 
         assert free()
         with lock.held():
             assert not free(), "another grader could write while this one holds the lock"
         assert free()
-    assert grade.GradebookLock("sqlite:///gradebook.db").engine is None
+    assert GradebookLock("sqlite:///gradebook.db").engine is None
 
 
 def test_no_sqlite_gradebook_when_postgresql_is_set(graded):

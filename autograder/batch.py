@@ -1,0 +1,151 @@
+"""Grade a whole class: every submission's jobs in a pool, one per core, then the gradebook and feedback.
+
+The data flow, module by module: :mod:`autograder.submission` (read and
+assemble), :mod:`autograder.scan`, :mod:`autograder.job` (prepare, run in
+:mod:`autograder.sandbox` through :mod:`autograder.runner`),
+:mod:`autograder.verdict`, :mod:`autograder.gradebook` (nbgrader's
+autograde), :mod:`autograder.feedback`, :mod:`autograder.report`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+import nbformat
+
+from autograder import sandbox
+from autograder.feedback import hidden_lines, write_feedback
+from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.job import Job, course_imports, execute, prepare
+from autograder.pipeline import SOLUTIONS, assignments, course_config
+from autograder.report import Progress, devices_text
+from autograder.settings import DEMO_CLASS, WORKDIR, Result, Settings
+from autograder.submission import SubmissionError, grade_ids_of, read_submission
+from autograder.verdict import verdict
+
+
+def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Settings | None = None) -> list[Result]:
+    """Autograde every ``submitted/<student>/<assignment>/`` folder; return one Result per pair.
+
+    A student who handed nothing in for an assignment gets ``score=None`` and
+    a note; a notebook that cannot be graded (corrupt, from another
+    assignment) gets a note with the reason, and the batch goes on.
+    """
+    settings = settings or Settings()
+    submitted, workdir = Path(submitted).resolve(), Path(workdir).resolve()
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    (workdir / "submitted").mkdir()
+    db_url = gradebook_url(settings, workdir)
+    with grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root, \
+            GradebookLock(db_url) as lock:
+        os.chmod(ipc_root, 0o755)
+        return _grade_in(submitted, workdir, db_url, settings, Path(ipc_root), lock)
+
+
+def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
+              lock: GradebookLock) -> list[Result]:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    api = nbgrader_api(workdir, db_url)
+    names = assignments()
+    sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
+    for name in names:
+        with lock.held():
+            outcome = api.generate_assignment(name, force=True)
+        if not outcome["success"]:
+            raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
+        sources[name] = {p.stem: nbformat.read(p, as_version=4) for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
+    grade_ids = {a: set().union(*(grade_ids_of(nb) for nb in nbs.values())) for a, nbs in sources.items()}
+    imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
+    read_only = sandbox.python_paths()
+
+    isolation = settings.isolation()
+    secret, guard_name = secrets.token_bytes(32), "_grader_" + secrets.token_hex(8)
+    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
+    notes: dict[tuple[str, str], list[str]] = {}
+    jobs: dict[tuple[str, str], list[Job]] = {}
+    job_files: list[tuple[Job, Path]] = []
+    for student in students:
+        for name in names:
+            folder = submitted / student / name
+            if not folder.is_dir():
+                notes[student, name] = ["not submitted"]
+                continue
+            others = {a: ids for a, ids in grade_ids.items() if a != name}
+            for notebook, source in sources[name].items():
+                path = folder / f"{notebook}.ipynb"
+                if not path.is_file():
+                    notes.setdefault((student, name), []).append(f"{notebook}.ipynb missing: 0 points for it")
+                    continue
+                try:
+                    nb = read_submission(path, grade_ids_of(source), others)
+                except SubmissionError as error:
+                    notes.setdefault((student, name), []).append(f"not graded: {error}")
+                    continue
+                job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
+                job_files.append((job, prepare(job, source, nb, folder, secret, guard_name, settings, isolation, ipc_root,
+                                               imports[name][notebook], read_only)))
+                jobs.setdefault((student, name), []).append(job)
+
+    hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
+    progress = Progress(len(job_files), settings.progress)
+    remaining = {pair: len(pair_jobs) for pair, pair_jobs in jobs.items()}
+    graded: set[tuple[str, str]] = set()
+    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+        futures = {pool.submit(execute, path, settings): job for job, path in job_files}
+        for future in as_completed(futures):
+            job = futures[future]
+            pair = (job.student, job.assignment)
+            status_path = job.folder / "status.json"
+            job.status = json.loads(status_path.read_text()) if status_path.exists() else {
+                "stopped": "the runner did not finish; see runner.log", "seconds": 0}
+            out = job.folder / "out.ipynb"
+            executed = nbformat.read(out if out.exists() else job.folder / "in.ipynb", as_version=4)
+            executed = verdict(job, executed, sources[job.assignment][job.notebook])
+            target = workdir / "submitted" / job.student / job.assignment
+            target.mkdir(parents=True, exist_ok=True)
+            nbformat.write(executed, target / f"{job.notebook}.ipynb")
+            if job.status.get("stopped"):
+                notes.setdefault(pair, []).append(f"{job.notebook}: stopped, {job.status['stopped']}")
+            if job.findings:
+                notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3]))
+            remaining[pair] -= 1
+            if remaining[pair] == 0:
+                # Scores and feedback of a finished pair, while the pool runs the next notebooks.
+                with lock.held():
+                    outcome = api.autograde(job.assignment, job.student, force=True, create=True)
+                if outcome["success"]:
+                    graded.add(pair)
+                    if settings.feedback:
+                        write_feedback(api, workdir, pair, hidden[job.assignment], notes)
+                else:
+                    notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
+            progress.step(f"{job.student}/{job.assignment}")
+
+    devices = devices_text()
+    results = []
+    with Gradebook(db_url, course_config().CourseDirectory.course_id) as gradebook:
+        for student in students:
+            for name in names:
+                max_score = gradebook.find_assignment(name).max_score
+                pair_notes = notes.get((student, name), [])
+                score = None
+                if (student, name) in graded:
+                    try:
+                        score = gradebook.find_submission(name, student).score
+                    except MissingEntry:
+                        pair_notes = [*pair_notes, "not graded: no submission in the gradebook"]
+                ran = any(j.status.get("seconds") for j in jobs.get((student, name), []))
+                seconds = sum(j.status.get("seconds", 0) for j in jobs.get((student, name), []))
+                results.append(Result(student, name, score, max_score, "; ".join(pair_notes),
+                                      devices if ran else "", round(seconds, 1)))
+    return results

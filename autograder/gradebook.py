@@ -1,0 +1,120 @@
+"""nbgrader's side of grading: its API set up for this course, the gradebook's URL, and a lock for shared gradebooks.
+
+The gradebook is nbgrader's SQLite file in the work folder, or a PostgreSQL
+database shared by several graders (``--db-url`` or ``$COURSE_GRADEBOOK_URL``),
+whose writes :class:`GradebookLock` keeps to one grader at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from pathlib import Path
+from typing import Iterator
+from unittest import mock
+
+from autograder import sandbox
+from autograder.pipeline import course_config, tool_env
+from autograder.settings import GRADEBOOK_ENV, Settings
+
+
+def nbgrader_api(workdir: Path, db_url: str):
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, DeduplicateIds, LimitOutput,
+                                        OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+    from traitlets.config import Config
+
+    config = course_config()
+    overrides = Config()
+    overrides.CourseDirectory.root = str(workdir)
+    overrides.CourseDirectory.source_directory = "source"
+    overrides.CourseDirectory.release_directory = "release"
+    overrides.CourseDirectory.db_url = db_url
+    # The notebooks arrive executed by the sandboxed runner: nbgrader must neither clear nor re-run them.
+    overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
+    overrides.Autograde.autograde_preprocessors = [LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    config.merge(overrides)
+    return NbGraderAPI(config=config)
+
+
+@contextlib.contextmanager
+def grading_environment() -> Iterator[None]:
+    """nbgrader runs ``alembic`` by name and warns on every submission; both for this block only."""
+    from sqlalchemy.exc import SAWarning
+
+    with mock.patch.dict(os.environ, {"PATH": tool_env()["PATH"]}), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=SAWarning)
+        yield
+
+
+class GradebookLock:
+    """One grader at a time writes a shared PostgreSQL gradebook (a PostgreSQL advisory lock).
+
+    nbgrader creates assignments, notebooks and students with "update or
+    create", which two graders doing it at once turn into a duplicate-key
+    error. Any other database (SQLite in the work folder) has one grader: no lock.
+    """
+
+    KEY = 0x6E626772  # any number the graders of one course agree on
+
+    def __init__(self, url: str):
+        from sqlalchemy.engine import make_url
+
+        self.engine = None
+        if make_url(url).get_backend_name() == "postgresql":
+            import sqlalchemy
+
+            self.engine = sqlalchemy.create_engine(url)
+
+    def __enter__(self) -> "GradebookLock":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        if self.engine is not None:
+            self.engine.dispose()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        if self.engine is None:
+            yield
+            return
+        from sqlalchemy import text
+
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": self.KEY})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.KEY})
+
+
+def gradebook_url(settings: Settings, workdir: Path) -> str:
+    """``--db-url``, else ``$COURSE_GRADEBOOK_URL``, else nbgrader's SQLite file in the work folder."""
+    return settings.db_url or os.environ.get(GRADEBOOK_ENV) or f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
+
+
+def shown_url(url: str) -> str:
+    """The gradebook URL as the report prints it: the password replaced by ``***``."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def gradebook_problem(url: str) -> str | None:
+    """Why the gradebook at ``url`` cannot be opened (server down, wrong password...), or None if it can."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as error:  # noqa: BLE001 - any reason is reported to the instructor, in one line
+        reason = str(getattr(error, "orig", None) or error)
+        return " ".join(line.strip() for line in reason.splitlines() if line.strip()) or type(error).__name__
+    return None
+
+
+def last_line(text: str | None) -> str:
+    return sandbox.last_line(text or "") or "unknown error"

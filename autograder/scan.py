@@ -1,0 +1,84 @@
+"""Read the student's code, without running it, for reaches into the grading machinery.
+
+A notebook with findings has its score withheld for the instructor's review
+(see :mod:`autograder.verdict`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+
+# Names no answer in this course needs, and that reach into the tests, the kernel or the grader.
+FORBIDDEN_NAMES = {  # as a bare name
+    "get_ipython", "__builtins__", "__import__", "exec", "eval", "compile", "globals", "breakpoint",
+}
+
+FORBIDDEN_ATTRIBUTES = {  # as an attribute, whatever it belongs to
+    "showtraceback", "_showtraceback", "showsyntaxerror", "set_custom_exc", "CustomTB", "custom_exceptions",
+    "run_cell", "run_cell_async", "run_ast_nodes", "run_code", "input_transformers_cleanup",
+    "input_transformers_post", "ast_transformers", "InteractiveShell", "excepthook", "displayhook", "settrace",
+    "setprofile", "get_referrers", "get_referents", "get_objects", "__code__", "__globals__", "f_globals",
+    "f_locals", "f_back", "_getframe", "__builtins__", "__subclasses__",
+}
+
+FORBIDDEN_DOTTED = {"sys.modules", "os.kill", "os.killpg", "os._exit", "os.abort", "signal.signal"}
+
+FORBIDDEN_MODULES = {"ctypes", "gc", "builtins", "signal", "IPython", "ipykernel", "inspect"}
+
+
+def scan(cells: list) -> list[str]:
+    """What in the student's code reaches into the grading machinery: one line per finding, [] if nothing.
+
+    Flags the names, attributes and modules above, and any attribute the code assigns or deletes on a
+    module it imported (``torch.allclose = ...``, ``setattr(devcourse.grading, ...)``).
+    """
+    findings = []
+    modules: set[str] = set()
+    trees = []
+    for index, cell in enumerate(cells):
+        try:
+            tree = ast.parse(ipython_free(cell.source))
+        except SyntaxError:
+            continue
+        trees.append((index, tree))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    modules.add(alias.asname or alias.name.split(".")[0])
+                    if isinstance(node, ast.Import) or alias.name in ("testing", "nn", "grading"):
+                        modules.add(alias.asname or alias.name)
+    for index, tree in trees:
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+                name = node.id
+            elif isinstance(node, ast.Attribute):
+                dotted = f"{node.value.id}.{node.attr}" if isinstance(node.value, ast.Name) else ""
+                name = dotted if dotted in FORBIDDEN_DOTTED else node.attr if node.attr in FORBIDDEN_ATTRIBUTES else None
+            elif isinstance(node, ast.Import):
+                name = next((a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES), None)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES:
+                name = node.module
+            if name:
+                findings.append(f"line {node.lineno} uses {name}")
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+                targets = node.args[:1]
+            for target in targets:
+                root = target
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if root is not target and isinstance(root, ast.Name) and root.id in modules:
+                    findings.append(f"line {node.lineno} changes {ast.unparse(target)}")
+                elif target is not node and isinstance(target, ast.Name) and target.id in modules and \
+                        isinstance(node, ast.Call):
+                    findings.append(f"line {node.lineno} changes an attribute of module {target.id}")
+    return sorted(set(findings), key=lambda f: int(f.split()[1]))
+
+
+def ipython_free(source: str) -> str:
+    """Cell source with IPython's ``%magic`` and ``!shell`` lines blanked, so ``ast`` can read it."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())

@@ -1,0 +1,52 @@
+"""What a grading run is given and what it gives back: defaults, :class:`Settings`, :class:`Result`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from autograder import sandbox
+from autograder.pipeline import ROOT
+
+DEMO_CLASS = ROOT / "autograder" / "demo_class" / "submitted"
+
+WORKDIR = ROOT / "build" / "grade"
+
+CELL_TIMEOUT_S = 60.0
+
+TIME_LIMIT_S = 600.0
+
+MEMORY_LIMIT_MIB = 4096
+
+GRADEBOOK_ENV = "COURSE_GRADEBOOK_URL"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One student's result on one assignment. ``score`` is None when not graded."""
+
+    student: str
+    assignment: str
+    score: float | None
+    max_score: float
+    note: str = ""
+    devices: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Settings:
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    cell_timeout_s: float = CELL_TIMEOUT_S
+    time_limit_s: float = TIME_LIMIT_S
+    memory_mib: int = MEMORY_LIMIT_MIB
+    db_url: str | None = None
+    feedback: bool = True
+    progress: bool = True
+    sandbox: bool = True
+    user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
+
+    def isolation(self) -> sandbox.Isolation:
+        if not self.sandbox:
+            return sandbox.Isolation(False, "switched off with --no-sandbox")
+        return sandbox.probe(self.user_namespace)

@@ -1,0 +1,100 @@
+"""From a submitted notebook to the notebook that is graded.
+
+:func:`read_submission` refuses what cannot be graded (not a notebook, the
+notebook of another assignment) with a :class:`SubmissionError` whose text is
+the report's note. :func:`assemble` builds the notebook to run from the
+instructor's source: the student's answer cells, and code cells they added,
+go in; every other cell, tests with their hidden parts included, comes from
+the source, so an edited or deleted test changes nothing.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import nbformat
+
+from autograder.pipeline import course_config
+
+
+def nbgrader_meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_answer(cell) -> bool:
+    return bool(nbgrader_meta(cell).get("solution"))
+
+
+def is_test(cell) -> bool:
+    meta = nbgrader_meta(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def grade_ids_of(nb: nbformat.NotebookNode) -> set[str]:
+    return {nbgrader_meta(c)["grade_id"] for c in nb.cells if nbgrader_meta(c).get("grade_id")}
+
+
+class SubmissionError(Exception):
+    """A notebook that cannot be graded; its message is the report's note."""
+
+
+def read_submission(path: Path, own: set[str], other_sources: dict[str, set[str]]):
+    """Read a submitted notebook, or raise SubmissionError saying why it cannot be graded."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+    except Exception as error:  # noqa: BLE001 - json, schema and encoding errors alike
+        raise SubmissionError(f"{path.name} is not a valid notebook ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0][:120] if str(error) else ''})") from None
+    ids = grade_ids_of(nb)
+    if ids and not ids & own:
+        owners = [name for name, other in other_sources.items() if ids & other]
+        where = f"the notebook of {owners[0]}" if owners else "not from this assignment"
+        raise SubmissionError(f"{path.name} is {where}")
+    return nb
+
+
+def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The notebook to grade: the source's cells, with the student's answers and added cells put in."""
+    answers = {nbgrader_meta(c)["grade_id"]: c for c in submitted.cells if is_answer(c) and nbgrader_meta(c).get("grade_id")}
+    source_ids = {c.get("id") for c in source.cells}
+    source_grade_ids = {nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
+    added: dict[str | None, list] = {}
+    anchor = None
+    for cell in submitted.cells:
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        if cell.get("id") in source_ids or grade_id in source_grade_ids:
+            anchor = grade_id or cell.get("id")
+            continue
+        if cell.cell_type == "code" and not nbgrader_meta(cell):
+            added.setdefault(anchor, []).append(cell)
+    out = nbformat.v4.new_notebook(metadata=source.metadata)
+    cells = list(added.get(None, []))
+    for cell in source.cells:
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        if is_answer(cell):
+            mine = answers.get(grade_id)
+            new = nbformat.from_dict(dict(cell))
+            new.source = mine.source if mine is not None else _stub(cell)
+            cells.append(new)
+        else:
+            cells.append(nbformat.from_dict(dict(cell)))
+        cells += added.get(grade_id or cell.get("id"), [])
+    for cell in cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    out.cells = cells
+    return out
+
+
+def _stub(cell) -> str:
+    """What nbgrader writes into a student version's answer cell (nbgrader_config.py's stubs)."""
+    code, text = _stubs()
+    return code if cell.cell_type == "code" else text
+
+
+@lru_cache(maxsize=1)
+def _stubs() -> tuple[str, str]:
+    stubs = course_config().ClearSolutions
+    return stubs.code_stub["python"], stubs.text_stub
