@@ -20,11 +20,15 @@ FORBIDDEN_ATTRIBUTES = {  # as an attribute, whatever it belongs to
     "input_transformers_post", "ast_transformers", "InteractiveShell", "excepthook", "displayhook", "settrace",
     "setprofile", "get_referrers", "get_referents", "get_objects", "__code__", "__globals__", "f_globals",
     "f_locals", "f_back", "_getframe", "__builtins__", "__subclasses__",
+    # inspect's ways to the caller's frames (a test's source and locals); getsource on what you hold is fine
+    "currentframe", "getouterframes", "getinnerframes", "getframeinfo",
 }
+INSPECT_FRAMES = {"stack", "trace"}  # inspect.stack(), inspect.trace(): names too common to flag alone (torch.stack)
 
 FORBIDDEN_DOTTED = {"sys.modules", "os.kill", "os.killpg", "os._exit", "os.abort", "signal.signal"}
 
-FORBIDDEN_MODULES = {"ctypes", "gc", "builtins", "signal", "IPython", "ipykernel", "inspect"}
+# gc and inspect are taught (gc.collect in 08, inspect.getsource in 07): their dangerous parts are attributes above.
+FORBIDDEN_MODULES = {"ctypes", "builtins", "signal", "IPython", "ipykernel"}
 
 
 def scan(cells: list) -> list[str]:
@@ -48,6 +52,9 @@ def scan(cells: list) -> list[str]:
                     modules.add(alias.asname or alias.name.split(".")[0])
                     if isinstance(node, ast.Import) or alias.name in ("testing", "nn", "grading"):
                         modules.add(alias.asname or alias.name)
+    inspect_names = {"inspect"} | {alias.asname for _, tree in trees for node in ast.walk(tree)
+                                   if isinstance(node, ast.Import) for alias in node.names
+                                   if alias.name == "inspect" and alias.asname}
     for index, tree in trees:
         for node in ast.walk(tree):
             name = None
@@ -56,6 +63,11 @@ def scan(cells: list) -> list[str]:
             elif isinstance(node, ast.Attribute):
                 dotted = f"{node.value.id}.{node.attr}" if isinstance(node.value, ast.Name) else ""
                 name = dotted if dotted in FORBIDDEN_DOTTED else node.attr if node.attr in FORBIDDEN_ATTRIBUTES else None
+                if isinstance(node.value, ast.Name) and node.value.id in inspect_names and node.attr in INSPECT_FRAMES:
+                    name = f"inspect.{node.attr}"
+            elif isinstance(node, ast.ImportFrom) and node.module == "inspect" and \
+                    any(a.name in INSPECT_FRAMES | FORBIDDEN_ATTRIBUTES for a in node.names):
+                name = "inspect." + next(a.name for a in node.names if a.name in INSPECT_FRAMES | FORBIDDEN_ATTRIBUTES)
             elif isinstance(node, ast.Import):
                 name = next((a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES), None)
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES:

@@ -190,3 +190,18 @@ def test_status_files_say_why_a_notebook_stopped(run):
     assert status["stopped"].startswith("time limit")
     shutil.rmtree(workdir / "jobs")  # the working copies are large; the graded notebooks stay
 
+
+def test_nothing_the_course_teaches_is_flagged():
+    # Every code cell of every solution notebook but the tests (answers and teaching cells alike),
+    # as a student who copies the lessons into answers would hand it in.
+    for path in sorted(pipeline.SOLUTIONS.glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cells = [c for c in nb.cells if c.cell_type == "code" and not submission.is_test(c)]
+        assert scan.scan(cells) == [], f"{path.name}: {scan.scan(cells)}"
+    assert scan.scan(cells_of("import gc\ngc.collect()", "import inspect\nprint(inspect.getsource(len))")) == []
+    assert scan.scan(cells_of("import gc\ngc.get_objects()")) == ["line 2 uses get_objects"]
+    assert scan.scan(cells_of("import inspect\ninspect.currentframe().f_back")) != []
+    assert scan.scan(cells_of("import inspect\nframes = inspect.stack()")) == ["line 2 uses inspect.stack"]
+    assert scan.scan(cells_of("import inspect as look\nframes = look.stack()")) == ["line 2 uses inspect.stack"]
+    assert scan.scan(cells_of("from inspect import stack")) == ["line 1 uses inspect.stack"]
+    assert scan.scan(cells_of("import torch\ntorch.stack([torch.ones(1)])")) == []
