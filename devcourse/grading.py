@@ -131,13 +131,14 @@ def has_values(tensor: torch.Tensor) -> bool:
 
 
 def is_plain_tensor(value: object) -> bool:
-    """True for a tensor of PyTorch's own type, or of the simulated device's tensor type.
+    """True for a tensor of PyTorch's own types (``Tensor``, ``nn.Parameter``) or the simulated device's.
 
     A test that demands "a tensor, not a subclass" asks this instead of
     ``type(value) is torch.Tensor``, which a correct answer on ``sim:N``
     would fail (its tensors are :class:`devcourse.simdevice.SimTensor`).
+    Any other subclass is refused: it can override what a comparison says.
     """
-    return type(value) is torch.Tensor or type(value) is simdevice.SimTensor
+    return type(value) in (torch.Tensor, torch.nn.Parameter, simdevice.SimTensor)
 
 
 def assert_tensor(actual: object, expected: torch.Tensor, device: torch.device | str | None = None) -> None:
@@ -145,15 +146,21 @@ def assert_tensor(actual: object, expected: torch.Tensor, device: torch.device |
 
     Checks type, device (``expected.device`` when ``device`` is None), dtype
     and shape; values too, exactly, when both tensors have them (every
-    device of the matrix has them; ``meta`` tensors do not).
+    device of the matrix has them; ``meta`` tensors do not). The type must be
+    PyTorch's own (or the simulated device's, see :func:`is_plain_tensor`):
+    a subclass could answer every question above as asked, so it is refused
+    before any is asked, and values are compared with torch-function
+    overrides switched off.
     """
     assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual).__name__}"
-    want = torch.device(device) if device is not None else expected.device
-    assert actual.device == want, f"tensor is on {actual.device}, expected {want}"
-    assert actual.dtype == expected.dtype, f"tensor has dtype {actual.dtype}, expected {expected.dtype}"
-    assert actual.shape == expected.shape, f"tensor has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    if has_values(actual) and has_values(expected):
-        assert torch.equal(actual.cpu(), expected.cpu()), "tensor values differ from the expected ones"
+    assert is_plain_tensor(actual), f"expected a torch.Tensor, got a subclass: {type(actual).__name__}"
+    with torch._C.DisableTorchFunction():
+        want = torch.device(device) if device is not None else expected.device
+        assert actual.device == want, f"tensor is on {actual.device}, expected {want}"
+        assert actual.dtype == expected.dtype, f"tensor has dtype {actual.dtype}, expected {expected.dtype}"
+        assert actual.shape == expected.shape, f"tensor has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        if has_values(actual) and has_values(expected):
+            assert torch.equal(actual.cpu(), expected.cpu()), "tensor values differ from the expected ones"
 
 
 @contextlib.contextmanager

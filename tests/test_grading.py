@@ -1,5 +1,6 @@
 import pytest
 import torch
+from devcourse.simdevice import SimTensor
 from devcourse.grading import (
     assert_tensor,
     check_on_devices,
@@ -148,3 +149,29 @@ def test_recorded_autocast_records_calls_and_stands_in_for_meta():
     assert calls == [("meta", torch.bfloat16, True), ("cpu", torch.bfloat16, True)]
     with pytest.raises(RuntimeError, match="unsupported autocast device_type 'meta'"):
         torch.autocast("meta", dtype=torch.bfloat16)
+
+
+class _Liar(torch.Tensor):
+    """Says yes to every comparison a test might make."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.equal, torch.allclose, torch.Tensor.__eq__):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class _SimLiar(SimTensor):
+    """The same lie, on the simulated device (whose tensors are SimTensor)."""
+
+    __torch_function__ = _Liar.__torch_function__
+
+
+def test_a_lying_tensor_subclass_fails_on_every_device():
+    expected = torch.arange(3.0)
+    for entry in device_matrix("tensor"):
+        zeros = torch.zeros(3).to(entry.device)
+        liar = _SimLiar(zeros._values, entry.device) if type(zeros) is SimTensor else zeros.as_subclass(_Liar)
+        assert torch.equal(liar, expected.to(entry.device))  # it lies to plain calls
+        with pytest.raises(AssertionError, match="got a subclass: _(Sim)?Liar"):
+            assert_tensor(liar, expected, entry.device)
