@@ -1,6 +1,7 @@
 """Grade a whole class: every submission's jobs in a pool, one per core, then the gradebook and feedback.
 
-The data flow, module by module: :mod:`autograder.submission` (read and
+First :mod:`autograder.canary` grades the instructor's solution in the
+same sandbox. The data flow, module by module: :mod:`autograder.submission` (read and
 assemble), :mod:`autograder.scan`, :mod:`autograder.job` (prepare, run in
 :mod:`autograder.sandbox` through :mod:`autograder.runner`),
 :mod:`autograder.verdict`, :mod:`autograder.gradebook` (nbgrader's
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import sandbox
+from autograder import canary, sandbox
 from autograder.feedback import hidden_lines, write_feedback
 from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.job import Job, course_imports, execute, prepare
@@ -70,6 +71,11 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
 
     isolation = settings.isolation()
     secret, guard_name = secrets.token_bytes(32), "_grader_" + secrets.token_hex(8)
+    if settings.canary != "none":
+        chosen = names if settings.canary == "all" else names[:1]
+        canary.check([(name, notebook, nb) for name in chosen for notebook, nb in sources[name].items()], workdir,
+                     {"secret": secret, "guard_name": guard_name, "isolation": isolation, "ipc_root": ipc_root,
+                      "imports": imports, "read_only": read_only}, settings)
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
     notes: dict[tuple[str, str], list[str]] = {}
     jobs: dict[tuple[str, str], list[Job]] = {}

@@ -1,7 +1,11 @@
 """Autograde a whole class: in parallel, sandboxed, with limits (``make grade``).
 
-For every ``<submitted>/<student>/<assignment>/`` folder, and for each
-notebook of that assignment:
+First the instructor's solution of the first assignment (``--canary all``:
+of every assignment) is graded in the same sandbox (:mod:`autograder.canary`);
+unless it passes every test, grading stops with exit code 3 and the reason
+on the first line of the error output. Then, for every
+``<submitted>/<student>/<assignment>/`` folder, and for each notebook of
+that assignment:
 
 1. the notebook to run is assembled from the instructor's source: the
    student's answer cells (and any cells they added) go in, every other cell,
@@ -36,6 +40,7 @@ import time
 from pathlib import Path
 
 from autograder.batch import grade
+from autograder.canary import CanaryFailed
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
 from autograder.settings import CELL_TIMEOUT_S, DEMO_CLASS, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, WORKDIR, Settings
@@ -64,13 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-feedback", action="store_true", help="skip the feedback HTML")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run kernels without namespaces (limits on time and memory still hold)")
+    parser.add_argument("--canary", choices=("first", "all", "none"), default="first",
+                        help="grade the instructor's solution first, in the same sandbox, and stop unless it gets "
+                             "full marks: the first assignment's notebooks, all of them, or none (default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if not args.submitted.is_dir():
         parser.error(f"no submissions folder at {args.submitted}")
     settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                         memory_mib=args.memory_limit_mib, db_url=args.db_url, feedback=not args.no_feedback,
-                        progress=not args.quiet, sandbox=not args.no_sandbox)
+                        progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary)
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)
@@ -84,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                                                              settings.cell_timeout_s))]
     print("\n".join(header), flush=True)
     started = time.monotonic()
-    results = grade(args.submitted, args.workdir, settings)
+    try:
+        results = grade(args.submitted, args.workdir, settings)
+    except CanaryFailed as failure:
+        print(str(failure), file=sys.stderr, flush=True)
+        return 3
     table = format_table(results)
     workdir = args.workdir.resolve()
     write_csv(results, workdir / "scores.csv")

@@ -45,6 +45,7 @@ class Settings:
     progress: bool = True
     sandbox: bool = True
     user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
+    canary: str = "first"  # the instructor's solution graded first: "first" assignment's notebooks, "all", "none"
 
     def isolation(self) -> sandbox.Isolation:
         if not self.sandbox:

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from autograder import demo, grade, pipeline, sandbox, scan, submission
-from autograder.settings import Settings
+from autograder.settings import DEMO_CLASS, Settings
 from autograder.job import strict_comparisons
 
 CELL_TIMEOUT_S = 45  # the looping student costs this much; every honest cell of the course is far quicker
@@ -205,3 +205,16 @@ def test_nothing_the_course_teaches_is_flagged():
     assert scan.scan(cells_of("import inspect as look\nframes = look.stack()")) == ["line 2 uses inspect.stack"]
     assert scan.scan(cells_of("from inspect import stack")) == ["line 1 uses inspect.stack"]
     assert scan.scan(cells_of("import torch\ntorch.stack([torch.ones(1)])")) == []
+
+
+def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys):
+    # PyTorch cannot start under a 64 MiB limit: the instructor's solution fails in the sandbox, so
+    # grading stops with exit 3 and the reason on the first line, instead of a table of zeros.
+    submitted = tmp_path / "submitted" / "ada"
+    shutil.copytree(DEMO_CLASS / "ada" / "00_environment", submitted / "00_environment")
+    code = grade.main(["--submitted", str(submitted.parent), "--workdir", str(tmp_path / "work"), "--quiet",
+                       "--no-feedback", "--memory-limit-mib", "64"])
+    first = capsys.readouterr().err.splitlines()[0]
+    assert code == 3
+    assert first.startswith("grading stopped: the instructor's solution of 00_environment/00_environment"), first
+    assert not (tmp_path / "work" / "jobs" / "ada").exists(), "no student is graded"
