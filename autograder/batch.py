@@ -10,7 +10,6 @@ autograde), :mod:`autograder.feedback`, :mod:`autograder.report`.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -28,7 +27,7 @@ from autograder.pipeline import SOLUTIONS, assignments, course_config
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, WORKDIR, Result, Settings
 from autograder.submission import SubmissionError, grade_ids_of, read_submission
-from autograder.verdict import verdict
+from autograder.verdict import judge
 
 
 def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Settings | None = None) -> list[Result]:
@@ -111,12 +110,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
         for future in as_completed(futures):
             job = futures[future]
             pair = (job.student, job.assignment)
-            status_path = job.folder / "status.json"
-            job.status = json.loads(status_path.read_text()) if status_path.exists() else {
-                "stopped": "the runner did not finish; see runner.log", "seconds": 0}
-            out = job.folder / "out.ipynb"
-            executed = nbformat.read(out if out.exists() else job.folder / "in.ipynb", as_version=4)
-            executed = verdict(job, executed, sources[job.assignment][job.notebook])
+            executed = judge(job, sources[job.assignment][job.notebook])
             target = workdir / "submitted" / job.student / job.assignment
             target.mkdir(parents=True, exist_ok=True)
             nbformat.write(executed, target / f"{job.notebook}.ipynb")

@@ -15,7 +15,6 @@ notebook's run; ``--canary all`` checks every assignment's notebooks.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from autograder import sandbox
 from autograder.job import Job, execute, prepare
 from autograder.settings import Settings
 from autograder.submission import is_test, nbgrader_meta
-from autograder.verdict import verdict
+from autograder.verdict import judge
 
 STUDENT = "(canary)"
 
@@ -57,12 +56,9 @@ def check(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path
 
 
 def _problem(job: Job, source: nbformat.NotebookNode) -> str | None:
-    status_path = job.folder / "status.json"
-    job.status = json.loads(status_path.read_text()) if status_path.exists() else {}
     if job.findings:
         return "the scan flags it: " + "; ".join(job.findings[:3])
-    out = job.folder / "out.ipynb"
-    executed = verdict(job, nbformat.read(out if out.exists() else job.folder / "in.ipynb", as_version=4), source)
+    executed = judge(job, source)
     for cell in executed.cells:
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
         if is_test(cell) and errors:
@@ -71,7 +67,7 @@ def _problem(job: Job, source: nbformat.NotebookNode) -> str | None:
             log = job.folder / "runner.log"
             said = sandbox.last_line(log.read_text(errors="replace")) if log.exists() else ""
             return problem + (f" (the kernel's last words: {said})" if said else "")
-    if not status_path.exists():
+    if not (job.folder / "status.json").exists():
         log = job.folder / "runner.log"
         return "the runner did not finish: " + (sandbox.last_line(log.read_text()) if log.exists() else "no log")
     return None

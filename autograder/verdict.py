@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 
 from autograder.job import Job
@@ -43,3 +45,16 @@ def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.Notebook
             cell.outputs.append(nbformat.v4.new_output("error", ename="GradingError", evalue=reason, traceback=[
                 f"GradingError: {reason}"]))
     return executed
+
+
+def judge(job: Job, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Read what the runner left in the job's folder (status, executed notebook) and decide every test.
+
+    A runner that left no status (killed, or it never started) counts as
+    stopped; a notebook that never ran is judged from its input, every test unrun.
+    """
+    status_path = job.folder / "status.json"
+    job.status = json.loads(status_path.read_text()) if status_path.exists() else {
+        "stopped": "the runner did not finish; see runner.log", "seconds": 0}
+    out = job.folder / "out.ipynb"
+    return verdict(job, nbformat.read(out if out.exists() else job.folder / "in.ipynb", as_version=4), source)

@@ -9,8 +9,10 @@ anywhere, notebook cells included, and :func:`torchrun` starts it with
 Every run has a wall-time limit. A run that exceeds it, or in which a rank
 dies, ends with :class:`DistributedRunError` naming what happened, and every
 process it started is killed (each run gets its own process group), so no
-orphan is left behind. On a CPU-only machine the workers use the ``gloo``
-backend; with enough GPUs for the ranks of a node, ``nccl``.
+orphan is left behind. Which device and backend a worker uses is the
+worker's own code's choice (07 asks ``torch.accelerator``); with
+``simulated_devices=N`` every worker that finds no accelerator gets N
+simulated ones.
 
 Introduced in 07_multi_device_training.
 """
@@ -31,7 +33,7 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["DistributedRunError", "RunResult", "backend_for", "free_port", "run_functions", "torchrun", "write_script"]
+__all__ = ["DistributedRunError", "RunResult", "free_port", "run_functions", "torchrun", "write_script"]
 
 
 class DistributedRunError(RuntimeError):
@@ -50,13 +52,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def backend_for(local_world_size: int) -> str:
-    """``nccl`` when this machine has a GPU for each local rank, else ``gloo``."""
-    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size and torch.distributed.is_nccl_available():
-        return "nccl"
-    return "gloo"
 
 
 def torchrun(

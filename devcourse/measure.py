@@ -15,6 +15,17 @@ from pathlib import Path
 from typing import Sequence
 
 
+def proc_status_mib(field: str) -> float | None:
+    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ``RssAnon`` ...) in MiB; ``None`` without ``/proc``."""
+    status = Path("/proc/self/status")
+    if not status.exists():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 2**10  # kB
+    return None
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident memory so far, in MiB.
 
@@ -22,11 +33,9 @@ def peak_rss_mib() -> float:
     ``getrusage``'s ``ru_maxrss`` would carry over the peak of the parent
     that started this process.
     """
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 2**10  # kB
+    peak = proc_status_mib("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -42,13 +51,7 @@ def anon_rss_mib() -> float | None:
     :func:`peak_rss_mib`, but not here: the kernel can drop them under
     pressure and read them again from the file.
     """
-    status = Path("/proc/self/status")
-    if not status.exists():
-        return None
-    for line in status.read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 2**10  # kB
-    return None
+    return proc_status_mib("RssAnon")
 
 
 class AnonPeak:

@@ -21,10 +21,11 @@ Introduced in 08_portable_models_and_memory.
 from __future__ import annotations
 
 import weakref
-from pathlib import Path
 
 import torch
 from torch import nn
+
+from devcourse.measure import proc_status_mib
 
 # 1 PiB: more than any GPU holds and more than a 64-bit CPU process can address.
 IMPOSSIBLE_BYTES = 2**50
@@ -39,11 +40,9 @@ def rss_mib() -> float:
     it is installed. It counts everything the process holds, CPU tensors
     included; GPU memory is not in it. Works the same with or without a GPU.
     """
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 2**10  # kB
+    resident = proc_status_mib("VmRSS")
+    if resident is not None:
+        return resident
     import psutil  # not on Linux: psutil ships with the course's Jupyter stack
 
     return psutil.Process().memory_info().rss / 2**20
