@@ -15,7 +15,7 @@ so each entry is judged on its own exercise's tests only.
 
 ``make test`` grades the first two rounds of each assignment (about 2
 minutes on 2 CPUs); ``make mistakes`` grades all of them
-(``COURSE_MISTAKE_ROUNDS=all``, about 5 minutes).
+(``COURSE_MISTAKE_ROUNDS=all``, about 6 minutes).
 
 Bars: at least 95% of the mistakes lose points on their exercise, and every
 fix keeps all of them.
