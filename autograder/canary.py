@@ -64,10 +64,14 @@ def _problem(job: Job, source: nbformat.NotebookNode) -> str | None:
         if is_test(cell) and errors:
             first = errors[0]
             problem = f"test {nbgrader_meta(cell)['grade_id']}: {first.ename}: {sandbox.last_line(first.evalue) or first.evalue}"
-            log = job.folder / "runner.log"
-            said = sandbox.last_line(log.read_text(errors="replace")) if log.exists() else ""
+            said = _last_words(job)
             return problem + (f" (the kernel's last words: {said})" if said else "")
     if not (job.folder / "status.json").exists():
-        log = job.folder / "runner.log"
-        return "the runner did not finish: " + (sandbox.last_line(log.read_text()) if log.exists() else "no log")
+        return "the runner did not finish: " + (_last_words(job) or "no log")
     return None
+
+
+def _last_words(job: Job) -> str:
+    """The last line the runner and its kernel wrote to the job's log, or ``""``."""
+    log = job.folder / "runner.log"
+    return sandbox.last_line(log.read_text(errors="replace")) if log.exists() else ""
