@@ -79,6 +79,8 @@ def execute(path: Path) -> None:
                 output["traceback"] = [scrub_paths(line) for line in output["traceback"]]
             if "text" in output:
                 output["text"] = scrub_paths(output["text"])
+            if "evalue" in output:
+                output["evalue"] = scrub_paths(output["evalue"])
     nbformat.write(nb, path)
 
 

@@ -19,6 +19,7 @@ Introduced in 07_multi_device_training.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
@@ -194,6 +195,7 @@ def run_functions(
     nnodes: int = 1,
     timeout_s: float = 120,
     simulated_devices: int = 0,
+    outdir: str | Path | None = None,
 ) -> list[object]:
     """Run ``main(outdir)`` on every rank with torchrun; return each rank's result, rank 0 first.
 
@@ -201,10 +203,12 @@ def run_functions(
     See :func:`write_script` (``simulated_devices`` included) and
     :func:`torchrun`. Results are loaded with ``weights_only=True``: return
     tensors, numbers, strings and containers; tensors on a simulated device
-    come back on the CPU.
+    come back on the CPU. ``outdir`` is an existing folder the ranks run in
+    and may write to, kept afterwards; by default a temporary folder is used
+    and removed.
     """
-    with tempfile.TemporaryDirectory(prefix="ddp-run-") as folder:
-        folder = Path(folder)
+    with contextlib.ExitStack() as stack:
+        folder = Path(outdir) if outdir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-")))
         script = write_script(folder / "run.py", functions, main, folder, simulated_devices)
         run = torchrun(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
         world_size = nproc_per_node * nnodes

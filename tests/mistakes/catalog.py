@@ -1419,5 +1419,131 @@ MISTAKES_08 = [
     ),
 ]
 
+# ---------------------------------------------------------------------------------------------
+# 09_sharded_checkpoints
+
+_TO_SAFETENSORS_HEAD = '''\
+def to_safetensors(checkpoint: dict) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, metadata) for save_file: CPU contiguous tensors and JSON text, each under its '/'-joined path."""
+'''
+
+
+def _to_safetensors(tensor: str = "value.detach().to('cpu').contiguous()", other: str = "json.dumps(value)") -> str:
+    """A to_safetensors answer whose tensors become `tensor` and other values `other` (both of `value`)."""
+    return _TO_SAFETENSORS_HEAD + f"""\
+    tensors, metadata = {{}}, {{}}
+
+    def holds_tensor(value):
+        if isinstance(value, torch.Tensor):
+            return True
+        if isinstance(value, dict):
+            return any(holds_tensor(item) for item in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(holds_tensor(item) for item in value)
+        return False
+
+    def walk(value, path):
+        if isinstance(value, torch.Tensor):
+            tensors[path] = {tensor}
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{{path}}/{{key}}" if path else str(key))
+        elif holds_tensor(value):
+            raise TypeError(f"{{path}}: a tensor inside a {{type(value).__name__}}")
+        else:
+            try:
+                metadata[path] = {other}
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"{{path}}: {{err}}") from None
+
+    walk(checkpoint, "")
+    return tensors, metadata
+"""
+
+
+_LOAD_SHARDED_HEAD = '''\
+def load_sharded(checkpoint_dir: str | Path, model: nn.Module, device: torch.device | str) -> nn.Module:
+    """Load the "model" entry of a DCP checkpoint (saved by any number of ranks) into model, on device."""
+'''
+
+_SHARD_MODEL_HEAD = '''\
+def shard_model(model: nn.Module) -> nn.Module:
+    """fully_shard each direct child of model, then model itself; return the model."""
+    from torch.distributed.fsdp import fully_shard
+
+'''
+
+MISTAKES_09 = [
+    Mistake(
+        id="safetensors_noncontiguous_tensor",
+        url="https://github.com/huggingface/diffusers/pull/10761",
+        summary="Passed a state dict holding non-contiguous tensors to safetensors' save_file, which refused "
+                "it with 'You are trying to save a non contiguous tensor'; the fix made them contiguous first.",
+        assignment="09_sharded_checkpoints",
+        answer="to_safetensors",
+        code=_to_safetensors(tensor="value.detach().to('cpu')"),
+        fix=_to_safetensors(tensor="value.detach().cpu().clone(memory_format=torch.contiguous_format)"),
+    ),
+    Mistake(
+        id="safetensors_metadata_not_text",
+        url="https://github.com/safetensors/safetensors/issues/278",
+        summary="Wrote a number as a value of a safetensors file's __metadata__; safetensors accepts only "
+                "strings there, and the file could not be opened (InvalidHeaderDeserialization).",
+        assignment="09_sharded_checkpoints",
+        answer="to_safetensors",
+        code=_to_safetensors(other="value"),
+    ),
+    Mistake(
+        id="safetensors_metadata_str_not_json",
+        url="https://github.com/mflux-community/mflux/pull/261",
+        summary="Stored metadata values with str(), so None came back as the text 'None' and had to be "
+                "coerced by hand when the file was loaded.",
+        assignment="09_sharded_checkpoints",
+        answer="to_safetensors",
+        code=_to_safetensors(other="str(value)"),
+    ),
+    Mistake(
+        id="dcp_load_without_top_level_key",
+        url="https://github.com/JinjieNi/dlms-are-super-data-learners/issues/4",
+        summary="Loaded a distributed checkpoint with a state dict whose keys did not match how it had been "
+                "saved, and dcp.load failed with 'Missing key in checkpoint state_dict'.",
+        assignment="09_sharded_checkpoints",
+        answer="load_sharded",
+        code=_LOAD_SHARDED_HEAD + '''\
+    model = model.to(device)
+    dcp.load(model.state_dict(), checkpoint_id=checkpoint_dir)
+    return model
+''',
+        fix=_LOAD_SHARDED_HEAD + '''\
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as where:
+        single = Path(where) / "model.pt"
+        dcp_to_torch_save(checkpoint_dir, single)
+        state = torch.load(single, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    return model.to(device)
+''',
+    ),
+    Mistake(
+        id="fsdp_whole_model_one_unit",
+        url="https://github.com/facebookresearch/fairscale/issues/1050",
+        summary="Wrapped only the whole model in FSDP and saw it use as much memory as DDP; the maintainers "
+                "pointed out that without nested wrapping every layer's full weights are gathered at once.",
+        assignment="09_sharded_checkpoints",
+        answer="shard_model",
+        code=_SHARD_MODEL_HEAD + '''\
+    fully_shard(model)
+    return model
+''',
+        fix=_SHARD_MODEL_HEAD + '''\
+    for name, child in list(model.named_children()):
+        fully_shard(child)
+    fully_shard(model, reshard_after_forward=True)
+    return model
+''',
+    ),
+]
+
 MISTAKES: list[Mistake] = [*MISTAKES_01, *MISTAKES_02, *MISTAKES_03, *MISTAKES_04,
-                           *MISTAKES_05, *MISTAKES_06, *MISTAKES_07, *MISTAKES_08]
+                           *MISTAKES_05, *MISTAKES_06, *MISTAKES_07, *MISTAKES_08, *MISTAKES_09]

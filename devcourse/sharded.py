@@ -1,0 +1,90 @@
+"""Sharded checkpoints for notebook 09: a checkpoint written by several ranks, made on any machine.
+
+:func:`save_sharded_checkpoint` starts ``world_size`` processes with torchrun
+(:mod:`devcourse.distributed`), each on the CPU with the gloo backend, so no
+GPU is needed, and they save a model sharded by FSDP2 (``fully_shard``) with
+``torch.distributed.checkpoint`` (DCP): one ``__<rank>_0.distcp`` file per
+rank plus a ``.metadata`` file that says which rank holds which rows of each
+tensor. A DCP checkpoint records no device, so the same folder loads onto the
+CPU, a GPU or the simulated device. The function returns the model's full
+state dict, which is what a correct load must reproduce.
+
+On a CPU-only machine it does exactly that (about 5 s, most of it process
+start-up); on a GPU machine it does the same on the CPU, since a checkpoint's
+files do not depend on where the ranks ran.
+
+Introduced in 09_sharded_checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from devcourse.distributed import run_functions
+
+__all__ = ["save_sharded_checkpoint", "shard_files"]
+
+
+def _save_sharded_worker(outdir):
+    """One rank: build the seeded model, shard it with FSDP2, train a step, save with DCP (runs under torchrun)."""
+    import json
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    from devcourse.models import seeded_tinynet
+
+    request = json.loads((outdir / "request.json").read_text())
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    # eval(): BatchNorm's running statistics are buffers, which FSDP2 does not shard or
+    # synchronise; trained per rank they would differ, and DCP saves one rank's copy.
+    model = seeded_tinynet(request["seed"]).eval()
+    for child in model.children():
+        fully_shard(child)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(request["seed"] * 100 + rank)  # each rank its own batch
+    model(torch.randn(8, 8, generator=generator)).square().mean().backward()
+    optimizer.step()
+    if request["with_optimizer"]:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state, "step": 1}
+    else:
+        state = {"model": get_model_state_dict(model)}
+    dcp.save(state, checkpoint_id=str(outdir / "checkpoint"))
+    # Every rank takes part in gathering the full state dict; rank 0 returns it.
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return full if rank == 0 else None
+
+
+def save_sharded_checkpoint(
+    folder: str | Path, seed: int = 0, world_size: int = 2, with_optimizer: bool = False, timeout_s: float = 120
+) -> dict[str, torch.Tensor]:
+    """Save a ``TinyNet`` sharded over ``world_size`` CPU ranks with DCP into ``folder``; return its full state dict.
+
+    The model is ``seeded_tinynet(seed)`` after one AdamW step in which each
+    rank trained on its own batch (in eval mode, so BatchNorm's running
+    statistics stay equal on every rank), so its values differ from the
+    seeded model's. The checkpoint holds ``{"model": state_dict}``, plus
+    ``"optimizer"`` and ``"step"`` with ``with_optimizer=True``. ``folder``
+    is created if needed; files already in it are overwritten.
+    """
+    folder = Path(folder)
+    with tempfile.TemporaryDirectory(prefix="sharded-save-") as workdir:
+        workdir = Path(workdir)
+        (workdir / "request.json").write_text(json.dumps({"seed": seed, "with_optimizer": with_optimizer}))
+        results = run_functions([], _save_sharded_worker, nproc_per_node=world_size, timeout_s=timeout_s, outdir=workdir)
+        shutil.copytree(workdir / "checkpoint", folder, dirs_exist_ok=True)
+    return results[0]
+
+
+def shard_files(folder: str | Path) -> dict[str, int]:
+    """The files of a DCP checkpoint folder and their sizes in bytes, sorted by name."""
+    return {path.name: path.stat().st_size for path in sorted(Path(folder).iterdir()) if path.is_file()}
