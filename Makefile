@@ -58,8 +58,10 @@ browser:
 postgres:
 	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { $(call apt_install,postgresql,for the gradebook test,); }
 
+# Two test processes, each file in one of them (see conftest.py); TEST_WORKERS=0 runs in one.
+TEST_WORKERS ?= 2
 test: $(READY) browser postgres
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 mistakes: $(READY)
 	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/test_mistakes.py

@@ -1,5 +1,10 @@
 """Course-wide pytest hooks.
 
+``make test`` runs the suite in two processes (pytest-xdist, ``--dist
+loadfile``: every file stays in one process, so its fixtures start once).
+Files start in the order collected, so the longest ones are put first and
+end on different processes instead of one after the other.
+
 nbval compares a cell tagged ``raises-exception`` with its stored error only
 when the cell's output is compared at all; under ``nbval-ignore-output`` a
 cell that stopped raising would pass unnoticed. This hook makes every such
@@ -7,6 +12,22 @@ cell fail unless it really raised.
 """
 
 import pytest
+
+# The files that take longest (minutes each on two cores), longest first.
+LONGEST_FIRST = [
+    "tests/test_mistakes.py",
+    "tests/test_grade.py",
+    "tests/test_pipeline.py",
+    "tests/test_browser.py",
+    "solutions/07_multi_device_training/07_multi_device_training.ipynb",
+    "tests/test_project.py",
+    "tests/test_gradebook_postgres.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: order within a file kept
 
 
 @pytest.hookimpl(wrapper=True)
