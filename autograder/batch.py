@@ -6,13 +6,25 @@ assemble), :mod:`autograder.scan`, :mod:`autograder.job` (prepare, run in
 :mod:`autograder.sandbox` through :mod:`autograder.runner`),
 :mod:`autograder.verdict`, :mod:`autograder.gradebook` (nbgrader's
 autograde), :mod:`autograder.feedback`, :mod:`autograder.report`.
+
+A run can be stopped (Ctrl-C, SIGTERM, SIGHUP: :class:`Interrupts` turns
+them into ``KeyboardInterrupt``, held back while the gradebook is written).
+Then every runner is ended with its sandbox, the jobs not finished lose
+their folders, :class:`GradingStopped` says what was graded and what not,
+and ``state.json`` in the work folder remembers it: the next run on the same
+work folder keeps the gradebook and grades only the submissions that were not
+graded, or that changed since.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -22,12 +34,101 @@ import nbformat
 from autograder import canary, sandbox
 from autograder.feedback import hidden_lines, write_feedback
 from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
-from autograder.job import Job, course_imports, execute, prepare
+from autograder.job import RUNNERS, Job, course_imports, execute, prepare
 from autograder.pipeline import SOLUTIONS, assignments, course_config
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, WORKDIR, Result, Settings
 from autograder.submission import SubmissionError, grade_ids_of, read_submission
 from autograder.verdict import judge
+
+
+class GradingStopped(Exception):
+    """A run that was stopped: which (student, assignment) pairs were graded, and which not."""
+
+    def __init__(self, signum: int, graded: list[tuple[str, str]], not_graded: list[tuple[str, str]]):
+        super().__init__(f"grading was stopped by {signal.Signals(signum).name}")
+        self.signum, self.graded, self.not_graded = signum, graded, not_graded
+
+
+class Interrupts:
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, except while held."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.held = False
+        self.pending = 0
+        self.received = signal.SIGINT
+
+    def _handle(self, signum, _frame):
+        self.received = signum
+        if self.held:
+            self.pending = signum
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Handle the signals for the block (main thread only), then restore the previous handlers."""
+        previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    @contextlib.contextmanager
+    def holding(self):
+        """A signal that arrives in the block takes effect at its end (the gradebook is never half written)."""
+        self.held = True
+        try:
+            yield
+        finally:
+            self.held = False
+            if self.pending:
+                self.pending = 0
+                raise KeyboardInterrupt
+
+
+INTERRUPTS = Interrupts()
+STATE = "state.json"
+
+
+def fingerprint(folder: Path) -> str:
+    """A hash of a submission folder's notebooks: a re-run grades a changed submission again."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.ipynb")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _course_fingerprint() -> str:
+    return fingerprint_tree(SOLUTIONS)
+
+
+def fingerprint_tree(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.ipynb")):
+        if ".ipynb_checkpoints" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _read_state(workdir: Path) -> dict | None:
+    """The state an interrupted run left in ``workdir``, if it can be resumed; else None."""
+    try:
+        state = json.loads((workdir / STATE).read_text())
+    except (OSError, ValueError):
+        return None
+    if state.get("finished") or state.get("course") != _course_fingerprint():
+        return None
+    return state
+
+
+def _write_state(workdir: Path, state: dict) -> None:
+    temporary = workdir / (STATE + ".tmp")
+    temporary.write_text(json.dumps(state, indent=1))
+    temporary.replace(workdir / STATE)  # atomic: a run stopped here leaves the old state or the new one
 
 
 def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Settings | None = None) -> list[Result]:
@@ -39,27 +140,32 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Setti
     """
     settings = settings or Settings()
     submitted, workdir = Path(submitted).resolve(), Path(workdir).resolve()
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    (workdir / "submitted").mkdir()
+    state = _read_state(workdir)
+    if state is None:  # a fresh run
+        if workdir.exists():
+            shutil.rmtree(workdir)
+        workdir.mkdir(parents=True)
+        shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        (workdir / "submitted").mkdir()
+        state = {"course": _course_fingerprint(), "finished": False, "graded": {}}
+        _write_state(workdir, state)
+    RUNNERS.stopping.clear()
     db_url = gradebook_url(settings, workdir)
     with grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root, \
             GradebookLock(db_url) as lock:
         os.chmod(ipc_root, 0o755)
-        return _grade_in(submitted, workdir, db_url, settings, Path(ipc_root), lock)
+        return _grade_in(submitted, workdir, db_url, settings, Path(ipc_root), lock, state)
 
 
 def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
-              lock: GradebookLock) -> list[Result]:
+              lock: GradebookLock, state: dict) -> list[Result]:
     from nbgrader.api import Gradebook, MissingEntry
 
     api = nbgrader_api(workdir, db_url)
     names = assignments()
     sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
     for name in names:
-        with lock.held():
+        with INTERRUPTS.holding(), lock.held():
             outcome = api.generate_assignment(name, force=True)
         if not outcome["success"]:
             raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
@@ -79,11 +185,15 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
     notes: dict[tuple[str, str], list[str]] = {}
     jobs: dict[tuple[str, str], list[Job]] = {}
     job_files: list[tuple[Job, Path]] = []
+    earlier: set[tuple[str, str]] = set()  # graded by an earlier, interrupted run, unchanged since
     for student in students:
         for name in names:
             folder = submitted / student / name
             if not folder.is_dir():
                 notes[student, name] = ["not submitted"]
+                continue
+            if state["graded"].get(f"{student}/{name}") == fingerprint(folder):
+                earlier.add((student, name))
                 continue
             others = {a: ids for a, ids in grade_ids.items() if a != name}
             for notebook, source in sources[name].items():
@@ -104,9 +214,10 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
     hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
     progress = Progress(len(job_files), settings.progress)
     remaining = {pair: len(pair_jobs) for pair, pair_jobs in jobs.items()}
-    graded: set[tuple[str, str]] = set()
-    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
-        futures = {pool.submit(execute, path, settings): job for job, path in job_files}
+    graded: set[tuple[str, str]] = set(earlier)
+    pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs))
+    futures = {pool.submit(execute, path, settings): job for job, path in job_files}
+    try:
         for future in as_completed(futures):
             job = futures[future]
             pair = (job.student, job.assignment)
@@ -121,15 +232,30 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
             remaining[pair] -= 1
             if remaining[pair] == 0:
                 # Scores and feedback of a finished pair, while the pool runs the next notebooks.
-                with lock.held():
-                    outcome = api.autograde(job.assignment, job.student, force=True, create=True)
-                if outcome["success"]:
-                    graded.add(pair)
-                    if settings.feedback:
-                        write_feedback(api, workdir, pair, hidden[job.assignment], notes)
-                else:
-                    notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
+                with INTERRUPTS.holding():
+                    with lock.held():
+                        outcome = api.autograde(job.assignment, job.student, force=True, create=True)
+                    if outcome["success"]:
+                        graded.add(pair)
+                        state["graded"][f"{job.student}/{job.assignment}"] = fingerprint(submitted / job.student / job.assignment)
+                        _write_state(workdir, state)
+                        if settings.feedback:
+                            write_feedback(api, workdir, pair, hidden[job.assignment], notes)
+                    else:
+                        notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
             progress.step(f"{job.student}/{job.assignment}")
+    except KeyboardInterrupt:
+        RUNNERS.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+        unfinished = sorted(pair for pair, left in remaining.items() if left)
+        for student, name in unfinished:  # what they wrote is not graded: nothing of it stays
+            shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (workdir / "jobs" / student).rmdir()  # if no other assignment of theirs is there
+        raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
+    pool.shutdown(wait=True)
+    state["finished"] = True
+    _write_state(workdir, state)
 
     devices = devices_text()
     results = []
@@ -144,6 +270,8 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                         score = gradebook.find_submission(name, student).score
                     except MissingEntry:
                         pair_notes = [*pair_notes, "not graded: no submission in the gradebook"]
+                if (student, name) in earlier:
+                    pair_notes = [*pair_notes, "graded by an earlier run that was stopped"]
                 ran = any(j.status.get("seconds") for j in jobs.get((student, name), []))
                 seconds = sum(j.status.get("seconds", 0) for j in jobs.get((student, name), []))
                 results.append(Result(student, name, score, max_score, "; ".join(pair_notes),

@@ -26,6 +26,13 @@ that assignment:
 Then it prints students by assignments and writes ``scores.csv``,
 ``scores.png`` (a histogram) and ``report.txt`` into the work folder.
 
+Ctrl-C, SIGTERM or SIGHUP stops a run within seconds: every kernel ends
+with its sandbox, the first line of the error output says what stopped it,
+then what was graded and what not, and the exit code is 128 plus the
+signal's number. Running the same command again grades only what was not
+graded (see :mod:`autograder.batch`). Killed outright (SIGKILL, the
+out-of-memory killer), the grader still leaves no process behind.
+
 Run ``python -m autograder.grade --help`` from the repository root. This
 module is the command line; the work is done by :mod:`autograder.batch` and
 the modules it names.
@@ -35,14 +42,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
+import signal
 import sys
 import time
 from pathlib import Path
 
-from autograder.batch import grade
+from autograder.batch import INTERRUPTS, GradingStopped, grade
 from autograder.canary import CanaryFailed
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
+from autograder.job import RUNNERS
+from autograder.runner import RUN_MARKER
 from autograder.settings import CELL_TIMEOUT_S, DEMO_CLASS, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, WORKDIR, Settings
 
 __all__ = ["grade", "main"]
@@ -92,11 +103,22 @@ def main(argv: list[str] | None = None) -> int:
                                                              settings.cell_timeout_s))]
     print("\n".join(header), flush=True)
     started = time.monotonic()
+    # Every process of this run carries the marker (a test or a wrapper may have chosen it).
+    os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
     try:
-        results = grade(args.submitted, args.workdir, settings)
+        with INTERRUPTS.installed():
+            results = grade(args.submitted, args.workdir, settings)
     except CanaryFailed as failure:
         print(str(failure), file=sys.stderr, flush=True)
         return 3
+    except GradingStopped as stopped:
+        print(stopped_text(stopped, args.workdir), file=sys.stderr, flush=True)
+        return 128 + stopped.signum
+    except KeyboardInterrupt:  # before the first student: the canary or the set-up
+        RUNNERS.stop()
+        print(f"grading was stopped by {signal.Signals(INTERRUPTS.received).name} before any student was graded",
+              file=sys.stderr, flush=True)
+        return 128 + INTERRUPTS.received
     table = format_table(results)
     workdir = args.workdir.resolve()
     write_csv(results, workdir / "scores.csv")
@@ -106,6 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     (workdir / "report.txt").write_text("\n".join([*header, "", table, "", footer]) + "\n")
     print("\n" + table + "\n\n" + footer)
     return 0
+
+
+def stopped_text(stopped: GradingStopped, workdir: Path) -> str:
+    """What a stopped run says: its cause first, then what was graded, what not, and how to go on."""
+    def names(pairs):
+        return ", ".join(f"{student}/{assignment}" for student, assignment in pairs) or "none"
+
+    return "\n".join([
+        f"{stopped}: {len(stopped.graded)} submission(s) graded, {len(stopped.not_graded)} not.",
+        f"Graded (in the gradebook): {names(stopped.graded)}",
+        f"Not graded: {names(stopped.not_graded)}",
+        f"Run the same command again to grade only what is not graded yet (work folder {workdir}).",
+    ])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,13 +125,49 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     return job.folder / "job.json"
 
 
-def execute(job_file: Path, settings: Settings) -> None:
-    """Run the runner for one job in its own process; never raises."""
+class Runners:
+    """The runner processes of this grader that are still running, so that a stopped run can end them."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """End every runner: SIGTERM (each ends its kernel's sandbox and writes what it has), SIGKILL after grace_s."""
+        self.stopping.set()
+        with self.lock:
+            running = list(self.running)
+        for process in running:
+            try:
+                process.terminate()
+            except OSError:
+                pass
+        deadline = time.monotonic() + grace_s
+        for process in running:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+RUNNERS = Runners()
+
+
+def execute(job_file: Path, settings: Settings, runners: Runners = RUNNERS) -> None:
+    """Run the runner for one job in its own process; never raises. Does nothing once ``runners`` is stopping."""
     log = job_file.parent / "runner.log"
+    with log.open("w") as handle, runners.lock:
+        if runners.stopping.is_set():
+            return
+        process = subprocess.Popen([sys.executable, "-m", "autograder.runner", str(job_file), str(os.getpid())],
+                                   cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=tool_env())
+        runners.running.add(process)
     try:
-        with log.open("w") as handle:
-            subprocess.run([sys.executable, "-m", "autograder.runner", str(job_file)], cwd=ROOT,
-                           stdout=handle, stderr=subprocess.STDOUT, timeout=settings.time_limit_s + 120,
-                           env=tool_env())
+        process.wait(timeout=settings.time_limit_s + 120)
     except subprocess.TimeoutExpired:
-        pass
+        process.kill()
+        process.wait()
+    finally:
+        with runners.lock:
+            runners.running.discard(process)

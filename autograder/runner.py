@@ -7,6 +7,11 @@ it starts the kernel through :func:`autograder.sandbox.wrap`, installs
 a per-notebook wall-time limit, and writes the executed notebook and a
 status file. When a limit is reached or the kernel dies, the cells not run
 keep no outputs, so their tests earn nothing; the batch goes on.
+
+The runner dies with the grader that started it (``PR_SET_PDEATHSIG`` on
+Linux, whatever ends the grader), and SIGTERM, SIGHUP or SIGINT makes it end
+its kernel's sandbox, write what it has and exit; the sandbox ends with the
+runner in any case (see :mod:`autograder.sandbox`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ import nbformat  # noqa: E402
 from autograder import sandbox
 
 GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
+# Set by the grader to a token of its run, and passed down to every process of it, kernels
+# included: what is left of a run can be found by it (/proc/PID/environ).
+RUN_MARKER = "COURSE_GRADING_RUN"
 
 
 def _kernel_manager_class():
@@ -48,7 +56,7 @@ def _kernel_manager_class():
 
 def kernel_env(home: str) -> dict[str, str]:
     """The kernel's environment: what Python, PyTorch and CUDA need, and nothing of the grader's."""
-    keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", RUN_MARKER)
     env = {key: value for key, value in os.environ.items()
            if key in keep or key.startswith(("LC_", "CUDA_", "NVIDIA_", "NCCL_"))}
     env.update(HOME=home, IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.matplotlib",
@@ -81,11 +89,22 @@ def run(job: dict) -> dict:
         status["stopped"] = status["stopped"] or reason
         process = getattr(km.provisioner, "process", None) if km.provisioner else None
         if process is not None:
+            try:  # the sandbox's launcher ends everything the kernel started, then itself
+                process.terminate()
+                process.wait(timeout=5)
+            except Exception:  # noqa: BLE001 - whatever happened, make sure below
+                pass
             for send in (lambda: os.killpg(process.pid, signal.SIGKILL), lambda: process.kill()):
                 try:
                     send()
                 except OSError:
                     pass
+
+    def stop(signum, _frame):
+        kill(f"grading was stopped ({signal.Signals(signum).name})")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
+        signal.signal(signum, stop)
 
     watchdog = threading.Timer(job["time_limit_s"], kill, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
     client = NotebookClient(nb, km=km, timeout=job["cell_timeout_s"], allow_errors=True, kernel_name="python3",
@@ -131,6 +150,7 @@ def run(job: dict) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m autograder.runner JOB.json")
+    if len(sys.argv) != 3 or not sys.argv[2].isdigit():
+        sys.exit("usage: python -m autograder.runner JOB.json GRADER_PID")
+    sandbox.die_with_parent(int(sys.argv[2]), signal.SIGKILL)
     run(json.loads(Path(sys.argv[1]).read_text()))

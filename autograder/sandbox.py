@@ -27,8 +27,21 @@ report can say so:
 GPUs stay visible in the sandbox (``/dev`` is untouched), so on a GPU box the
 device matrix includes CUDA.
 
-``python autograder/sandbox.py SPEC.json -- COMMAND...`` is the inside half (it
-needs only the standard library): :func:`wrap` puts it in the kernel's command line.
+A kernel never outlives the grading that started it. The sandbox is three
+processes: the *launcher* (this script, started by the runner), which enters
+the namespaces itself (``unshare(2)``, no util-linux ``unshare``, which
+ignores SIGTERM) and forks the namespace's *init*, which forks the *kernel*.
+On Linux each asks the kernel for a parent-death signal (``PR_SET_PDEATHSIG``),
+so the chain holds whatever ends the grader, SIGKILL included: the runner
+dies with the grader, the launcher with the runner, the init with the
+launcher, and when the init of a PID namespace ends, Linux kills every
+process in it. SIGTERM or SIGHUP to the launcher, the init or the kernel ends
+the whole sandbox too. Without namespaces the launcher forks the kernel into
+a process group of its own and kills that group when it is told to end or
+its parent dies.
+
+``python autograder/sandbox.py SPEC.json PARENT_PID -- COMMAND...`` is the launcher
+(it needs only the standard library): :func:`wrap` puts it in the kernel's command line.
 """
 
 from __future__ import annotations
@@ -94,8 +107,8 @@ def probe(user_namespace: bool | None = None) -> Isolation:
     """
     if sys.platform != "linux":
         return Isolation(False, f"namespaces need Linux, this is {sys.platform}")
-    if shutil.which("unshare") is None or shutil.which("mount") is None:
-        return Isolation(False, "util-linux's unshare and mount are not installed")
+    if shutil.which("mount") is None:
+        return Isolation(False, "util-linux's mount is not installed")
     if user_namespace is None:
         user_namespace = os.geteuid() != 0
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as folder:
@@ -160,14 +173,11 @@ def python_paths() -> list[str]:
 
 
 def wrap(command: list[str], spec_path: Path) -> list[str]:
-    """The command line that runs ``command`` inside the sandbox described by ``spec_path``."""
-    spec = json.loads(spec_path.read_text())
-    inner = [sys.executable, "-I", os.path.realpath(__file__), str(spec_path), "--", *command]
-    if not spec["namespaces"]:
-        return inner
-    user = ["--user", "--map-root-user"] if spec["user_namespace"] else []
-    return [shutil.which("unshare") or "unshare", *user, "--mount", "--net", "--pid", "--fork", "--kill-child",
-            "--mount-proc", "--propagation", "private", *inner]
+    """The command line that runs ``command`` inside the sandbox described by ``spec_path``.
+
+    The sandbox ends when the process that starts this command line ends (on Linux).
+    """
+    return [sys.executable, "-I", os.path.realpath(__file__), str(spec_path), str(os.getpid()), "--", *command]
 
 
 # ---- the inside half ----------------------------------------------------------
@@ -251,49 +261,152 @@ def _limit(spec: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def inside(spec_path: str, command: list[str]) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    if spec["namespaces"]:
-        _mount_view(spec)
-        _loopback_up()
-        home = Path("/tmp/home")
-        home.mkdir(mode=0o700)
-        os.chown(home, spec["uid"], spec["gid"])
-    child = os.fork()
-    if child == 0:
-        try:
-            _limit(spec)
-            if spec["namespaces"]:
-                _drop_privileges(spec["uid"], spec["gid"], spec["user_namespace"])
-            os.chdir(spec["workdir"])
-            # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader kills it instead.
-            os.environ.pop("JPY_PARENT_PID", None)
-            os.execvp(command[0], command)
-        except BaseException as error:  # noqa: BLE001 - report anything, then leave the child
-            print(f"sandbox: cannot start {command[0]}: {error}", file=sys.stderr, flush=True)
-        os._exit(127)
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_PR_SET_PDEATHSIG = 1
 
-    def forward(signum, _frame):
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, forward)
-    # As PID 1 of its namespace this process also reaps orphans until the kernel ends.
+def die_with_parent(parent: int, signum: int) -> None:
+    """Linux: have ``signum`` sent to this process when its parent ends; if it already has, exit now."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    # It ended before the request took effect? (The init of a PID namespace sees 0: its parent is outside.)
+    if os.getppid() not in (parent, 0):
+        os._exit(128 + int(signum))
+
+
+def _enter_namespaces(user_namespace: bool) -> None:
+    """Move this process into new mount and network namespaces; its next child starts a PID namespace.
+
+    That child must be the init (:func:`_init`): a first child that exits would end the PID namespace.
+    """
+    uid, gid = os.geteuid(), os.getegid()
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | (_CLONE_NEWUSER if user_namespace else 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(flags) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"unshare: {os.strerror(error)}")
+    if user_namespace:  # be root in the new user namespace, mapped to the grader's own ids
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+
+
+def _wait_for(child: int) -> int:
+    """Reap children until ``child`` ends (as a PID namespace's init, orphans too); its exit code."""
     while True:
         try:
             pid, status = os.wait()
         except ChildProcessError:
             return 1
-        except InterruptedError:
-            continue
         if pid == child:
             return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
+def _start_kernel(spec: dict, command: list[str], own_group: bool) -> int:
+    """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``."""
+    parent = os.getpid()
+    child = os.fork()
+    if child:
+        if own_group:
+            try:  # here too, so that the group exists whichever of the two runs first
+                os.setpgid(child, child)
+            except OSError:
+                pass
+        return child
+    try:
+        if own_group:
+            os.setpgid(0, 0)
+        _limit(spec)
+        if spec["namespaces"]:
+            _drop_privileges(spec["uid"], spec["gid"], spec["user_namespace"])
+        die_with_parent(parent, signal.SIGKILL)  # after the id change, which clears the request
+        os.chdir(spec["workdir"])
+        # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader kills it instead.
+        os.environ.pop("JPY_PARENT_PID", None)
+        os.execvp(command[0], command)
+    except BaseException as error:  # noqa: BLE001 - report anything, then leave the child
+        print(f"sandbox: cannot start {command[0]}: {error}", file=sys.stderr, flush=True)
+    os._exit(127)
+
+
+def _init(spec: dict, command: list[str]) -> int:
+    """PID 1 of the sandbox's namespaces: set up the view, start the kernel, reap until it ends."""
+    os.environ.pop("JPY_PARENT_PID", None)
+    _run("mount", "--make-rprivate", "/")
+    _run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
+    _mount_view(spec)
+    _loopback_up()
+    home = Path("/tmp/home")
+    home.mkdir(mode=0o700)
+    os.chown(home, spec["uid"], spec["gid"])
+    kernel = _start_kernel(spec, command, own_group=False)
+
+    def interrupt(signum, _frame):
+        try:
+            os.kill(kernel, signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, interrupt)  # Jupyter's interrupt reaches the kernel
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # the init ending ends every process of the namespace
+        signal.signal(signum, lambda signum, _frame: os._exit(128 + signum))
+    return _wait_for(kernel)
+
+
+def launch(spec_path: str, parent: int, command: list[str]) -> int:
+    """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left alone."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # until the sandbox exists: just go
+    die_with_parent(parent, signal.SIGTERM)
+    spec = json.loads(Path(spec_path).read_text())
+    if spec["namespaces"]:
+        try:
+            _enter_namespaces(spec["user_namespace"])
+        except (OSError, subprocess.CalledProcessError) as error:
+            detail = getattr(error, "stderr", "") or ""
+            print(f"sandbox: cannot enter namespaces: {error} {detail}".strip(), file=sys.stderr, flush=True)
+            return 126
+        launcher = os.getpid()
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                die_with_parent(launcher, signal.SIGKILL)
+                code = _init(spec, command)
+            except BaseException as error:  # noqa: BLE001 - report, then end the namespace
+                print(f"sandbox: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            os._exit(code)
+    else:
+        child = _start_kernel(spec, command, own_group=True)
+
+    def end(signum, _frame):
+        try:  # the init's end ends its namespace; without one, the kernel's group goes
+            os.kill(child, signal.SIGKILL) if spec["namespaces"] else os.killpg(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os._exit(128 + signum)
+
+    def interrupt(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, interrupt)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, end)
+    code = _wait_for(child)
+    if not spec["namespaces"]:  # what the kernel started in its group goes with it
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return code
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 4 or sys.argv[2] != "--":
-        sys.exit("usage: python sandbox.py SPEC.json -- COMMAND...")
-    sys.exit(inside(sys.argv[1], sys.argv[3:]))
+    if len(sys.argv) < 5 or sys.argv[3] != "--" or not sys.argv[2].isdigit():
+        sys.exit("usage: python sandbox.py SPEC.json PARENT_PID -- COMMAND...")
+    sys.exit(launch(sys.argv[1], int(sys.argv[2]), sys.argv[4:]))

@@ -15,6 +15,7 @@ they never skip. ``README_SCREENSHOT=1`` also rewrites the README's picture,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -31,6 +32,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from autograder.sandbox import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the course's own environment (.venv/bin under make)
@@ -79,10 +82,12 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory):
-    """JupyterLab from this environment, as ``make lab`` starts it, on its own port, token and settings."""
-    home = tmp_path_factory.mktemp("jupyterlab")
+def start_lab(home: Path) -> tuple[subprocess.Popen, Lab]:
+    """Start JupyterLab from this environment in ``home``, as ``make lab`` does, on its own port, token and settings.
+
+    The server gets SIGTERM (and stops its kernels) when the process that started it ends, however it
+    ends: a test run that is killed leaves no server behind.
+    """
     root = home / "notebooks"
     root.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
@@ -108,29 +113,41 @@ def lab(tmp_path_factory):
     shutil.copy(ROOT / "nbgrader_config.py", root)
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+                                  start_new_session=True,
+                                  preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGTERM))
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"JupyterLab exited with {server.returncode}:\n{_tail(log_path)}", pytrace=False)
-            try:
-                Lab(url, token, root).api("GET", "status")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not answer within 60 s:\n{_tail(log_path)}", pytrace=False)
-                time.sleep(0.2)
-        yield Lab(url, token, root)
-    finally:
-        # The server stops its kernels on SIGTERM; the whole process group goes if it does not.
-        server.terminate()
+    deadline = time.monotonic() + 60
+    while True:
+        if server.poll() is not None:
+            pytest.fail(f"JupyterLab exited with {server.returncode}:\n{_tail(log_path)}", pytrace=False)
         try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+            Lab(url, token, root).api("GET", "status")
+            return server, Lab(url, token, root)
+        except OSError:
+            if time.monotonic() > deadline:
+                stop_lab(server)
+                pytest.fail(f"JupyterLab did not answer within 60 s:\n{_tail(log_path)}", pytrace=False)
+            time.sleep(0.2)
+
+
+def stop_lab(server: subprocess.Popen) -> None:
+    """Stop a server of :func:`start_lab`: it stops its kernels on SIGTERM; its whole process group goes if not."""
+    server.terminate()
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """JupyterLab as ``make lab`` starts it (see :func:`start_lab`), stopped at the end of the session."""
+    server, running = start_lab(tmp_path_factory.mktemp("jupyterlab"))
+    try:
+        yield running
+    finally:
+        stop_lab(server)
 
 
 @pytest.fixture(scope="session")
@@ -496,3 +513,32 @@ def test_student_types_the_answers_validates_and_sees_a_broken_answer_named(page
     keeps_the_label = notebook.cells[notebook.index_of("prepare_batch_keeps_the_label")].source.splitlines()[0]
     assert failed == [keeps_the_label], text
     assert "AssertionError" in text
+
+
+def test_jupyterlab_stops_when_the_test_process_is_killed(tmp_path):
+    """A test run that is killed outright (SIGKILL) leaves no JupyterLab running."""
+    child_code = f'''
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_browser import start_lab
+server, lab = start_lab(Path(sys.argv[1]))
+print(server.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+    child = subprocess.run([sys.executable, "-c", child_code, str(tmp_path)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    pid = int(child.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+        raise AssertionError("JupyterLab outlived the process that started it")

@@ -7,14 +7,17 @@ over TCP as several graders would use it, and stops it afterwards.
 """
 
 import csv
+import functools
 import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -55,11 +58,17 @@ def server():
 
 
 def _cluster(binaries: Path, home: Path):
+    """Initialise a cluster in ``home`` and run its server; yields its URL and port, stops it afterwards.
+
+    The server is a child of this process (no ``pg_ctl``, which detaches it) and gets SIGINT, a fast
+    shutdown, when this process ends, however it ends: a test run that is killed leaves no server behind.
+    """
     data, sockets, log = home / "data", home / "sockets", home / "server.log"
     sockets.mkdir()
     (home / "pw").write_text(PASSWORD + "\n")
     # PostgreSQL refuses to run as root; Debian's package creates the `postgres` user for it.
     as_user: list[str] = []
+    user = None
     if os.geteuid() == 0:
         user = pwd.getpwnam("postgres")
         home.chmod(0o755)
@@ -75,17 +84,38 @@ def _cluster(binaries: Path, home: Path):
     port = _free_port()
     run(str(binaries / "initdb"), "-D", str(data), "-U", "grader", f"--pwfile={home / 'pw'}",
         "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync")
-    run(str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o",
-        f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+    ids = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []} if user else {}
+    with open(log, "w") as handle:
+        if user:
+            os.chown(log, user.pw_uid, user.pw_gid)
+        server = subprocess.Popen(
+            [str(binaries / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
+             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
+            cwd=home, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, **ids,
+            preexec_fn=functools.partial(sandbox.die_with_parent, os.getpid(), signal.SIGINT))
     try:
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=port, user="grader", password=PASSWORD, dbname="postgres",
-                             autocommit=True) as admin:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, f"postgres exited with {server.returncode}:\n{log.read_text()}"
+            try:
+                admin = psycopg.connect(host="127.0.0.1", port=port, user="grader", password=PASSWORD,
+                                        dbname="postgres", autocommit=True, connect_timeout=5)
+                break
+            except psycopg.OperationalError:
+                assert time.monotonic() < deadline, f"postgres did not answer within 60 s:\n{log.read_text()}"
+                time.sleep(0.2)
+        with admin:
             admin.execute("CREATE DATABASE gradebook")
-        yield {"url": f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook", "port": port}
+        yield {"url": f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook", "port": port, "pid": server.pid}
     finally:
-        run(str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        server.send_signal(signal.SIGINT)  # fast shutdown: ends the sessions, writes nothing more
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def _class_of(students: list[str], folder: Path, rename: dict[str, str] | None = None) -> Path:
@@ -201,3 +231,36 @@ def test_student_kernel_cannot_reach_the_gradebook_server(server, tmp_path):
     executed = nbformat.read(workdir / "submitted" / "intruder" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "no way through" in printed and "REACHED THE GRADEBOOK" not in printed
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def test_the_server_stops_when_the_test_process_is_killed():
+    """A test run that is killed outright (SIGKILL) leaves no PostgreSQL server running."""
+    child_code = f'''
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_gradebook_postgres import _cluster, _server_binaries
+cluster = _cluster(_server_binaries(), Path(sys.argv[1]))  # kept: a generator dropped would stop the server
+info = next(cluster)
+print(info["pid"], info["port"], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+    with tempfile.TemporaryDirectory(prefix="course-postgres-") as folder:
+        child = subprocess.run([sys.executable, "-c", child_code, folder], cwd=ROOT, capture_output=True, text=True,
+                               timeout=120)
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        pid, port = map(int, child.stdout.split())
+        deadline = time.monotonic() + 20
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(pid), "the PostgreSQL server outlived the process that started it"
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, "something still listens on the server's port"

@@ -1,0 +1,132 @@
+"""A grading run that is stopped halfway leaves no process behind, says what it graded, and resumes.
+
+Two students hand in 00_environment: ada the solution, slow an answer that starts a
+subprocess and then waits for a file ``go.txt`` in its working copy. With one notebook at
+a time, ada is graded first; the run is stopped while slow's kernel waits. Every process of
+a run carries the run's marker in its environment (``COURSE_GRADING_RUN``), so what is left
+of it can be found in /proc.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.demo import SUBMITTED
+from autograder.runner import RUN_MARKER
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENT = "00_environment"
+
+WAITING_ANSWER = '''\
+import os, subprocess, time
+_child = subprocess.Popen(["sleep", "300"])  # a process of the student's own
+while not os.path.exists("go.txt"):
+    time.sleep(0.2)
+'''
+
+
+def live_marked(mark: str) -> list[str]:
+    """Command lines of the live processes that carry the run's marker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"{RUN_MARKER}={mark}".encode() in environ and state != "Z":
+            found.append(cmdline.strip())
+    return found
+
+
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("stopped") / "submitted"
+    source = SUBMITTED / "ada" / ASSIGNMENT
+    shutil.copytree(source, folder / "ada" / ASSIGNMENT)
+    nb = nbformat.read(source / f"{ASSIGNMENT}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
+    cell.source = WAITING_ANSWER + cell.source
+    (folder / "slow" / ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(nb, folder / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    return folder
+
+
+def start(submitted: Path, workdir: Path, mark: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
+               "--jobs", "1", "--canary", "none", "--no-feedback", "--quiet", "--cell-timeout", "120"]
+    # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to the whole process group.
+    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_until_slow_waits(run: subprocess.Popen, mark: str) -> None:
+    deadline = time.monotonic() + 120
+    while not any(line == "sleep 300" for line in live_marked(mark)):
+        assert run.poll() is None, f"the run ended early:\n{run.communicate()}"
+        assert time.monotonic() < deadline, f"slow's kernel never started: {live_marked(mark)}"
+        time.sleep(0.2)
+
+
+def gone_within(mark: str, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (left := live_marked(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, signum):
+    workdir, mark = tmp_path / "work", f"stopped-{signum.name}-{os.getpid()}"
+    run = start(submitted, workdir, mark)
+    try:
+        wait_until_slow_waits(run, mark)
+        ada_log = workdir / "jobs" / "ada" / ASSIGNMENT / ASSIGNMENT / "runner.log"
+        assert ada_log.is_file(), "ada is graded first"
+        if signum == signal.SIGINT:  # Ctrl-C: the grader and the runners it started
+            os.killpg(run.pid, signum)
+        else:
+            run.send_signal(signum)
+        if signum != signal.SIGKILL:
+            out, err = run.communicate(timeout=5)  # stops within 5 s
+            assert run.returncode == 128 + signum, (run.returncode, err)
+            assert err.splitlines()[0].startswith(f"grading was stopped by {signum.name}"), err
+            assert f"Graded (in the gradebook): ada/{ASSIGNMENT}" in err and f"Not graded: slow/{ASSIGNMENT}" in err, err
+            assert not (workdir / "jobs" / "slow").exists(), "the unfinished job's folder is removed"
+        left = gone_within(mark, 5)
+        assert left == [], f"still running after {signum.name} to the grader: {left}"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.communicate()
+    if signum != signal.SIGINT:
+        return
+    # Again, with go.txt beside slow's notebook: only slow is graded, once; ada keeps her score.
+    ada_runs = ada_log.stat().st_mtime_ns
+    (submitted / "slow" / ASSIGNMENT / "go.txt").write_text("go")
+    try:
+        again = start(submitted, workdir, mark)
+        out, err = again.communicate(timeout=300)
+    finally:
+        (submitted / "slow" / ASSIGNMENT / "go.txt").unlink()
+    assert again.returncode == 0, err
+    assert ada_log.stat().st_mtime_ns == ada_runs, "ada was graded a second time"
+    rows = {row["student"]: row for row in csv.DictReader((workdir / "scores.csv").open())
+            if row["assignment"] == ASSIGNMENT}
+    assert rows["ada"]["score"] == rows["ada"]["max_score"], rows["ada"]
+    assert "earlier run" in rows["ada"]["note"], rows["ada"]
+    assert rows["slow"]["score"] not in ("", None), rows["slow"]
+    assert live_marked(mark) == []

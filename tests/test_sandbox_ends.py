@@ -1,0 +1,114 @@
+"""A sandbox never outlives what started it: SIGTERM at any level, or the death of its parent, ends it all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import sandbox
+
+# The "kernel": starts a grandchild (a student's subprocess), prints both pids, then waits.
+KERNEL = r'''
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(os.getpid(), child.pid, flush=True)
+time.sleep(600)
+'''
+
+# Starts a sandbox as its child, prints the launcher's pid, then waits (to be killed by the test).
+PARENT = r'''
+import subprocess, sys, time
+from pathlib import Path
+from autograder import sandbox
+command = sandbox.wrap([sys.executable, "-c", sys.argv[2]], Path(sys.argv[1]))
+launcher = subprocess.Popen(command, env={**__import__("os").environ, "SANDBOX_TEST_MARK": sys.argv[3]})
+print(launcher.pid, flush=True)
+time.sleep(600)
+'''
+
+
+def marked(mark: str) -> list[int]:
+    """Pids of live processes whose environment holds SANDBOX_TEST_MARK=mark (zombies excluded)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"SANDBOX_TEST_MARK={mark}".encode() in environ.split(b"\0") and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def gone_within(mark: str, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := marked(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture(params=["namespaces", "plain"])
+def spec_path(request, tmp_path):
+    if request.param == "namespaces":
+        isolation = sandbox.probe()
+        if not isolation.namespaces:
+            pytest.skip(f"no namespaces on this machine: {isolation.reason}")
+        spec = sandbox.Spec(workdir=str(tmp_path), namespaces=True, user_namespace=isolation.user_namespace,
+                            read_only=sandbox.python_paths(), read_write=[str(tmp_path)])
+        if spec.as_nobody:
+            os.chown(tmp_path, sandbox.NOBODY, sandbox.NOBODY)
+    else:
+        spec = sandbox.Spec(workdir=str(tmp_path))
+    folder = Path(tempfile.mkdtemp(prefix="sandbox-ends-"))
+    return spec.write(folder / "spec.json")
+
+
+def _start(spec_path: Path, mark: str) -> tuple[subprocess.Popen, int, int, int]:
+    """A parent process holding a sandbox whose kernel holds a child: (parent, launcher, kernel, grandchild).
+
+    The processes: the launcher, the init (with namespaces), the kernel and its child.
+    """
+    count = 4 if json.loads(spec_path.read_text())["namespaces"] else 3
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(spec_path), KERNEL, mark], stdout=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).resolve().parents[1])
+    launcher = int(parent.stdout.readline())
+    deadline = time.monotonic() + 30
+    while len(marked(mark)) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = sorted(set(marked(mark)) - {launcher})
+    assert len(pids) >= 2, f"the sandbox did not start: {marked(mark)}"
+    return parent, launcher, pids[-2], pids[-1]
+
+
+def test_the_sandbox_dies_with_its_parent_even_by_sigkill(spec_path):
+    mark = f"parent-{os.getpid()}-{time.monotonic_ns()}"
+    parent, launcher, *_ = _start(spec_path, mark)
+    parent.kill()
+    parent.wait()
+    assert gone_within(mark, 5) == [], "processes of the sandbox outlived the process that started it"
+
+
+@pytest.mark.parametrize("level", ["launcher", "init", "kernel"])
+def test_sigterm_at_any_level_ends_the_whole_sandbox(spec_path, level):
+    mark = f"{level}-{os.getpid()}-{time.monotonic_ns()}"
+    parent, launcher, kernel, _grandchild = _start(spec_path, mark)
+    others = sorted(set(marked(mark)) - {launcher, kernel, _grandchild})
+    if level == "init" and not others:
+        pytest.skip("no init without namespaces")
+    try:
+        os.kill({"launcher": launcher, "init": others[0] if others else 0, "kernel": kernel}[level], signal.SIGTERM)
+        assert gone_within(mark, 5) == [], f"SIGTERM to the {level} left processes of the sandbox running"
+    finally:
+        parent.kill()
+        parent.wait()
