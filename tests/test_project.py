@@ -5,6 +5,7 @@ import re
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
@@ -76,3 +77,17 @@ def test_solution_notebooks_are_stored_with_outputs_and_without_widget_state(nam
     for cell in code:
         if "raises-exception" in cell.metadata.get("tags", []):
             assert any(o.output_type == "error" for o in cell.outputs), f"cell {cell.id} should show its error"
+
+
+def test_only_the_last_assignment_says_it_is_the_last_and_each_other_names_the_next():
+    names = pipeline.assignments()
+    for index, name in enumerate(names):
+        nb = nbformat.read(pipeline.solution_path(name), as_version=4)
+        text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+        says_last = "last notebook" in text
+        assert says_last == (index == len(names) - 1), f"{name} {'says' if says_last else 'does not say'} it is the last"
+        if index < len(names) - 1:
+            following = names[index + 1]
+            last_section = text.rsplit("## ", 1)[-1]
+            assert following in last_section or f"notebook {following[:2]}" in last_section, \
+                f"{name}'s last section does not name the next notebook, {following}"

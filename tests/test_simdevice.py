@@ -288,6 +288,34 @@ def test_memory_counters_and_budget():
     assert sim.max_memory_allocated(device) == sim.memory_allocated(device)
 
 
+def test_torch_accelerator_synchronize_and_memory_calls_answer_for_the_device():
+    """Code written for any accelerator (torch.accelerator, 2.9+ memory calls) runs on the simulated one."""
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize("sim:1")
+    torch.accelerator.synchronize(1)
+    with pytest.raises(Exception, match="sim"):
+        torch.accelerator.synchronize("sim:5")
+    assert torch.accelerator.memory_allocated() == sim.memory_allocated("sim:0")  # the current device
+    base = torch.accelerator.memory_allocated("sim:1")
+    assert base == sim.memory_allocated("sim:1")
+    x = torch.zeros(1024, device="sim:1")
+    assert torch.accelerator.memory_allocated("sim:1") == torch.accelerator.memory_allocated(1) == base + 4096
+    assert torch.accelerator.memory_reserved(1) == base + 4096  # no caching allocator: reserved = allocated
+    assert torch.accelerator.memory_stats(1)["allocated_bytes.all.current"] == base + 4096
+    del x
+    assert torch.accelerator.max_memory_allocated(1) >= base + 4096
+    torch.accelerator.reset_peak_memory_stats(1)
+    assert torch.accelerator.max_memory_allocated(1) == torch.accelerator.memory_allocated(1) == base
+    torch.accelerator.empty_cache()
+    sim.set_memory_budget("sim:1", base + 8192)
+    try:
+        assert torch.accelerator.get_memory_info(1) == (8192, base + 8192)
+    finally:
+        sim.set_memory_budget("sim:1", None)
+    free, total = torch.accelerator.get_memory_info(1)
+    assert 0 < free <= total
+
+
 def test_unsupported_calls_raise_errors_that_name_what_failed():
     x = torch.ones(3, device="sim:0")
     with pytest.raises(TypeError, match="sim"):

@@ -7,8 +7,10 @@ and back, train on any index, raise PyTorch's own "Expected all tensors to
 be on the same device" error where CUDA would (with ``sim`` in place of
 ``cuda``), save checkpoints tagged ``sim:N`` that load with every form of
 ``map_location``, run under ``torch.autocast("sim")`` and
-``torch.amp.GradScaler("sim")``, count memory per device and, with a budget,
-run out of it with ``torch.OutOfMemoryError``. Values live in host memory,
+``torch.amp.GradScaler("sim")``, count memory per device (also through
+``torch.accelerator``'s memory calls, and ``torch.accelerator.synchronize()``
+returns) and, with a budget, run out of it with ``torch.OutOfMemoryError``.
+Values live in host memory,
 so results can be compared with the CPU's exactly.
 
 It is built on PyTorch's extension point for out-of-tree devices

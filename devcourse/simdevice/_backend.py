@@ -265,9 +265,10 @@ def enable(count: int = 2) -> None:
         library.impl("_copy_from", _copy_from, "PrivateUse1")
         _register_factories(library)
         _state["library"] = library
-        from devcourse.simdevice import _autocast
+        from devcourse.simdevice import _accelerator, _autocast
 
         _state["autocast"] = _autocast.register(NAME)
+        _accelerator.install()
         torch._utils._rebuild_tensor = _rebuild_tensor
         torch.UntypedStorage.__new__ = _storage_new
         torch.Tensor.pin_memory = _pin_memory

@@ -1,0 +1,118 @@
+"""``torch.accelerator``'s device-wide calls, answered for the simulated device.
+
+Once the simulated device is on it is PyTorch's current accelerator, but a
+Python PrivateUse1 backend has no device allocator and no way to synchronize
+a device, so ``torch.accelerator.synchronize()`` and the memory functions
+(2.9+) would raise where the same code runs on CUDA, MPS or XPU. These
+wrappers answer them while the current accelerator is the simulated one, and
+call PyTorch's own functions otherwise:
+
+* ``synchronize``: returns at once (every operator on the device has finished
+  when it returns);
+* ``memory_stats``, ``memory_allocated``, ``max_memory_allocated``,
+  ``memory_reserved``, ``max_memory_reserved``: the device's counters. There
+  is no caching allocator, so reserved memory is the allocated memory;
+* ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``,
+  ``empty_cache`` (nothing is cached: nothing to release);
+* ``get_memory_info``: ``(free, total)``, the device's budget if one is set,
+  else the host's memory (where the values live).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+import torch
+import torch.accelerator
+import torch.accelerator.memory
+
+from devcourse.simdevice import _memory
+from devcourse.simdevice._state import NAME
+
+_originals: dict[str, object] = {}
+
+
+def _on_sim() -> bool:
+    current = torch.accelerator.current_accelerator()
+    return current is not None and current.type == NAME
+
+
+def _device(device_index) -> torch.device:
+    """The simulated device that a torch.accelerator ``device_index`` argument names (None: the current one)."""
+    if device_index is None:
+        return torch.device(NAME, torch.accelerator.current_device_index())
+    if isinstance(device_index, int):
+        return torch.device(NAME, device_index)
+    device = torch.device(device_index)
+    if device.type != NAME:
+        raise ValueError(f"{device} is not the current accelerator, {NAME}")
+    return torch.device(NAME, device.index if device.index is not None else torch.accelerator.current_device_index())
+
+
+def synchronize(device=None, /) -> None:
+    if not _on_sim():
+        return _originals["synchronize"](device)
+    _memory.of(_device(device))  # an index the device lacks raises, as on CUDA
+    return None
+
+
+def memory_stats(device_index=None, /) -> OrderedDict:
+    if not _on_sim():
+        return _originals["memory_stats"](device_index)
+    counters = _memory.of(_device(device_index))
+    return OrderedDict([
+        ("allocated_bytes.all.current", counters.allocated), ("allocated_bytes.all.peak", counters.peak),
+        ("reserved_bytes.all.current", counters.allocated), ("reserved_bytes.all.peak", counters.peak),
+    ])
+
+
+def reset_peak_memory_stats(device_index=None, /) -> None:
+    if not _on_sim():
+        return _originals["reset_peak_memory_stats"](device_index)
+    counters = _memory.of(_device(device_index))
+    counters.peak = counters.allocated
+    return None
+
+
+def reset_accumulated_memory_stats(device_index=None, /) -> None:
+    if not _on_sim():
+        return _originals["reset_accumulated_memory_stats"](device_index)
+    _memory.of(_device(device_index))
+    return None
+
+
+def empty_cache() -> None:
+    if not _on_sim():
+        return _originals["empty_cache"]()
+    return None
+
+
+def get_memory_info(device_index=None, /) -> tuple[int, int]:
+    if not _on_sim():
+        return _originals["get_memory_info"](device_index)
+    counters = _memory.of(_device(device_index))
+    if counters.budget is not None:
+        return max(0, counters.budget - counters.allocated), counters.budget
+    page = os.sysconf("SC_PAGE_SIZE")
+    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
+_WRAPPERS = {
+    "synchronize": synchronize, "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
+    "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_cache": empty_cache,
+    "get_memory_info": get_memory_info,
+}
+
+
+def install() -> None:
+    """Put the wrappers in ``torch.accelerator`` (and its ``memory`` module, whose other functions call them)."""
+    if _originals:
+        return
+    for name, wrapper in _WRAPPERS.items():
+        _originals[name] = getattr(torch.accelerator, name)
+        wrapper.__doc__ = _originals[name].__doc__
+        wrapper.__wrapped__ = _originals[name]
+        setattr(torch.accelerator, name, wrapper)
+        if hasattr(torch.accelerator.memory, name):
+            setattr(torch.accelerator.memory, name, wrapper)
