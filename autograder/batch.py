@@ -195,6 +195,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
             if state["graded"].get(f"{student}/{name}") == fingerprint(folder):
                 earlier.add((student, name))
                 continue
+            state.setdefault("withheld", {}).pop(f"{student}/{name}", None)  # graded afresh below
             others = {a: ids for a, ids in grade_ids.items() if a != name}
             for notebook, source in sources[name].items():
                 path = folder / f"{notebook}.ipynb"
@@ -229,6 +230,8 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                 notes.setdefault(pair, []).append(f"{job.notebook}: stopped, {job.status['stopped']}")
             if job.findings:
                 notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3]))
+                state.setdefault("withheld", {}).setdefault(f"{job.student}/{job.assignment}", {})[job.notebook] = \
+                    job.findings
             remaining[pair] -= 1
             if remaining[pair] == 0:
                 # Scores and feedback of a finished pair, while the pool runs the next notebooks.
@@ -274,6 +277,10 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                     pair_notes = [*pair_notes, "graded by an earlier run that was stopped"]
                 ran = any(j.status.get("seconds") for j in jobs.get((student, name), []))
                 seconds = sum(j.status.get("seconds", 0) for j in jobs.get((student, name), []))
+                withheld = f"{student}/{name}" in state.get("withheld", {}) and (student, name) in graded
+                if withheld:
+                    pair_notes = [*pair_notes, f"review: python -m autograder.review {student}/{name} --release "
+                                               "(or --confirm)"]
                 results.append(Result(student, name, score, max_score, "; ".join(pair_notes),
-                                      devices if ran else "", round(seconds, 1)))
+                                      devices if ran else "", round(seconds, 1), withheld=withheld))
     return results

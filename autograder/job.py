@@ -122,6 +122,8 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
         for path in (work, ipc, *work.rglob("*")):
             os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
     (job.folder / "job.json").write_text(json.dumps(description))
+    # What the verdict needs, kept for a review of a withheld score (autograder.review); the kernel cannot see it.
+    (job.folder / "verdict.json").write_text(json.dumps({"markers": job.markers, "findings": job.findings}))
     return job.folder / "job.json"
 
 

@@ -55,7 +55,9 @@ def format_table(results: list[Result]) -> str:
         for name in names:
             result = by_pair[student, name]
             total_max += result.max_score
-            if result.score is None:
+            if result.withheld:
+                cells.append(f"withheld/{result.max_score:g}")
+            elif result.score is None:
                 cells.append(f"-/{result.max_score:g}")
             else:
                 total += result.score
@@ -76,7 +78,8 @@ def write_csv(results: list[Result], path: Path) -> None:
         writer = csv.writer(handle)
         writer.writerow(["student", "assignment", "score", "max_score", "devices", "seconds", "note"])
         for r in results:
-            writer.writerow([r.student, r.assignment, "" if r.score is None else f"{r.score:g}", f"{r.max_score:g}",
+            score = "withheld" if r.withheld else "" if r.score is None else f"{r.score:g}"
+            writer.writerow([r.student, r.assignment, score, f"{r.max_score:g}",
                              r.devices, f"{r.seconds:g}", r.note])
 
 

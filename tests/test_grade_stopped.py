@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from autograder.demo import SUBMITTED
-from autograder.runner import RUN_MARKER
+from autograder.runner import RUN_MARKER, processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "00_environment"
@@ -37,19 +37,7 @@ while not os.path.exists("go.txt"):
 
 def live_marked(mark: str) -> list[str]:
     """Command lines of the live processes that carry the run's marker."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if f"{RUN_MARKER}={mark}".encode() in environ and state != "Z":
-            found.append(cmdline.strip())
-    return found
+    return list(processes_of(mark).values())
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autograder import sandbox
+from autograder.runner import processes_of
 
 # The "kernel": starts a grandchild (a student's subprocess), prints both pids, then waits.
 KERNEL = r'''
@@ -37,18 +38,7 @@ time.sleep(600)
 
 def marked(mark: str) -> list[int]:
     """Pids of live processes whose environment holds SANDBOX_TEST_MARK=mark (zombies excluded)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"SANDBOX_TEST_MARK={mark}".encode() in environ.split(b"\0") and state != "Z":
-            found.append(int(entry))
-    return found
+    return sorted(processes_of(mark, variable="SANDBOX_TEST_MARK"))
 
 
 def gone_within(mark: str, seconds: float) -> list[int]:

@@ -1,0 +1,133 @@
+"""Review a withheld score: release it (graded as it ran) or confirm it (0 points).
+
+The grader withholds the score of a notebook whose code reaches into the
+grading machinery (:mod:`autograder.scan`): the table and ``scores.csv`` say
+"withheld" and the note names the lines. After reading them, the instructor
+decides, for one ``STUDENT/ASSIGNMENT`` of the last run in the work folder:
+
+* ``--release``: each test is judged from what the kernel printed, as if
+  nothing had been found (the notebook is not run again: its executed copy
+  and the markers of its tests are in the job's folder), the gradebook gets
+  those scores, and ``scores.csv`` shows them;
+* ``--confirm``: the score stays 0 and ``scores.csv`` says so.
+
+Either way ``state.json`` in the work folder records the decision.
+
+Run ``python -m autograder.review STUDENT/ASSIGNMENT --release`` (or
+``--confirm``) from the repository root, with the same ``--workdir`` and
+``--db-url`` as the grading run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+
+from autograder.batch import STATE, _write_state
+from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.job import Job
+from autograder.settings import WORKDIR, Settings
+from autograder.verdict import judge
+
+
+class ReviewError(Exception):
+    """A review that cannot be done; the message says why."""
+
+
+def _state(workdir: Path) -> dict:
+    try:
+        return json.loads((workdir / STATE).read_text())
+    except (OSError, ValueError) as error:
+        raise ReviewError(f"no grading run in {workdir} ({error})") from None
+
+
+def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
+    """Judge the pair's tests without the scan's findings, record the scores; return the new score."""
+    from nbgrader.api import Gradebook
+
+    from autograder.pipeline import course_config
+
+    state = _state(workdir)
+    pair = f"{student}/{assignment}"
+    if pair not in state.get("withheld", {}):
+        raise ReviewError(f"{pair} has no withheld score in {workdir}")
+    for notebook in state["withheld"][pair]:
+        folder = workdir / "jobs" / student / assignment / notebook
+        try:
+            kept = json.loads((folder / "verdict.json").read_text())
+        except (OSError, ValueError) as error:
+            raise ReviewError(f"the job folder of {pair}/{notebook} is gone ({error}); grade it again") from None
+        job = Job(student, assignment, notebook, folder, markers=kept["markers"], findings=[])
+        source = nbformat.read(workdir / "source" / assignment / f"{notebook}.ipynb", as_version=4)
+        nbformat.write(judge(job, source), workdir / "submitted" / student / assignment / f"{notebook}.ipynb")
+    with grading_environment(), GradebookLock(db_url) as lock, lock.held():
+        outcome = nbgrader_api(workdir, db_url).autograde(assignment, student, force=True, create=True)
+    if not outcome["success"]:
+        raise ReviewError(f"nbgrader could not grade {pair}: " + last_line(outcome.get("error") or outcome.get("log")))
+    with Gradebook(db_url, course_config().CourseDirectory.course_id) as gradebook:
+        score = gradebook.find_submission(assignment, student).score
+    _decide(workdir, state, pair, "released", f"{score:g}", f"withheld, then released after review")
+    return score
+
+
+def confirm(workdir: Path, student: str, assignment: str) -> None:
+    """Keep the withheld score at 0 and record the decision."""
+    state = _state(workdir)
+    pair = f"{student}/{assignment}"
+    if pair not in state.get("withheld", {}):
+        raise ReviewError(f"{pair} has no withheld score in {workdir}")
+    _decide(workdir, state, pair, "confirmed", "0", "withheld, confirmed after review: 0 points")
+
+
+def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, note: str) -> None:
+    state.setdefault("reviewed", {})[pair] = decision
+    state["withheld"].pop(pair)
+    _write_state(workdir, state)
+    path = workdir / "scores.csv"
+    if not path.exists():
+        return
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    student, assignment = pair.split("/", 1)
+    for row in rows:
+        if (row["student"], row["assignment"]) == (student, assignment):
+            row["score"], row["note"] = score, note
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.review", description=__doc__.split("\n\n")[0])
+    parser.add_argument("pair", metavar="STUDENT/ASSIGNMENT")
+    decision = parser.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--release", action="store_true", help="grade it as it ran")
+    decision.add_argument("--confirm", action="store_true", help="keep 0 points")
+    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the grading run's work folder (default: build/grade)")
+    parser.add_argument("--db-url", default=None, help="the gradebook the run used (default: as autograder.grade)")
+    args = parser.parse_args(argv)
+    student, _, assignment = args.pair.partition("/")
+    if not student or not assignment:
+        parser.error("name the submission as STUDENT/ASSIGNMENT")
+    workdir = args.workdir.resolve()
+    try:
+        if args.release:
+            score = release(workdir, student, assignment, gradebook_url(Settings(db_url=args.db_url), workdir))
+            print(f"{args.pair}: released, {score:g} points")
+        else:
+            confirm(workdir, student, assignment)
+            print(f"{args.pair}: confirmed, 0 points")
+    except ReviewError as error:
+        print(f"review: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

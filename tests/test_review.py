@@ -1,0 +1,68 @@
+"""A withheld score shows as "withheld", and one command releases it (graded as it ran) or confirms it (0).
+
+Two students hand in the instructor's solution of 00_environment plus a cell of their own that
+walks the garbage collector's objects, which the scan flags; the run withholds both scores.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import grade, review
+from autograder.demo import SUBMITTED
+
+ASSIGNMENT = "00_environment"
+
+
+def _scores(workdir: Path) -> dict[str, dict]:
+    with (workdir / "scores.csv").open(newline="") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle) if row["assignment"] == ASSIGNMENT}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("review")
+    submitted, workdir = folder / "submitted", folder / "work"
+    nb = nbformat.read(SUBMITTED / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import gc\nprint(len(gc.get_objects()) > 0)"))
+    for student in ("rosa", "vic"):
+        (submitted / student / ASSIGNMENT).mkdir(parents=True)
+        nbformat.write(nb, submitted / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    code = grade.main(["--submitted", str(submitted), "--workdir", str(workdir), "--canary", "none",
+                       "--no-feedback", "--quiet"])
+    assert code == 0
+    return workdir
+
+
+def test_a_withheld_score_shows_as_withheld_with_the_command_to_review_it(graded):
+    rows = _scores(graded)
+    for student in ("rosa", "vic"):
+        assert rows[student]["score"] == "withheld", rows[student]
+        assert "get_objects" in rows[student]["note"] and "autograder.review" in rows[student]["note"]
+    assert "withheld/8" in (graded / "report.txt").read_text()
+
+
+def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
+    assert review.main(["rosa/" + ASSIGNMENT, "--release", "--workdir", str(graded)]) == 0
+    assert "released, 8 points" in capsys.readouterr().out
+    assert review.main(["vic/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 0
+    rows = _scores(graded)
+    assert rows["rosa"]["score"] == "8" and "released" in rows["rosa"]["note"], rows["rosa"]
+    assert rows["vic"]["score"] == "0" and "confirmed" in rows["vic"]["note"], rows["vic"]
+    # decided once: a second decision, or one about a score that was never withheld, is refused
+    assert review.main(["rosa/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 2
+    assert "no withheld score" in capsys.readouterr().err
+
+
+def test_release_without_the_job_folder_says_to_grade_again(tmp_path):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "state.json").write_text('{"withheld": {"ann/00_environment": {"00_environment": ["x"]}}}')
+    with pytest.raises(review.ReviewError, match="grade it again"):
+        review.release(workdir, "ann", ASSIGNMENT, "sqlite:///" + str(workdir / "gradebook.db"))
+    shutil.rmtree(workdir)
