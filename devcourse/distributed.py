@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["DistributedRunError", "RunResult", "free_port", "run_functions", "torchrun", "write_script"]
+__all__ = ["DistributedRunError", "RunResult", "free_port", "rank_errors", "run_functions", "torchrun", "write_script"]
 
 
 class DistributedRunError(RuntimeError):
@@ -125,6 +125,25 @@ def _end(launchers: list[subprocess.Popen]) -> None:
             pass
 
 
+def rank_errors(folder: str | Path) -> str:
+    """What the ranks of a failed run raised, the first one first with its traceback; "" if none raised.
+
+    The first exception is the cause: the other ranks usually fail after it, waiting for a rank that is
+    gone. Each rank of :func:`write_script`'s harness records its exception in ``rank{RANK}.error``.
+    """
+    import json
+
+    errors = sorted((json.loads(path.read_text()) for path in Path(folder).glob("rank*.error")),
+                    key=lambda error: error["time"])
+    if not errors:
+        return ""
+    first, *later = errors
+    lines = [f"rank {first['rank']} raised {first['error']}", "", first["traceback"].rstrip()]
+    if later:
+        lines += ["", "then " + "; ".join(f"rank {error['rank']} raised {error['error']}" for error in later)]
+    return "\n".join(lines) + "\n\ntorchrun's report: "
+
+
 def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
@@ -140,7 +159,17 @@ if __name__ == "__main__":
         from devcourse import simdevice as _simdevice
 
         _simdevice.enable({simulated})  # this node's simulated accelerators
-    _result = {main}(_Path({outdir!r}))
+    try:
+        _result = {main}(_Path({outdir!r}))
+    except BaseException as _error:  # the rank's own exception, for the message of the failed run
+        import json as _json, time as _time, traceback as _traceback
+
+        (_Path({outdir!r}) / f"rank{{_os.environ['RANK']}}.error").write_text(_json.dumps({{
+            "time": _time.time(), "rank": int(_os.environ["RANK"]),
+            "error": _traceback.format_exception_only(_error)[-1].strip(),
+            "traceback": "".join(_traceback.format_exception(_error)),
+        }}))
+        raise
     _torch.save(_result, _Path({outdir!r}) / f"rank{{_os.environ['RANK']}}.pt")
     # With gloo, DDP's finished gradient all-reduces are freed by a gloo thread that needs the
     # GIL; if the interpreter is already shutting down, the process aborts. Free them first.
@@ -210,7 +239,10 @@ def run_functions(
     with contextlib.ExitStack() as stack:
         folder = Path(outdir) if outdir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-")))
         script = write_script(folder / "run.py", functions, main, folder, simulated_devices)
-        run = torchrun(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
+        try:
+            run = torchrun(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
+        except DistributedRunError as failure:
+            raise DistributedRunError(rank_errors(folder) + str(failure)) from None
         world_size = nproc_per_node * nnodes
         missing = [r for r in range(world_size) if not (folder / f"rank{r}.pt").exists()]
         if missing:

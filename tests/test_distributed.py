@@ -85,6 +85,25 @@ def test_a_dead_rank_ends_the_run_instead_of_hanging(tmp_path):
     assert _processes_running(tmp_path) == []
 
 
+def _wrong_answer(batch):
+    raise ValueError(f"a batch of {len(batch)} rows is not what rank 1 expected")
+
+
+def _rank_one_raises(outdir):
+    dist.init_process_group("gloo")  # noqa: F821
+    if dist.get_rank() == 1:  # noqa: F821
+        _wrong_answer([1, 2, 3])
+    dist.barrier()  # noqa: F821 (fails on rank 0 once rank 1 is gone)
+
+
+def test_the_first_exception_of_a_rank_leads_the_message_with_its_traceback():
+    with pytest.raises(DistributedRunError) as failure:
+        run_functions([_wrong_answer], _rank_one_raises, timeout_s=60)
+    message = str(failure.value)
+    assert message.startswith("rank 1 raised ValueError: a batch of 3 rows is not what rank 1 expected"), message[:300]
+    assert "in _wrong_answer" in message and "then rank 0 raised" in message, message[:2000]
+
+
 def test_helpers():
     port = free_port()
     assert 1024 < port < 65536
