@@ -48,20 +48,24 @@ def gone_within(mark: str, seconds: float) -> list[int]:
     return left
 
 
-@pytest.fixture(params=["namespaces", "plain"])
-def spec_path(request, tmp_path):
-    if request.param == "namespaces":
+def _spec_path(namespaces: bool, workdir: Path) -> Path:
+    """A sandbox spec for ``workdir``, with namespaces (skipped where the machine has none) or without."""
+    if namespaces:
         isolation = sandbox.probe()
         if not isolation.namespaces:
             pytest.skip(f"no namespaces on this machine: {isolation.reason}")
-        spec = sandbox.Spec(workdir=str(tmp_path), namespaces=True, user_namespace=isolation.user_namespace,
-                            read_only=sandbox.python_paths(), read_write=[str(tmp_path)])
+        spec = sandbox.Spec(workdir=str(workdir), namespaces=True, user_namespace=isolation.user_namespace,
+                            read_only=sandbox.python_paths(), read_write=[str(workdir)])
         if spec.as_nobody:
-            os.chown(tmp_path, sandbox.NOBODY, sandbox.NOBODY)
+            os.chown(workdir, sandbox.NOBODY, sandbox.NOBODY)
     else:
-        spec = sandbox.Spec(workdir=str(tmp_path))
-    folder = Path(tempfile.mkdtemp(prefix="sandbox-ends-"))
-    return spec.write(folder / "spec.json")
+        spec = sandbox.Spec(workdir=str(workdir))
+    return spec.write(Path(tempfile.mkdtemp(prefix="sandbox-ends-")) / "spec.json")
+
+
+@pytest.fixture(params=["namespaces", "plain"])
+def spec_path(request, tmp_path):
+    return _spec_path(request.param == "namespaces", tmp_path)
 
 
 def _start(spec_path: Path, mark: str) -> tuple[subprocess.Popen, int, int, int]:
@@ -89,16 +93,23 @@ def test_the_sandbox_dies_with_its_parent_even_by_sigkill(spec_path):
     assert gone_within(mark, 5) == [], "processes of the sandbox outlived the process that started it"
 
 
-@pytest.mark.parametrize("level", ["launcher", "init", "kernel"])
-def test_sigterm_at_any_level_ends_the_whole_sandbox(spec_path, level):
+def _sigterm_ends_everything(spec_path: Path, level: str) -> None:
     mark = f"{level}-{os.getpid()}-{time.monotonic_ns()}"
-    parent, launcher, kernel, _grandchild = _start(spec_path, mark)
-    others = sorted(set(marked(mark)) - {launcher, kernel, _grandchild})
-    if level == "init" and not others:
-        pytest.skip("no init without namespaces")
+    parent, launcher, kernel, grandchild = _start(spec_path, mark)
     try:
-        os.kill({"launcher": launcher, "init": others[0] if others else 0, "kernel": kernel}[level], signal.SIGTERM)
+        init = sorted(set(marked(mark)) - {launcher, kernel, grandchild})
+        target = {"launcher": launcher, "kernel": kernel}.get(level) or init[0]
+        os.kill(target, signal.SIGTERM)
         assert gone_within(mark, 5) == [], f"SIGTERM to the {level} left processes of the sandbox running"
     finally:
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.parametrize("level", ["launcher", "kernel"])
+def test_sigterm_at_any_level_ends_the_whole_sandbox(spec_path, level):
+    _sigterm_ends_everything(spec_path, level)
+
+
+def test_sigterm_to_the_namespace_init_ends_the_whole_sandbox(tmp_path):
+    _sigterm_ends_everything(_spec_path(True, tmp_path), "init")
