@@ -15,7 +15,7 @@ help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
 	@echo "make grade      autograde the demo class and print the score table"
 	@echo "make test       the whole test suite (what CI runs)"
-	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 5 minutes)"
+	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 7 minutes)"
 	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
 	@echo "make postgres   install Debian's postgresql for the gradebook test, if it is missing"
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"

@@ -114,7 +114,7 @@ def fingerprint_tree(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _read_state(workdir: Path) -> dict | None:
+def read_state(workdir: Path) -> dict | None:
     """The state an interrupted run left in ``workdir``, if it can be resumed; else None."""
     try:
         state = json.loads((workdir / STATE).read_text())
@@ -125,7 +125,7 @@ def _read_state(workdir: Path) -> dict | None:
     return state
 
 
-def _write_state(workdir: Path, state: dict) -> None:
+def write_state(workdir: Path, state: dict) -> None:
     temporary = workdir / (STATE + ".tmp")
     temporary.write_text(json.dumps(state, indent=1))
     temporary.replace(workdir / STATE)  # atomic: a run stopped here leaves the old state or the new one
@@ -140,7 +140,7 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Setti
     """
     settings = settings or Settings()
     submitted, workdir = Path(submitted).resolve(), Path(workdir).resolve()
-    state = _read_state(workdir)
+    state = read_state(workdir)
     if state is None:  # a fresh run
         if workdir.exists():
             shutil.rmtree(workdir)
@@ -148,7 +148,7 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Setti
         shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
         (workdir / "submitted").mkdir()
         state = {"course": _course_fingerprint(), "finished": False, "graded": {}}
-        _write_state(workdir, state)
+        write_state(workdir, state)
     RUNNERS.stopping.clear()
     db_url = gradebook_url(settings, workdir)
     with grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root, \
@@ -241,7 +241,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                     if outcome["success"]:
                         graded.add(pair)
                         state["graded"][f"{job.student}/{job.assignment}"] = fingerprint(submitted / job.student / job.assignment)
-                        _write_state(workdir, state)
+                        write_state(workdir, state)
                         if settings.feedback:
                             write_feedback(api, workdir, pair, hidden[job.assignment], notes)
                     else:
@@ -258,7 +258,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
     pool.shutdown(wait=True)
     state["finished"] = True
-    _write_state(workdir, state)
+    write_state(workdir, state)
 
     devices = devices_text()
     results = []

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.batch import STATE, _write_state
+from autograder.batch import STATE, write_state
 from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.job import Job
 from autograder.settings import WORKDIR, Settings
@@ -87,7 +87,7 @@ def confirm(workdir: Path, student: str, assignment: str) -> None:
 def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, note: str) -> None:
     state.setdefault("reviewed", {})[pair] = decision
     state["withheld"].pop(pair)
-    _write_state(workdir, state)
+    write_state(workdir, state)
     path = workdir / "scores.csv"
     if not path.exists():
         return
