@@ -91,3 +91,15 @@ def test_only_the_last_assignment_says_it_is_the_last_and_each_other_names_the_n
             last_section = text.rsplit("## ", 1)[-1]
             assert following in last_section or f"notebook {following[:2]}" in last_section, \
                 f"{name}'s last section does not name the next notebook, {following}"
+
+
+def test_readme_states_each_notebooks_points_and_the_total():
+    readme = (ROOT / "README.md").read_text()
+    stated = {name: int(points) for name, points in re.findall(r"^\| `(\d\d_[a-z0-9_]+)` \| (\d+) \|", readme, re.M)}
+    actual = {}
+    for name in pipeline.assignments():
+        cells = nbformat.read(pipeline.solution_path(name), as_version=4).cells
+        actual[name] = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in cells
+                           if c.metadata.get("nbgrader", {}).get("grade"))
+    assert stated == actual
+    assert f"{sum(actual.values())} points in all" in readme
