@@ -20,7 +20,11 @@ The grader also rewrites each ``a == b`` and ``a != b`` of a test into
 ``NAME.eq(a, b)`` / ``NAME.ne(a, b)``, which refuse a value (or an item of a
 list, tuple, set or dict) whose class brings an ``==`` of its own that did
 not exist before student code ran: an object whose ``__eq__`` always says
-True proves nothing.
+True proves nothing. Likewise ``torch.equal``, ``torch.allclose``,
+``torch.isclose`` and ``torch.testing.assert_close`` in a test become
+``NAME.equal`` ... which refuse a tensor of any subclass but the simulated
+device's (in the arguments, or in their lists and dicts) and compare with
+``__torch_function__`` overrides off.
 
 It runs inside the student's process, so it raises the bar rather than
 closing every door: the grader also restores the test cells from the source
@@ -120,6 +124,33 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
             raise AssertionError("a value compared by the test has a class with its own == or !=: not trusted")
         return left != right
 
+    from devcourse.grading import is_plain_tensor
+
+    def untrusted_tensor(value, depth=0):
+        """A tensor of a subclass (other than the simulated device's) anywhere in ``value``, or None."""
+        if isinstance(value, torch.Tensor):
+            return None if is_plain_tensor(value) else value
+        if depth < 20 and isinstance(value, dict):
+            value = list(value.values())
+        if depth < 20 and isinstance(value, (list, tuple)):
+            return next((t for t in (untrusted_tensor(item, depth + 1) for item in value[:10000]) if t is not None),
+                        None)
+        return None
+
+    def tensor_check(function):
+        def checked(*args, **kwargs):
+            for value in (*args, *kwargs.values()):
+                bad = untrusted_tensor(value)
+                if bad is not None:
+                    raise AssertionError(f"a tensor compared by the test is a {type(bad).__name__}, a subclass of "
+                                         "torch.Tensor that can change what a comparison says: not trusted")
+            with torch._C.DisableTorchFunctionSubclass():  # no __torch_function__ override decides the answer
+                return function(*args, **kwargs)
+        return checked
+
+    tensor_checks = {"equal": tensor_check(torch.equal), "allclose": tensor_check(torch.allclose),
+                     "isclose": tensor_check(torch.isclose), "assert_close": tensor_check(torch.testing.assert_close)}
+
     def restore():
         for key, (module, saved) in module_dicts.items():
             sys.modules[key] = module
@@ -163,4 +194,6 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
         return restore
 
     restore.eq, restore.ne = eq, ne
+    for attr, checked in tensor_checks.items():
+        setattr(restore, attr, checked)
     builtins.__dict__[name] = restore

@@ -3,6 +3,8 @@
 import csv
 import json
 import shutil
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -218,3 +220,40 @@ def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys)
     assert code == 3
     assert first.startswith("grading stopped: the instructor's solution of 00_environment/00_environment"), first
     assert not (tmp_path / "work" / "jobs" / "ada").exists(), "no student is graded"
+
+
+GUARDED_COMPARISONS = r'''
+import sys, torch
+from autograder.job import strict_comparisons
+from autograder.runner import GUARD_SOURCE
+exec(GUARD_SOURCE)
+install("_guard_for_test")
+
+class Lying(torch.Tensor):  # says yes to every comparison
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+honest, lie = torch.ones(2), torch.zeros(2).as_subclass(Lying)
+assert torch.equal(lie, honest) and torch.allclose(lie, honest), "the subclass lies when nothing guards"
+for test in ("assert torch.equal(lie, honest)", "assert torch.allclose(honest, lie)",
+             "torch.testing.assert_close([lie], [honest])", "assert torch.isclose(lie, honest).all()"):
+    try:
+        exec(strict_comparisons(test, "_guard_for_test"))
+    except AssertionError as error:
+        assert "not trusted" in str(error), (test, error)
+    else:
+        sys.exit(f"passed: {test}")
+exec(strict_comparisons("assert torch.equal(honest, torch.ones(2))\nassert not torch.allclose(honest, 2 * honest)",
+                        "_guard_for_test"))
+sim = torch.ones(2, device="sim:1")
+exec(strict_comparisons("assert torch.equal(sim.cpu(), honest) and torch.allclose(sim, torch.ones(2, device='sim:1'))",
+                        "_guard_for_test"))
+print("refused")
+'''
+
+
+def test_tensor_comparisons_in_tests_refuse_a_lying_subclass_and_accept_plain_and_simulated_tensors():
+    done = subprocess.run([sys.executable, "-c", GUARDED_COMPARISONS], cwd=pipeline.ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("refused"), done.stdout + done.stderr
