@@ -94,21 +94,14 @@ INTERRUPTS = Interrupts()
 STATE = "state.json"
 
 
-def fingerprint(folder: Path) -> str:
-    """A hash of a submission folder's notebooks: a re-run grades a changed submission again."""
+def fingerprint(root: Path, recursive: bool = False) -> str:
+    """A hash of the notebooks in ``root`` (and below it, if ``recursive``), names included.
+
+    Of a submission folder: a re-run grades a changed submission again. Of the
+    solutions (recursive): a stopped run is resumed only for the same course.
+    """
     digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.ipynb")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def _course_fingerprint() -> str:
-    return fingerprint_tree(SOLUTIONS)
-
-
-def fingerprint_tree(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.ipynb")):
+    for path in sorted(root.rglob("*.ipynb") if recursive else root.glob("*.ipynb")):
         if ".ipynb_checkpoints" not in path.parts:
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -120,7 +113,7 @@ def read_state(workdir: Path) -> dict | None:
         state = json.loads((workdir / STATE).read_text())
     except (OSError, ValueError):
         return None
-    if state.get("finished") or state.get("course") != _course_fingerprint():
+    if state.get("finished") or state.get("course") != fingerprint(SOLUTIONS, recursive=True):
         return None
     return state
 
@@ -147,7 +140,7 @@ def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Setti
         workdir.mkdir(parents=True)
         shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
         (workdir / "submitted").mkdir()
-        state = {"course": _course_fingerprint(), "finished": False, "graded": {}}
+        state = {"course": fingerprint(SOLUTIONS, recursive=True), "finished": False, "graded": {}}
         write_state(workdir, state)
     RUNNERS.stopping.clear()
     db_url = gradebook_url(settings, workdir)

@@ -39,6 +39,14 @@ GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
 RUN_MARKER = "COURSE_GRADING_RUN"
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (ended, waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def processes_of(value: str, variable: str = RUN_MARKER) -> dict[int, str]:
     """The live processes (zombies left out) whose environment sets ``variable`` to ``value``: pid -> command line.
 
@@ -51,11 +59,10 @@ def processes_of(value: str, variable: str = RUN_MARKER) -> dict[int, str]:
             continue
         try:
             environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
             command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if wanted in environ and state != "Z":
+        if wanted in environ and alive(int(entry)):
             found[int(entry)] = command.strip()
     return found
 

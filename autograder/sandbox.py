@@ -334,7 +334,6 @@ def _start_kernel(spec: dict, command: list[str], own_group: bool) -> int:
 
 def _init(spec: dict, command: list[str]) -> int:
     """PID 1 of the sandbox's namespaces: set up the view, start the kernel, reap until it ends."""
-    os.environ.pop("JPY_PARENT_PID", None)
     _run("mount", "--make-rprivate", "/")
     _run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
     _mount_view(spec)

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.runner import alive
 from autograder.sandbox import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -531,14 +532,8 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert child.returncode == -signal.SIGKILL, child.stderr
     pid = int(child.stdout.split()[0])
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            break
-        if state == "Z":
-            break
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    else:
+    if alive(pid):
         os.killpg(pid, signal.SIGKILL)
         raise AssertionError("JupyterLab outlived the process that started it")

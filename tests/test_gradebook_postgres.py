@@ -26,6 +26,7 @@ import pytest
 from autograder import demo, grade, sandbox
 from autograder.gradebook import GradebookLock
 from autograder.pipeline import course_config
+from autograder.runner import alive
 from autograder.settings import DEMO_CLASS, GRADEBOOK_ENV
 
 ASSIGNMENT = "00_environment"
@@ -233,14 +234,6 @@ def test_student_kernel_cannot_reach_the_gradebook_server(server, tmp_path):
     assert "no way through" in printed and "REACHED THE GRADEBOOK" not in printed
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"
-
-
 def test_the_server_stops_when_the_test_process_is_killed():
     """A test run that is killed outright (SIGKILL) leaves no PostgreSQL server running."""
     child_code = f'''
@@ -259,8 +252,8 @@ os.kill(os.getpid(), signal.SIGKILL)
         assert child.returncode == -signal.SIGKILL, child.stderr
         pid, port = map(int, child.stdout.split())
         deadline = time.monotonic() + 20
-        while not _gone(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _gone(pid), "the PostgreSQL server outlived the process that started it"
+        assert not alive(pid), "the PostgreSQL server outlived the process that started it"
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", port)) != 0, "something still listens on the server's port"
