@@ -42,6 +42,9 @@ its parent dies.
 
 ``python autograder/sandbox.py SPEC.json PARENT_PID -- COMMAND...`` is the launcher
 (it needs only the standard library): :func:`wrap` puts it in the kernel's command line.
+``python autograder/sandbox.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...`` only ties
+``COMMAND`` to ``PARENT_PID`` and runs it in its place (:func:`tethered`); servers
+that tests start use it.
 """
 
 from __future__ import annotations
@@ -178,6 +181,36 @@ def wrap(command: list[str], spec_path: Path) -> list[str]:
     The sandbox ends when the process that starts this command line ends (on Linux).
     """
     return [sys.executable, "-I", os.path.realpath(__file__), str(spec_path), str(os.getpid()), "--", *command]
+
+
+def tethered(command: list[str], signum: int, uid: int | None = None, gid: int | None = None) -> list[str]:
+    """The command line that runs ``command`` in its own place, sent ``signum`` when this process ends.
+
+    On Linux the signal comes from the kernel (``PR_SET_PDEATHSIG``), so it comes however this
+    process ends, SIGKILL included; elsewhere ``command`` simply runs. ``uid``/``gid`` (a root
+    caller): ``command`` runs as that user, who need not be able to read this Python (a change of
+    user clears the request, so it is made after the change). Use it rather than a
+    ``preexec_fn``, which runs Python between fork and exec and can deadlock in a process with
+    threads (a test process, a Jupyter server).
+    """
+    user = ["--as", f"{uid}:{gid if gid is not None else uid}"] if uid is not None else []
+    return [sys.executable, "-I", os.path.realpath(__file__), "--tether", str(os.getpid()), str(int(signum)), *user,
+            "--", *command]
+
+
+def _tether(args: list[str]) -> None:
+    """``PARENT SIGNAL [--as UID:GID] -- COMMAND...``: see :func:`tethered`."""
+    parent, signum, rest = args[0], args[1], args[2:]
+    if rest[:1] == ["--as"]:
+        uid, gid = (int(part) for part in rest[1].split(":"))
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        rest = rest[2:]
+    if not (parent.isdigit() and signum.isdigit()) or rest[:1] != ["--"] or len(rest) < 2:
+        sys.exit("usage: python sandbox.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...")
+    die_with_parent(int(parent), int(signum))
+    os.execvp(rest[1], rest[1:])
 
 
 # ---- the inside half ----------------------------------------------------------
@@ -406,6 +439,8 @@ def launch(spec_path: str, parent: int, command: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--tether"] and len(sys.argv) > 3:
+        _tether(sys.argv[2:])
     if len(sys.argv) < 5 or sys.argv[3] != "--" or not sys.argv[2].isdigit():
         sys.exit("usage: python sandbox.py SPEC.json PARENT_PID -- COMMAND...")
     sys.exit(launch(sys.argv[1], int(sys.argv[2]), sys.argv[4:]))

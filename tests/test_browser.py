@@ -15,7 +15,6 @@ they never skip. ``README_SCREENSHOT=1`` also rewrites the README's picture,
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -34,7 +33,7 @@ import nbformat
 import pytest
 
 from autograder.runner import alive
-from autograder.sandbox import die_with_parent
+from autograder.sandbox import tethered
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the course's own environment (.venv/bin under make)
@@ -113,9 +112,8 @@ def start_lab(home: Path) -> tuple[subprocess.Popen, Lab]:
     # Validate reads nbgrader_config.py from the server's working folder, as under `make lab`.
     shutil.copy(ROOT / "nbgrader_config.py", root)
     with open(log_path, "w") as log:
-        server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True,
-                                  preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGTERM))
+        server = subprocess.Popen(tethered(command, signal.SIGTERM), cwd=root, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:

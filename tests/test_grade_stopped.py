@@ -64,7 +64,7 @@ def start(submitted: Path, workdir: Path, mark: str) -> subprocess.Popen:
 def wait_until_slow_waits(run: subprocess.Popen, mark: str) -> None:
     deadline = time.monotonic() + 120
     while not any(line == "sleep 300" for line in live_marked(mark)):
-        assert run.poll() is None, f"the run ended early:\n{run.communicate()}"
+        assert run.poll() is None, f"the run ended early:\n{run.communicate(timeout=30)}"
         assert time.monotonic() < deadline, f"slow's kernel never started: {live_marked(mark)}"
         time.sleep(0.2)
 
@@ -99,7 +99,7 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
     finally:
         if run.poll() is None:
             run.kill()
-        run.communicate()
+        run.communicate(timeout=30)  # what the run left holding its output must not hang the test
     if signum != signal.SIGINT:
         return
     # Again, with go.txt beside slow's notebook: only slow is graded, once; ada keeps her score.

@@ -7,7 +7,6 @@ over TCP as several graders would use it, and stops it afterwards.
 """
 
 import csv
-import functools
 import glob
 import os
 import pwd
@@ -85,15 +84,14 @@ def _cluster(binaries: Path, home: Path):
     port = _free_port()
     run(str(binaries / "initdb"), "-D", str(data), "-U", "grader", f"--pwfile={home / 'pw'}",
         "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync")
-    ids = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []} if user else {}
     with open(log, "w") as handle:
         if user:
             os.chown(log, user.pw_uid, user.pw_gid)
         server = subprocess.Popen(
-            [str(binaries / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
-            cwd=home, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, **ids,
-            preexec_fn=functools.partial(sandbox.die_with_parent, os.getpid(), signal.SIGINT))
+            sandbox.tethered([str(binaries / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
+                              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], signal.SIGINT,
+                             uid=user.pw_uid if user else None, gid=user.pw_gid if user else None),
+            cwd=home, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         import psycopg
 
