@@ -155,6 +155,46 @@ def validate(notebook: Path, invert: bool = False) -> tuple[bool, str]:
     return verdict in output, output
 
 
+# What a student waits for, on two cores: a notebook run top to bottom, and Validate of a finished one.
+RUN_LIMIT_S, VALIDATE_LIMIT_S = 60.0, 30.0
+
+
+def machine() -> str:
+    """The CPU this runs on and its number of cores, for timings printed beside it."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+
+
+def timings(assignment: str) -> tuple[float, float]:
+    """Seconds to run the solution notebook top to bottom in a fresh kernel, and to ``nbgrader validate`` it."""
+    import time
+
+    from nbclient import NotebookClient
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = _copy_as_solution(assignment, Path(tmp))
+        nb = nbformat.read(copy, as_version=4)
+        start = time.monotonic()
+        NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                       resources={"metadata": {"path": str(copy.parent)}}).execute()
+        run_s = time.monotonic() - start
+        start = time.monotonic()
+        passes, output = validate(copy)
+        validate_s = time.monotonic() - start
+        if not passes:
+            raise RuntimeError(f"{assignment}: the solution does not validate:\n{output}")
+    return run_s, validate_s
+
+
 def _copy_as_solution(assignment: str, into: Path) -> Path:
     target = into / assignment / f"{assignment}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -171,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("names", nargs="*", help="assignments (default: all)")
     both = sub.add_parser("both-ways", help="solutions pass every test; student versions pass none")
     both.add_argument("names", nargs="*", help="assignments (default: all)")
+    times = sub.add_parser("times", help=f"how long each notebook runs (limit {RUN_LIMIT_S:g} s) and Validate takes "
+                                         f"(limit {VALIDATE_LIMIT_S:g} s); exit 1 if one is over")
+    times.add_argument("names", nargs="*", help="assignments (default: all)")
     args = parser.parse_args(argv)
     names = args.names or assignments()
     unknown = sorted(set(names) - set(assignments()))
@@ -180,6 +223,16 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             print(f"executing {solution_path(name).relative_to(ROOT)}")
             execute(solution_path(name))
+    elif args.command == "times":
+        print(f"on {machine()}; limits: run {RUN_LIMIT_S:g} s, Validate {VALIDATE_LIMIT_S:g} s")
+        print(f"{'notebook':<34} {'run (s)':>8} {'Validate (s)':>13}")
+        over = []
+        for name in names:
+            run_s, validate_s = timings(name)
+            flags = (" run over" if run_s > RUN_LIMIT_S else "") + (" Validate over" if validate_s > VALIDATE_LIMIT_S else "")
+            print(f"{name:<34} {run_s:8.1f} {validate_s:13.1f}{flags}", flush=True)
+            over += [name] if flags else []
+        return 1 if over else 0
     elif args.command == "course":
         generate_course(names=names)
         print(f"wrote {', '.join(names)} into {COURSE.relative_to(ROOT)}/")
