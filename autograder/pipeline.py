@@ -185,7 +185,7 @@ def timings(assignment: str) -> tuple[float, float]:
         nb = nbformat.read(copy, as_version=4)
         start = time.monotonic()
         NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                       resources={"metadata": {"path": str(copy.parent)}}).execute()
+                       resources={"metadata": {"path": str(copy.parent)}}).execute(stderr=subprocess.DEVNULL)
         run_s = time.monotonic() - start
         start = time.monotonic()
         passes, output = validate(copy)

@@ -4,7 +4,9 @@
 cell (the workers cannot import ``__main__``), so code for other processes
 goes into a script: :func:`write_script` writes one from functions defined
 anywhere, notebook cells included, and :func:`torchrun` starts it with
-``torchrun``'s c10d rendezvous on a free local port.
+``torchrun``'s c10d rendezvous on a free local port. :func:`run_functions`
+(the exercises' checks) starts the processes itself, with the variables
+torchrun would give them (:func:`start_ranks`): no agent to wait for.
 
 Every run has a wall-time limit. A run that exceeds it, or in which a rank
 dies, ends with :class:`DistributedRunError` naming what happened, and every
@@ -34,7 +36,8 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["DistributedRunError", "RunResult", "free_port", "rank_errors", "run_functions", "torchrun", "write_script"]
+__all__ = ["DistributedRunError", "RunResult", "free_port", "rank_errors", "run_functions", "start_ranks", "torchrun",
+           "write_script"]
 
 
 class DistributedRunError(RuntimeError):
@@ -107,6 +110,64 @@ def torchrun(
     return RunResult(0, output, time.monotonic() - start)
 
 
+def start_ranks(
+    script: str | Path,
+    nproc_per_node: int = 2,
+    nnodes: int = 1,
+    args: Sequence[str] = (),
+    timeout_s: float = 120,
+    cwd: str | Path | None = None,
+) -> RunResult:
+    """Run ``script`` in ``nnodes * nproc_per_node`` processes, each with the variables torchrun would give it.
+
+    ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
+    (the node), ``MASTER_ADDR``/``MASTER_PORT`` (rank 0 holds the store, as
+    ``init_process_group``'s ``env://`` does without torchrun) and the rest of
+    torchrun's set, but no torchrun agent: it saves the agent's start (a second
+    and a half on two cores) and its polling, which the exercises' checks pay
+    on every run. The ranks of several nodes run on this machine. As under
+    torchrun, the first rank to fail ends the run: the others are killed and
+    :class:`DistributedRunError` says which rank exited with which code, then
+    the end of the run's output; so does a run past ``timeout_s``.
+    """
+    import time
+
+    port, world_size = free_port(), nproc_per_node * nnodes
+    base = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
+                LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_WORLD_SIZE=str(nnodes), ROLE_WORLD_SIZE=str(world_size),
+                ROLE_NAME="default", TORCHELASTIC_RUN_ID=f"course-{port}", TORCHELASTIC_RESTART_COUNT="0",
+                TORCHELASTIC_MAX_RESTARTS="0")
+    with tempfile.TemporaryFile(mode="w+") as log:
+        start = time.monotonic()
+        ranks = []
+        try:
+            for rank in range(world_size):
+                node, local = divmod(rank, nproc_per_node)
+                env = dict(base, RANK=str(rank), ROLE_RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(node))
+                ranks.append(subprocess.Popen([sys.executable, str(script), *args], stdout=log,
+                                              stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True))
+            while True:
+                codes = [rank.poll() for rank in ranks]
+                failed = next((r for r, code in enumerate(codes) if code not in (None, 0)), None)
+                if failed is not None or all(code == 0 for code in codes):
+                    break
+                if time.monotonic() - start > timeout_s:
+                    _end(ranks)
+                    log.seek(0)
+                    raise DistributedRunError(
+                        f"the run did not finish within {timeout_s:g} s and was stopped (all its processes killed); "
+                        f"output so far:\n{_tail(log.read())}")
+                time.sleep(0.02)
+        finally:
+            _end(ranks)
+        log.seek(0)
+        output = log.read()
+    if failed is not None:
+        raise DistributedRunError(f"rank {failed} exited with code {ranks[failed].returncode}; output:\n{_tail(output)}")
+    return RunResult(0, output, time.monotonic() - start)
+
+
 def _end(launchers: list[subprocess.Popen]) -> None:
     """Kill each launcher's whole process group (the launcher and its ranks)."""
     for launcher in launchers:
@@ -141,7 +202,7 @@ def rank_errors(folder: str | Path) -> str:
     lines = [f"rank {first['rank']} raised {first['error']}", "", first["traceback"].rstrip()]
     if later:
         lines += ["", "then " + "; ".join(f"rank {error['rank']} raised {error['error']}" for error in later)]
-    return "\n".join(lines) + "\n\ntorchrun's report: "
+    return "\n".join(lines) + "\n\nthe run: "
 
 
 def _tail(text: str, lines: int = 40) -> str:
@@ -226,11 +287,11 @@ def run_functions(
     simulated_devices: int = 0,
     outdir: str | Path | None = None,
 ) -> list[object]:
-    """Run ``main(outdir)`` on every rank with torchrun; return each rank's result, rank 0 first.
+    """Run ``main(outdir)`` on every rank (:func:`start_ranks`); return each rank's result, rank 0 first.
 
     ``functions`` are the helpers ``main`` calls (a student's answers, say).
     See :func:`write_script` (``simulated_devices`` included) and
-    :func:`torchrun`. Results are loaded with ``weights_only=True``: return
+    :func:`start_ranks`. Results are loaded with ``weights_only=True``: return
     tensors, numbers, strings and containers; tensors on a simulated device
     come back on the CPU. ``outdir`` is an existing folder the ranks run in
     and may write to, kept afterwards; by default a temporary folder is used
@@ -240,7 +301,7 @@ def run_functions(
         folder = Path(outdir) if outdir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-")))
         script = write_script(folder / "run.py", functions, main, folder, simulated_devices)
         try:
-            run = torchrun(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
+            run = start_ranks(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
         except DistributedRunError as failure:
             raise DistributedRunError(rank_errors(folder) + str(failure)) from None
         world_size = nproc_per_node * nnodes

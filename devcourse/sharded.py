@@ -1,7 +1,7 @@
 """Sharded checkpoints for notebook 09: a checkpoint written by several ranks, made on any machine.
 
-:func:`save_sharded_checkpoint` starts ``world_size`` processes with torchrun
-(:mod:`devcourse.distributed`), each on the CPU with the gloo backend, so no
+:func:`save_sharded_checkpoint` starts ``world_size`` processes as torchrun would
+(:func:`devcourse.distributed.run_functions`), each on the CPU with the gloo backend, so no
 GPU is needed, and they save a model sharded by FSDP2 (``fully_shard``) with
 ``torch.distributed.checkpoint`` (DCP): one ``__<rank>_0.distcp`` file per
 rank plus a ``.metadata`` file that says which rank holds which rows of each
@@ -9,7 +9,7 @@ tensor. A DCP checkpoint records no device, so the same folder loads onto the
 CPU, a GPU or the simulated device. The function returns the model's full
 state dict, which is what a correct load must reproduce.
 
-On a CPU-only machine it does exactly that (about 5 s, most of it process
+On a CPU-only machine it does exactly that (about 3 s on two cores, most of it process
 start-up); on a GPU machine it does the same on the CPU, since a checkpoint's
 files do not depend on where the ranks ran.
 
@@ -31,7 +31,7 @@ __all__ = ["save_sharded_checkpoint", "shard_files"]
 
 
 def _save_sharded_worker(outdir):
-    """One rank: build the seeded model, shard it with FSDP2, train a step, save with DCP (runs under torchrun)."""
+    """One rank: build the seeded model, shard it with FSDP2, train a step, save with DCP (one process of the run)."""
     import json
 
     import torch.distributed.checkpoint as dcp

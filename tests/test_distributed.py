@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import torch
 
-from devcourse.distributed import DistributedRunError, free_port, run_functions, torchrun, write_script
+from devcourse.distributed import DistributedRunError, free_port, run_functions, start_ranks, torchrun, write_script
 
 
 def _setup():
@@ -42,11 +42,38 @@ def two_nodes_on_the_cpu():
     return run_functions([_setup], _train, nproc_per_node=1, nnodes=2)
 
 
-def test_two_nodes_meet_through_the_c10d_rendezvous(two_nodes_on_the_cpu):
+def test_two_nodes_train_in_step(two_nodes_on_the_cpu):
     results = two_nodes_on_the_cpu
     assert sorted(r["rank"] for r in results) == [0, 1] and {r["world"] for r in results} == {2}
     assert [r["device"] for r in results] == ["cpu", "cpu"]
     assert torch.equal(results[0]["weight"], results[1]["weight"]), "DDP keeps parameters in step"
+
+
+# What torchrun gives every process and the course reads or shows (torchrun's agent adds its own store's
+# and error file's variables, which a process without an agent does not need).
+TORCHRUN_VARIABLES = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
+                      "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS"]
+
+
+def _variables(outdir):
+    _setup()
+    return dict(os.environ)
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_start_ranks_gives_each_process_what_torchrun_gives_it(tmp_path, nodes):
+    """The same script under torchrun (c10d rendezvous, one agent per node) and under start_ranks (no agent)."""
+    per_node = 2 // nodes
+    script = write_script(tmp_path / "env.py", [_setup], _variables, tmp_path)
+    seen = {}
+    for launcher in (torchrun, start_ranks):
+        launcher(script, nproc_per_node=per_node, nnodes=nodes, cwd=tmp_path, timeout_s=60)
+        seen[launcher.__name__] = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    for by_torchrun, by_start_ranks in zip(seen["torchrun"], seen["start_ranks"]):
+        assert {k: by_torchrun.get(k) for k in TORCHRUN_VARIABLES} == {k: by_start_ranks.get(k) for k in TORCHRUN_VARIABLES}
+        assert None not in [by_torchrun.get(k) for k in TORCHRUN_VARIABLES], by_torchrun
+    assert [r["GROUP_RANK"] for r in seen["start_ranks"]] == (["0", "0"] if nodes == 1 else ["0", "1"])
 
 
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="simulated devices are only turned on without an accelerator")
@@ -64,10 +91,11 @@ def _hang(outdir):
     time.sleep(600)
 
 
-def test_a_run_past_its_time_limit_is_stopped_with_a_clear_message(tmp_path):
+@pytest.mark.parametrize("launcher", [torchrun, start_ranks], ids=lambda f: f.__name__)
+def test_a_run_past_its_time_limit_is_stopped_with_a_clear_message(tmp_path, launcher):
     script = write_script(tmp_path / "hang.py", [], _hang, tmp_path)
     with pytest.raises(DistributedRunError, match=r"did not finish within 6 s"):
-        torchrun(script, timeout_s=6)
+        launcher(script, timeout_s=6)
     assert _processes_running(tmp_path) == []
 
 
@@ -78,10 +106,11 @@ def _rank_one_dies(outdir):
     dist.barrier()  # noqa: F821 (would wait forever for rank 1)
 
 
-def test_a_dead_rank_ends_the_run_instead_of_hanging(tmp_path):
+@pytest.mark.parametrize("launcher", [torchrun, start_ranks], ids=lambda f: f.__name__)
+def test_a_dead_rank_ends_the_run_instead_of_hanging(tmp_path, launcher):
     script = write_script(tmp_path / "dies.py", [], _rank_one_dies, tmp_path)
     with pytest.raises(DistributedRunError, match="exited with code"):
-        torchrun(script, timeout_s=60)
+        launcher(script, timeout_s=60)
     assert _processes_running(tmp_path) == []
 
 

@@ -44,3 +44,18 @@ def test_validate_reports_a_wrong_answer_as_a_failure(tmp_path):
     assert not ok and "VALIDATION FAILED" in output
     ok, output = pipeline.validate(broken, invert=True)
     assert not ok, "a notebook that passes some tests is not a student version"
+
+
+def test_times_runs_and_validates_a_notebook_and_names_the_machine():
+    run_s, validate_s = pipeline.timings("00_environment")
+    assert run_s > 0 and validate_s > 0, (run_s, validate_s)
+    assert "cores" in pipeline.machine()
+
+
+def test_times_exits_1_when_a_notebook_is_over_a_limit(monkeypatch, capsys):
+    seconds = {"00_environment": (5.0, 8.0), "01_device_placement": (61.0, 8.0), "02_cross_device_errors": (9.0, 31.0)}
+    monkeypatch.setattr(pipeline, "timings", seconds.get)
+    assert pipeline.main(["times", "00_environment"]) == 0
+    assert pipeline.main(["times", *seconds]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].endswith("run over") and lines[-1].endswith("Validate over") and "over" not in lines[-3]
