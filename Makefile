@@ -35,8 +35,11 @@ $(READY): requirements.txt pyproject.toml
 # Jupyter refuses to run as root unless told; containers often run as root.
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The students' Lab: no formgrader, course list or "Create assignment" (jupyter/student-lab).
+STUDENT_LAB := $(CURDIR)/jupyter/student-lab
 lab: $(READY)
-	$(BIN)/jupyter lab --ServerApp.root_dir=course $(LAB_FLAGS)
+	JUPYTER_CONFIG_PATH="$(STUDENT_LAB)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+	  $(BIN)/jupyter lab --ServerApp.root_dir=course $(LAB_FLAGS)
 
 grade: $(READY)
 	$(BIN)/python -m autograder.grade

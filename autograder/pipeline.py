@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
 CELL_TIMEOUT_S = 120
+STUDENTS_GUIDE = ROOT / "docs" / "students.md"
 
 
 def assignments() -> list[str]:
@@ -105,11 +106,14 @@ def scrub_paths(text: str) -> str:
 
 
 def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) -> None:
-    """Write the student version of each assignment into ``release_dir`` with nbgrader.
+    """Write the student version of each assignment into ``release_dir`` with nbgrader, and the students' guide.
 
-    Uses a throw-away gradebook, so it never touches an instructor's own.
+    Uses a throw-away gradebook, so it never touches an instructor's own. The
+    guide, ``docs/students.md``, becomes ``README.md`` beside the assignments.
     """
     names = names or assignments()
+    release_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(STUDENTS_GUIDE, release_dir / "README.md")
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             subprocess.run(

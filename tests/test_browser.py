@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ SETTINGS = {
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
 }
 CELLS = ".jp-NotebookPanel .jp-Notebook .jp-Cell"
+STUDENT_LAB = ROOT / "jupyter" / "student-lab"  # make lab puts it first on JUPYTER_CONFIG_PATH
 SECOND = 1000  # Playwright counts in milliseconds
 
 
@@ -100,6 +102,7 @@ def start_lab(home: Path) -> tuple[subprocess.Popen, Lab]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # kernels and nbgrader's validator: this Python
+    env["JUPYTER_CONFIG_PATH"] = str(STUDENT_LAB)
 
     port, token = _free_port(), secrets.token_hex(24)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -512,6 +515,28 @@ def test_student_types_the_answers_validates_and_sees_a_broken_answer_named(page
     keeps_the_label = notebook.cells[notebook.index_of("prepare_batch_keeps_the_label")].source.splitlines()[0]
     assert failed == [keeps_the_label], text
     assert "AssertionError" in text
+
+
+def test_the_students_lab_has_the_assignment_list_and_validate_but_no_instructor_tools(page, lab):
+    def status(path: str) -> int:
+        request = urllib.request.Request(f"{lab.url}/{path}", headers={"Authorization": f"token {lab.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    assert status("formgrader") == 404, "the formgrader's server extension is on"
+    assert status("assignments?course_id=") != 404, "the Assignment List's server extension is off"
+    notebook = open_notebook(page, lab, "00_environment")
+    assert notebook.page.locator(".jp-Toolbar .validate-button").count() == 1
+    page.get_by_role("menuitem", name="Nbgrader").click()
+    menu = page.locator("#jp-mainmenu-nbgrader")
+    menu.get_by_text("Assignment List").wait_for()
+    page.screenshot(path=page.artifacts / "nbgrader-menu.png")
+    items = [text.strip() for text in menu.locator(".lm-Menu-itemLabel").all_inner_texts() if text.strip()]
+    assert items == ["Assignment List"], items
+    assert page.locator(".jp-SideBar").get_by_text("Create Assignment").count() == 0, "the Create Assignment panel"
 
 
 def test_jupyterlab_stops_when_the_test_process_is_killed(tmp_path):

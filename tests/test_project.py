@@ -103,3 +103,13 @@ def test_readme_states_each_notebooks_points_and_the_total():
                            if c.metadata.get("nbgrader", {}).get("grade"))
     assert stated == actual
     assert f"{sum(actual.values())} points in all" in readme
+
+
+def test_make_lab_starts_the_students_lab():
+    """make lab puts jupyter/student-lab first on JUPYTER_CONFIG_PATH (what the browser test starts too)."""
+    import subprocess
+
+    printed = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert f'JUPYTER_CONFIG_PATH="{ROOT / "jupyter" / "student-lab"}"' in printed, printed
+    for name in ["labconfig/page_config.json", "jupyter_server_config.json"]:
+        assert (ROOT / "jupyter" / "student-lab" / name).is_file()
