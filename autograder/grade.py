@@ -83,13 +83,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--canary", choices=("first", "all", "none"), default="first",
                         help="grade the instructor's solution first, in the same sandbox, and stop unless it gets "
                              "full marks: the first assignment's notebooks, all of them, or none (default: %(default)s)")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep each submission's working copy (jobs/STUDENT/ASSIGNMENT/NOTEBOOK/work, with what "
+                             "its kernel wrote) after grading; by default it is removed once the notebook is graded")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if not args.submitted.is_dir():
         parser.error(f"no submissions folder at {args.submitted}")
     settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                         memory_mib=args.memory_limit_mib, db_url=args.db_url, feedback=not args.no_feedback,
-                        progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary)
+                        progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
+                        keep_work=args.keep_work)
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)

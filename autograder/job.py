@@ -197,3 +197,19 @@ def execute(job_file: Path, settings: Settings, runners: Runners = RUNNERS) -> N
     finally:
         with runners.lock:
             runners.running.discard(process)
+        if not settings.keep_work:
+            remove_tree(job_file.parent / "work")
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove ``folder`` and all in it, folders a submission made unwritable or unreadable included."""
+    def writable_then_again(function, path, _error):
+        for place in {os.path.dirname(path), path}:
+            try:
+                os.chmod(place, 0o700)
+            except OSError:
+                pass
+        function(path)
+
+    if folder.exists():
+        shutil.rmtree(folder, onerror=writable_then_again)

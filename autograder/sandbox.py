@@ -66,6 +66,7 @@ from functools import lru_cache
 from pathlib import Path
 
 NOBODY = 65534
+FILE_LIMIT_MIB = 1024  # the largest file a kernel may write (RLIMIT_FSIZE); the course's own files are a few MiB
 # Top-level folders the kernel keeps seeing; every other one (home folders, /work, /srv, /opt, /var,
 # /run, /tmp ...) is replaced by an empty folder, so no other copy of the course is readable either.
 SYSTEM = {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev", "proc", "sys"}
@@ -84,6 +85,8 @@ class Isolation:
         lines = [
             f"wall time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook (kernel killed)",
             f"memory: enforced, {memory}",
+            f"disk: each file at most {FILE_LIMIT_MIB} MiB (RLIMIT_FSIZE); the working copy is removed once graded "
+            "(unless --keep-work)",
         ]
         if self.namespaces:
             who = ("in a user namespace, without capabilities" if self.user_namespace else "runs as nobody")
@@ -143,6 +146,7 @@ class Spec:
     workdir: str
     memory_mib: int = 0
     max_processes: int = 8192
+    max_file_mib: int = FILE_LIMIT_MIB
     namespaces: bool = False
     user_namespace: bool = False
     hide: list[str] = field(default_factory=list)
@@ -292,6 +296,10 @@ def _limit(spec: dict) -> None:
         # RLIMIT_NPROC counts every process of the user, i.e. of every sandbox: only with the uid of its own.
         resource.setrlimit(resource.RLIMIT_NPROC, (spec["max_processes"], spec["max_processes"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if spec.get("max_file_mib"):
+        limit = spec["max_file_mib"] << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        # Python ignores SIGXFSZ, so in the kernel a write past it fails with "File too large" (EFBIG).
 
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000

@@ -41,6 +41,13 @@ def test_demo_class_gets_its_expected_scores(run):
         assert (got["score"], got["max_score"]) == (row["score"], row["max_score"]), (row, got["note"])
 
 
+def test_nothing_a_submission_wrote_stays_after_grading(run):
+    workdir, _ = run
+    jobs = [path for path in (workdir / "jobs").glob("*/*/*") if path.is_dir()]
+    assert jobs and all((job / "out.ipynb").is_file() for job in jobs), "every job keeps what the grader wrote"
+    assert [job for job in jobs if (job / "work").exists()] == [], "a working copy was left behind"
+
+
 def test_expected_scores_cover_every_student_and_assignment(run):
     _, rows = run
     assert {(row["student"], row["assignment"]) for row in _expected()} == set(rows)

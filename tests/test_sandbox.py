@@ -87,3 +87,26 @@ def test_isolation_describes_the_user_namespace():
     assert any("files: enforced" in line and "user namespace" in line for line in lines)
     lines = sandbox.Isolation(False, "no namespaces here").describe(1024, 60, 10)
     assert any(line.startswith("files: NOT enforced (no namespaces here)") for line in lines)
+
+
+WRITE_TOO_MUCH = r'''
+import sys
+with open("big.bin", "wb") as handle:
+    handle.write(b"x" * (1 << 19))  # half the limit
+    try:
+        handle.write(b"x" * (1 << 20))  # past it
+        handle.flush()
+    except OSError as error:
+        print("refused:", error.strerror)
+print("still running")
+'''
+
+
+def test_a_file_past_the_limit_is_refused_and_the_kernel_goes_on(tmp_path):
+    """RLIMIT_FSIZE: the write past it fails with "File too large" and the kernel goes on."""
+    spec = sandbox.Spec(workdir=str(tmp_path), max_file_mib=1)
+    command = sandbox.wrap([sys.executable, "-c", WRITE_TOO_MUCH], spec.write(tmp_path / "spec.json"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["refused: File too large", "still running"], done.stdout
+    assert (1 << 19) <= (tmp_path / "big.bin").stat().st_size <= 1 << 20
