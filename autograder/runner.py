@@ -4,8 +4,10 @@
 for every submission. It runs outside the sandbox, like nbgrader's executor:
 it starts the kernel through :func:`autograder.sandbox.wrap`, installs
 :mod:`autograder.guard` in it, runs the cells one by one with a per-cell and
-a per-notebook wall-time limit, and writes the executed notebook and a
-status file. When a limit is reached or the kernel dies, the cells not run
+a per-notebook wall-time limit and a memory limit on the kernel and every
+process it started together (:func:`tree_memory_mib`, checked four times a
+second: the first time it is over, the whole sandbox is ended), and writes
+the executed notebook and a status file. When a limit is reached or the kernel dies, the cells not run
 keep no outputs, so their tests earn nothing; the batch goes on.
 
 The runner dies with the grader that started it (``PR_SET_PDEATHSIG`` on
@@ -65,6 +67,36 @@ def processes_of(value: str, variable: str = RUN_MARKER) -> dict[int, str]:
         if wanted in environ and alive(int(entry)):
             found[int(entry)] = command.strip()
     return found
+
+
+def tree_memory_mib(root: int) -> float:
+    """Memory of process ``root`` and all its descendants together, in MiB: anonymous and shared pages.
+
+    ``RssAnon + RssShmem`` of each, from /proc (Linux; elsewhere 0): what the processes hold themselves,
+    not the libraries' file pages, which every process of PyTorch maps and the system can drop.
+    """
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in entries:
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(pid)
+    total_kib, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total_kib += sum(int(line.split()[1]) for line in status.splitlines()
+                         if line.startswith(("RssAnon:", "RssShmem:")))
+    return total_kib / 1024
 
 
 def _kernel_manager_class():
@@ -135,6 +167,21 @@ def run(job: dict) -> dict:
         signal.signal(signum, stop)
 
     watchdog = threading.Timer(job["time_limit_s"], kill, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
+    finished = threading.Event()
+
+    def watch_memory() -> None:
+        """Four times a second: the kernel and every process it started, together, within the memory limit."""
+        while not finished.wait(0.25):
+            process = getattr(km.provisioner, "process", None) if km.provisioner else None
+            if process is None or killed.is_set():
+                continue
+            used = tree_memory_mib(process.pid)
+            if used > spec.memory_mib:
+                kill(f"memory limit of {spec.memory_mib} MiB for all its processes together ({used:.0f} MiB in use)")
+                return
+
+    if spec.memory_mib:
+        threading.Thread(target=watch_memory, daemon=True).start()
     client = NotebookClient(nb, km=km, timeout=job["cell_timeout_s"], allow_errors=True, kernel_name="python3",
                             store_widget_state=False, interrupt_on_timeout=False, record_timing=False,
                             startup_timeout=120)
@@ -167,6 +214,7 @@ def run(job: dict) -> dict:
         status["stopped"] = status["stopped"] or f"{type(error).__name__}: {error}"
     finally:
         watchdog.cancel()
+        finished.set()
         if km.has_kernel and not killed.is_set():
             kill("")
     status["seconds"] = round(time.monotonic() - started, 2)

@@ -81,7 +81,8 @@ class Isolation:
     user_namespace: bool = False  # True: a grader that is not root, in a user namespace of its own
 
     def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float) -> list[str]:
-        memory = (f"{memory_mib} MiB per process (RLIMIT_DATA)" if memory_mib else "off (--memory-limit-mib 0)")
+        memory = (f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes together "
+                  "(watched by the grader, Linux)" if memory_mib else "off (--memory-limit-mib 0)")
         lines = [
             f"wall time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook (kernel killed)",
             f"memory: enforced, {memory}",

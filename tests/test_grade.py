@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 
 import nbformat
 import pytest
@@ -141,6 +142,32 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
     for line in printed.splitlines():
         if line.startswith(("hidden tests in ", "wrote ")):
             assert "/jobs/eve/" in line, line
+
+
+MEMORY_HOG = """\
+import subprocess, sys
+_holders = [subprocess.Popen([sys.executable, "-c", "import time; block = b'x' * (350 << 20); time.sleep(30)"])
+            for _ in range(3)]
+for _holder in _holders:
+    _holder.wait()
+"""
+
+
+def test_processes_past_the_memory_limit_together_end_the_submission(tmp_path):
+    """Three processes of 350 MiB each: each within the limit of 1024 MiB, together (with the kernel) over it."""
+    nb = nbformat.read(demo.SUBMITTED / "ada" / "00_environment" / "00_environment.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
+    cell.source = MEMORY_HOG + cell.source
+    folder = tmp_path / "submitted" / "hog" / "00_environment"
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / "00_environment.ipynb")
+    settings = Settings(jobs=1, cell_timeout_s=60, memory_mib=1024, progress=False, feedback=False, canary="none")
+    started = time.monotonic()
+    [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+                if r.assignment == "00_environment"]
+    assert "memory limit of 1024 MiB for all its processes together" in result.note, result.note
+    assert time.monotonic() - started < 25, "ended when the memory went over, not when the processes finished"
+    assert result.score == 0
 
 
 def cells_of(*sources):
