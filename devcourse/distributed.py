@@ -74,8 +74,6 @@ def torchrun(
     launcher exits non-zero or the run takes longer than ``timeout_s``; in
     both cases every process of the run has been ended.
     """
-    import time
-
     port = free_port()
     command = [
         sys.executable, "-m", "torch.distributed.run",
@@ -85,29 +83,7 @@ def torchrun(
         str(script), *args,
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    with tempfile.TemporaryFile(mode="w+") as log:
-        start = time.monotonic()
-        launchers = [
-            subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True, text=True)
-            for _ in range(nnodes)
-        ]
-        try:
-            codes = [launcher.wait(timeout=max(0.1, timeout_s - (time.monotonic() - start))) for launcher in launchers]
-        except subprocess.TimeoutExpired:
-            _end(launchers)
-            log.seek(0)
-            raise DistributedRunError(
-                f"the run did not finish within {timeout_s:g} s and was stopped (all its processes killed); "
-                f"output so far:\n{_tail(log.read())}"
-            ) from None
-        finally:
-            _end(launchers)
-        log.seek(0)
-        output = log.read()
-    failed = [code for code in codes if code != 0]
-    if failed:
-        raise DistributedRunError(f"a launcher exited with code {failed[0]}; output:\n{_tail(output)}")
-    return RunResult(0, output, time.monotonic() - start)
+    return _run([(command, env)] * nnodes, lambda _: "a launcher", timeout_s, cwd)
 
 
 def start_ranks(
@@ -130,41 +106,55 @@ def start_ranks(
     :class:`DistributedRunError` says which rank exited with which code, then
     the end of the run's output; so does a run past ``timeout_s``.
     """
-    import time
-
     port, world_size = free_port(), nproc_per_node * nnodes
     base = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
                 LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_WORLD_SIZE=str(nnodes), ROLE_WORLD_SIZE=str(world_size),
                 ROLE_NAME="default", TORCHELASTIC_RUN_ID=f"course-{port}", TORCHELASTIC_RESTART_COUNT="0",
                 TORCHELASTIC_MAX_RESTARTS="0")
+    ranks = []
+    for rank in range(world_size):
+        node, local = divmod(rank, nproc_per_node)
+        ranks.append(([sys.executable, str(script), *args],
+                      dict(base, RANK=str(rank), ROLE_RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(node))))
+    return _run(ranks, lambda rank: f"rank {rank}", timeout_s, cwd)
+
+
+def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], timeout_s: float,
+         cwd: str | Path | None) -> RunResult:
+    """Start each ``(command, env)`` in a session of its own, all writing to one log, and wait for them all.
+
+    The first to exit non-zero ends the run: the others are killed and :class:`DistributedRunError`
+    says ``name(index)`` exited with which code, then the end of the log. A run past ``timeout_s`` is
+    killed the same way. Nothing of a run is left running, however it ends.
+    """
+    import time
+
     with tempfile.TemporaryFile(mode="w+") as log:
         start = time.monotonic()
-        ranks = []
+        started: list[subprocess.Popen] = []
         try:
-            for rank in range(world_size):
-                node, local = divmod(rank, nproc_per_node)
-                env = dict(base, RANK=str(rank), ROLE_RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(node))
-                ranks.append(subprocess.Popen([sys.executable, str(script), *args], stdout=log,
-                                              stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True))
+            for command, env in processes:
+                started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                                start_new_session=True))
             while True:
-                codes = [rank.poll() for rank in ranks]
-                failed = next((r for r, code in enumerate(codes) if code not in (None, 0)), None)
+                codes = [process.poll() for process in started]
+                failed = next((index for index, code in enumerate(codes) if code not in (None, 0)), None)
                 if failed is not None or all(code == 0 for code in codes):
                     break
                 if time.monotonic() - start > timeout_s:
-                    _end(ranks)
+                    _end(started)
                     log.seek(0)
                     raise DistributedRunError(
                         f"the run did not finish within {timeout_s:g} s and was stopped (all its processes killed); "
                         f"output so far:\n{_tail(log.read())}")
                 time.sleep(0.02)
         finally:
-            _end(ranks)
+            _end(started)
         log.seek(0)
         output = log.read()
     if failed is not None:
-        raise DistributedRunError(f"rank {failed} exited with code {ranks[failed].returncode}; output:\n{_tail(output)}")
+        raise DistributedRunError(f"{name(failed)} exited with code {codes[failed]}; output:\n{_tail(output)}")
     return RunResult(0, output, time.monotonic() - start)
 
 
