@@ -7,8 +7,9 @@ it starts the kernel through :func:`autograder.sandbox.wrap`, installs
 a per-notebook wall-time limit and a memory limit on the kernel and every
 process it started together (:func:`tree_memory_mib`, checked four times a
 second: the first time it is over, the whole sandbox is ended), and writes
-the executed notebook and a status file. When a limit is reached or the kernel dies, the cells not run
-keep no outputs, so their tests earn nothing; the batch goes on.
+the executed notebook and a status file. When a limit is reached or the
+kernel dies, the cells not run keep no outputs, so their tests earn
+nothing; the batch goes on.
 
 The runner dies with the grader that started it (``PR_SET_PDEATHSIG`` on
 Linux, whatever ends the grader), and SIGTERM, SIGHUP or SIGINT makes it end
@@ -41,12 +42,18 @@ GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
 RUN_MARKER = "COURSE_GRADING_RUN"
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state, parent, ...); [] if there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie (ended, waiting to be reaped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def processes_of(value: str, variable: str = RUN_MARKER) -> dict[int, str]:
@@ -81,11 +88,9 @@ def tree_memory_mib(root: int) -> float:
     except OSError:
         return 0.0
     for pid in entries:
-        try:
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(pid)
+        fields = _stat(pid)
+        if fields:
+            children.setdefault(int(fields[1]), []).append(pid)
     total_kib, todo = 0, [root]
     while todo:
         pid = todo.pop()
