@@ -288,6 +288,54 @@ def test_memory_counters_and_budget():
     assert sim.max_memory_allocated(device) == sim.memory_allocated(device)
 
 
+def test_each_thread_has_a_current_device_that_a_bare_sim_names():
+    """torch.accelerator.set_device_index / device_index work as on CUDA: ``sim`` means the current device."""
+    import threading
+
+    assert torch.accelerator.current_device_index() == 0
+    try:
+        torch.accelerator.set_device_index(1)
+        assert torch.accelerator.current_device_index() == torch.sim.current_device() == 1
+        one = torch.device("sim", 1)
+        made = [
+            torch.empty(2, device="sim"), torch.randn(2, device=torch.device("sim")), torch.arange(3, device="sim"),
+            torch.ones(2).to("sim"), torch.ones(2).to(device="sim", dtype=torch.float16),
+            torch.ones(2, device="sim:0").to("sim"), torch.tensor([1.0], device="sim"),
+            torch.as_tensor([1.0], device="sim"), torch.ones(2).new_tensor([1.0], device="sim"),
+            torch.nn.Linear(2, 2).to("sim").weight,
+        ]
+        with torch.device("sim"):
+            made += [torch.tensor(0), torch.zeros(1), torch.nn.BatchNorm1d(2).num_batches_tracked]
+        torch.set_default_device("sim")
+        try:
+            made += [torch.tensor(0), torch.as_tensor([1.0])]
+            assert torch.get_default_device() == one
+        finally:
+            torch.set_default_device(None)
+        assert [t.device for t in made] == [one] * len(made)
+        with torch.device("meta"):  # other default devices still reach torch.tensor (BatchNorm's counter)
+            assert torch.nn.BatchNorm1d(2).num_batches_tracked.device.type == "meta"
+        assert sim.memory_allocated() == sim.memory_allocated("sim:1")
+        with torch.accelerator.device_index(0):
+            assert torch.accelerator.current_device_index() == 0 and torch.zeros(1, device="sim").device.index == 0
+        assert torch.accelerator.current_device_index() == 1
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(torch.zeros(1, device="sim").device))
+        other.start()
+        other.join()
+        assert seen == [torch.device("sim", 0)]  # another thread starts on device 0, as with CUDA
+        with pytest.raises(RuntimeError, match="invalid device ordinal: sim:2"):
+            torch.accelerator.set_device_index(2)
+        with pytest.raises(ValueError, match="not the current accelerator"):
+            torch.accelerator.set_device_index("cpu")
+        torch.accelerator.set_device_index(-1)  # PyTorch's documented no-op
+        assert torch.accelerator.current_device_index() == 1
+        torch.sim.set_device(0)
+        assert torch.accelerator.current_device_index() == 0
+    finally:
+        torch.accelerator.set_device_index(0)
+
+
 def test_torch_accelerator_synchronize_and_memory_calls_answer_for_the_device():
     """Code written for any accelerator (torch.accelerator, 2.9+ memory calls) runs on the simulated one."""
     torch.accelerator.synchronize()

@@ -66,3 +66,24 @@ def test_the_error_templates_are_pytorchs_own():
                       b" (when checking argument in method ",
                       b"Expected all tensors to be on the same device, but found at least two devices, "):
             assert data.find(piece) != -1, f"{piece!r} is not in libtorch_cpu.so any more"
+
+
+def test_a_python_device_guard_keeps_the_current_device_at_0():
+    """Why the simulated device keeps its own current device and fills in the index of a bare ``sim``."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import torch
+        from torch.utils import backend_registration
+        backend_registration._setup_privateuseone_for_python_backend("seam")
+        torch._C._accelerator_setDeviceIndex(1)
+        print(torch._C._accelerator_getDeviceIndex())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0"], (
+        "a Python PrivateUse1 guard now keeps the index it is given: the simulated device could leave the current "
+        f"device to PyTorch (printed {done.stdout!r})"
+    )

@@ -10,6 +10,8 @@ be on the same device" error where CUDA would (with ``sim`` in place of
 ``torch.amp.GradScaler("sim")``, count memory per device (also through
 ``torch.accelerator``'s memory calls, and ``torch.accelerator.synchronize()``
 returns) and, with a budget, run out of it with ``torch.OutOfMemoryError``.
+Each thread has a current device (``torch.accelerator.set_device_index``,
+``torch.accelerator.device_index``), which ``sim`` without an index names.
 Values live in host memory,
 so results can be compared with the CPU's exactly.
 
@@ -79,7 +81,7 @@ def devices() -> list[torch.device]:
 
 
 def memory_allocated(device: torch.device | str | int | None = None) -> int:
-    """Bytes held by tensors on ``device`` (default ``sim:0``), like ``torch.cuda.memory_allocated``."""
+    """Bytes held by tensors on ``device`` (default: the current one), like ``torch.cuda.memory_allocated``."""
     return _memory.of(device).allocated
 
 

@@ -15,7 +15,13 @@ call PyTorch's own functions otherwise:
 * ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``,
   ``empty_cache`` (nothing is cached: nothing to release);
 * ``get_memory_info``: ``(free, total)``, the device's budget if one is set,
-  else the host's memory (where the values live).
+  else the host's memory (where the values live);
+* ``current_device_index``, ``set_device_index`` and the ``device_index``
+  context manager: PrivateUse1's device guard in Python knows one device, so
+  PyTorch's own calls always answer 0 and setting an index does nothing. The
+  wrappers keep a current device per thread, as CUDA does, and ``sim`` with
+  no index (``torch.empty(2, device="sim")``, ``model.to("sim")``) means
+  that device.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch.accelerator
 import torch.accelerator.memory
 
 from devcourse.simdevice import _memory
+from devcourse.simdevice import _state
 from devcourse.simdevice._state import NAME
 
 _originals: dict[str, object] = {}
@@ -98,7 +105,40 @@ def get_memory_info(device_index=None, /) -> tuple[int, int]:
     return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
 
+def current_device_index() -> int:
+    if not _on_sim():
+        return _originals["current_device_index"]()
+    return _state.current_index()
+
+
+def set_device_index(device, /) -> None:
+    if not _on_sim() or device is None:
+        return _originals["set_device_index"](device)  # None raises there, as it does on every accelerator
+    if isinstance(device, int) and device < 0:
+        return None  # PyTorch's documented no-op
+    _state.set_current_index(_device(device).index)
+    return None
+
+
+class device_index(torch.accelerator.device_index):
+    """``torch.accelerator.device_index``: on the simulated device it changes this thread's current device."""
+
+    def __enter__(self) -> None:
+        if not _on_sim():
+            return super().__enter__()
+        if self.idx is not None:
+            self.prev_idx = _state.set_current_index(self.idx)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not _on_sim():
+            return super().__exit__(*exc_info)
+        if self.idx is not None and self.prev_idx >= 0:
+            _state.set_current_index(self.prev_idx)
+
+
 _WRAPPERS = {
+    "current_device_index": current_device_index, "set_device_index": set_device_index,
+    "device_index": device_index,
     "synchronize": synchronize, "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
     "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_cache": empty_cache,
     "get_memory_info": get_memory_info,
@@ -111,8 +151,9 @@ def install() -> None:
         return
     for name, wrapper in _WRAPPERS.items():
         _originals[name] = getattr(torch.accelerator, name)
-        wrapper.__doc__ = _originals[name].__doc__
-        wrapper.__wrapped__ = _originals[name]
+        if not isinstance(wrapper, type):
+            wrapper.__doc__ = _originals[name].__doc__
+            wrapper.__wrapped__ = _originals[name]
         setattr(torch.accelerator, name, wrapper)
         if hasattr(torch.accelerator.memory, name):
             setattr(torch.accelerator.memory, name, wrapper)

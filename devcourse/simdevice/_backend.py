@@ -33,9 +33,10 @@ import re
 import threading
 
 import torch
+from torch.utils import _device as _device_mode
 
 from devcourse.simdevice import _memory
-from devcourse.simdevice._state import NAME, resolve
+from devcourse.simdevice._state import NAME, current_index, resolve, set_current_index
 from devcourse.simdevice._state import state as _state
 from devcourse.simdevice._tensor import SimTensor
 
@@ -72,7 +73,11 @@ class _DeviceModule:
 
     @staticmethod
     def current_device() -> int:
-        return 0
+        return current_index()
+
+    @staticmethod
+    def set_device(device: object) -> None:
+        set_current_index(resolve(device).index)
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
@@ -238,6 +243,61 @@ def _is_pinned(self, device=None):
     return self.device.type == "cpu" and getattr(self.untyped_storage(), "_sim_pinned", False)
 
 
+# PyTorch gives ``sim`` with no index the index of the device guard's current
+# device, which a guard written in Python cannot change (it stays 0), in
+# ``Tensor.to``, ``Tensor.new_tensor`` and the ``torch.tensor`` family. These calls give it the
+# calling thread's current device instead, as CUDA's guard does for ``cuda``.
+def _indexed(device):
+    if (device == NAME if type(device) is str else type(device) is torch.device and device.type == NAME
+            and device.index is None):
+        return torch.device(NAME, current_index())
+    return device
+
+
+def _default_device():
+    """The device of ``with torch.device(...)`` or ``torch.set_default_device``, index as given; None without one.
+
+    ``torch.get_default_device()`` cannot be asked: it fills a missing index by calling ``torch.tensor``.
+    """
+    from torch.overrides import _get_current_function_mode_stack
+
+    for mode in reversed(_get_current_function_mode_stack()):
+        if isinstance(mode, _device_mode.DeviceContext):
+            return mode.device
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    return None if context is None else context.device
+
+
+def _with_current_index(original):
+    def call(*args, **kwargs):
+        if kwargs.get("device") is None:
+            default = _default_device()
+            if default is not None and default.type == NAME:
+                kwargs["device"] = default
+        if "device" in kwargs:
+            kwargs["device"] = _indexed(kwargs["device"])
+        return original(*args, **kwargs)
+
+    call.__doc__, call.__wrapped__ = original.__doc__, original
+    return call
+
+
+_original_to = torch.Tensor.to
+_original_new_tensor = torch.Tensor.new_tensor
+_original_factories = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
+
+
+def _to(self, *args, **kwargs):
+    if args and type(args[0]) is not torch.dtype:
+        args = (_indexed(args[0]), *args[1:])
+    if "device" in kwargs:
+        kwargs["device"] = _indexed(kwargs["device"])
+    return _original_to(self, *args, **kwargs)
+
+
+_to.__doc__ = _original_to.__doc__
+
+
 def enable(count: int = 2) -> None:
     """Register the device type with ``count`` devices (see the module docstring); idempotent for one count."""
     if not isinstance(count, int) or count < 1:
@@ -273,6 +333,15 @@ def enable(count: int = 2) -> None:
         torch.UntypedStorage.__new__ = _storage_new
         torch.Tensor.pin_memory = _pin_memory
         torch.Tensor.is_pinned = _is_pinned
+        torch.Tensor.to = _to
+        torch.Tensor.new_tensor = _with_current_index(_original_new_tensor)
+        # ``with torch.device(...)`` and set_default_device give a device to the
+        # functions of one set, which holds the originals: add the wrappers too.
+        constructors = _device_mode._device_constructors()
+        for name, original in _original_factories.items():
+            wrapper = _with_current_index(original)
+            setattr(torch, name, wrapper)
+            constructors.add(wrapper)
         _memory.reset(count)
         if torch.distributed.is_available():
             # Collectives on simulated tensors run in gloo on their CPU values

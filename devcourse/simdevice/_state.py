@@ -1,24 +1,43 @@
-"""What every part of the simulated device needs to know: its name, how many devices are on, and valid indices."""
+"""What every part of the simulated device needs to know: its name, how many devices are on, valid indices, and
+each thread's current device."""
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
 NAME = "sim"
 state: dict[str, object] = {"enabled": False, "count": 0}
+_current = threading.local()
+
+
+def current_index() -> int:
+    """This thread's current simulated device (0 until :func:`set_current_index`), as CUDA keeps one per thread."""
+    return getattr(_current, "index", 0)
+
+
+def set_current_index(index: int) -> int:
+    """Make ``sim:index`` this thread's current device (an index past the count raises); return the previous one."""
+    previous = current_index()
+    _current.index = resolve(index).index
+    return previous
 
 
 def resolve(device: torch.device | str | int | None) -> torch.device:
-    """``sim``, ``sim:N``, ``N`` or None as an indexed simulated device; an index past the count raises."""
+    """``sim``, ``sim:N``, ``N`` or None as an indexed simulated device; an index past the count raises.
+
+    ``sim`` and None name the calling thread's current device, as ``cuda`` does on a GPU machine.
+    """
     if device is None:
-        index = 0
+        index = current_index()
     elif isinstance(device, int):
         index = device
     else:
         device = torch.device(device)
         if device.type != NAME:
             raise ValueError(f"expected a {NAME} device, got {device}")
-        index = 0 if device.index is None else device.index
+        index = current_index() if device.index is None else device.index
     count = state["count"]
     if not 0 <= index < count:
         have = "no simulated devices are turned on" if count == 0 else (

@@ -1060,6 +1060,26 @@ MISTAKES_07 = [
 ''',
     ),
     Mistake(
+        id="current_device_never_set",
+        url="https://github.com/pytorch/examples/pull/1142",
+        summary="Placed each rank's model on cuda:LOCAL_RANK but never made it the current device; work that "
+                "names no device number went to GPU 0 from every rank (hangs, extra memory on GPU 0) until "
+                "PyTorch's own DDP examples added torch.cuda.set_device.",
+        assignment="07_multi_device_training",
+        answer="setup_distributed",
+        code=_SETUP_HEAD + '''\
+    local_rank = int(os.environ["LOCAL_RANK"])
+    accelerator = torch.accelerator.current_accelerator()
+    if (accelerator is not None and accelerator.type != "mps"
+            and torch.accelerator.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])):
+        device = torch.device(accelerator.type, local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(dist.get_default_backend_for_device(device))
+    return dist.get_rank(), dist.get_world_size(), device
+''',
+    ),
+    Mistake(
         id="nccl_backend_without_gpus",
         url="https://github.com/meta-llama/llama3/issues/127",
         summary="Called init_process_group with the 'nccl' backend on a machine whose PyTorch had no NCCL "
