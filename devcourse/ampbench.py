@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from devcourse.devices import best_device
-from devcourse.measure import peak_rss_mib, run_child
+from devcourse.measure import peak_rss_mib, run_child, synchronize
 
 MODES = ("fp32", "bf16", "fp16")
 
@@ -72,19 +72,15 @@ def _train(mode: str, device: torch.device, steps: int, width: int, batch: int) 
         scaler.update()
         return loss.detach()  # not float(loss): that would wait for the GPU at every step
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     for _ in range(3):
         step()
-    sync()
+    synchronize(device)  # MPS and XPU run asynchronously too, not only CUDA
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     for _ in range(steps):
         loss = step()
-    sync()
+    synchronize(device)
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else peak_rss_mib() - before
     return {"ms_per_step": 1000 * seconds / steps, "peak_mib": peak, "last_loss": float(loss)}

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from devcourse.measure import synchronize
+
 
 @dataclass(frozen=True)
 class CudaDevice:
@@ -115,8 +117,7 @@ def smoke_test(device: torch.device | str, size: int = 256) -> str:
         start = time.perf_counter()
         a = torch.randn(size, size, device=device)
         product = a @ a
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         elapsed_ms = (time.perf_counter() - start) * 1000
     except Exception as exc:  # the report shows any failure instead of raising it
         return f"{device}: failed with {type(exc).__name__}: {exc}"

@@ -1,4 +1,4 @@
-"""Measure in a fresh process: peak memory, and a JSON result back to the caller.
+"""Measure in a fresh process: peak memory, waiting for a device, and a JSON result back to the caller.
 
 Shared by the course's benchmarks (:mod:`devcourse.loadbench`,
 :mod:`devcourse.ampbench`). Works on any machine; on Linux the peak is read
@@ -13,6 +13,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Sequence
+
+import torch
 
 
 def proc_status_mib(field: str) -> float | None:
@@ -86,6 +88,29 @@ class AnonPeak:
         self._stop.set()
         self._thread.join()
         self._take()
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait until ``device`` has run every operator launched on it so far (then a clock read means something).
+
+    CUDA, XPU and MPS run operators asynchronously; this waits through
+    ``torch.accelerator.synchronize`` when the device is of the current
+    accelerator's type, else through the device type's own module
+    (``torch.cuda.synchronize`` on a CUDA machine where the simulated device
+    was turned on). On the CPU and on ``meta`` there is nothing to wait for: it
+    returns at once. On the simulated device it returns at once, or waits for
+    the work of :func:`devcourse.simdevice.asynchronous` while that is on.
+
+    Introduced in 06_mixed_precision.
+    """
+    device = torch.device(device)
+    if device.type in ("cpu", "meta"):
+        return
+    current = torch.accelerator.current_accelerator()
+    if current is not None and current.type == device.type:
+        torch.accelerator.synchronize(device)
+    else:
+        torch.get_device_module(device.type).synchronize(device)
 
 
 def run_child(module: str, args: Sequence[str], timeout_s: float = 600) -> dict:

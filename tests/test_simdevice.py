@@ -516,3 +516,53 @@ def test_sync_batchnorm_kernels_match_batchnorm_over_the_whole_batch():
     torch.testing.assert_close(grad_in.cpu(), x_grad.grad)
     torch.testing.assert_close(sum(r[2] for r in reduced).cpu(), reference.weight.grad)
     torch.testing.assert_close(sum(r[3] for r in reduced).cpu(), reference.bias.grad)
+
+
+def test_asynchronous_launches_return_at_once_and_waiting_calls_wait_for_the_device():
+    """Under simdevice.asynchronous a clock around launches alone misses the work, as on a GPU."""
+    import time
+
+    from devcourse.measure import synchronize
+
+    x = torch.randn(8, 8, device="sim:1")
+    expected = (x @ x @ x).cpu()
+    with sim.asynchronous(kernel_s=0.05):
+        start = time.perf_counter()
+        y = x
+        for _ in range(8):  # 8 operators: 0.4 s of device time
+            y = y @ torch.eye(8, device="sim:1")
+        launched = time.perf_counter() - start
+        synchronize("sim:1")
+        waited = time.perf_counter() - start
+        assert launched < 0.2 <= 0.4 <= waited + 0.001, (launched, waited)
+        z = x @ x @ x
+        start = time.perf_counter()
+        assert torch.equal(z.cpu(), expected)  # a copy to the host waits; values are what they always are
+        assert time.perf_counter() - start >= 0.099
+        pending = [x @ x for _ in range(4)]
+        start = time.perf_counter()
+        pending[-1].to("cpu", non_blocking=True)  # returns before the device is done, as on a GPU
+        assert time.perf_counter() - start < 0.15
+        start = time.perf_counter()
+        assert pending[0].sum().item() == pytest.approx((x @ x).sum().item(), abs=1e-5)
+        assert time.perf_counter() - start >= 0.15  # .item() waits for all that was launched before
+        x @ x
+        start = time.perf_counter()
+        torch.accelerator.synchronize("sim:0")  # another device has nothing queued
+        assert time.perf_counter() - start < 0.04
+        with pytest.raises(RuntimeError, match="already running asynchronously"):
+            with sim.asynchronous(kernel_s=0.01):
+                pass
+        x @ x @ x
+        start = time.perf_counter()
+    assert time.perf_counter() - start >= 0.099  # leaving the block waits for every device
+    start = time.perf_counter()
+    for _ in range(8):
+        x @ x
+    synchronize("sim:1")
+    assert time.perf_counter() - start < 0.2  # outside the block operators take no device time
+    with pytest.raises(ValueError, match="positive"):
+        with sim.asynchronous(kernel_s=0):
+            pass
+    synchronize("cpu")
+    synchronize("meta")

@@ -27,7 +27,8 @@ process), calling it again with the same count does nothing, and it refuses,
 changing nothing, when another PrivateUse1 backend is registered.
 
 What it does not simulate: speed, streams and events (operators finish
-before they return), page-locked memory (``pin_memory()`` gives a CPU copy
+before they return, unless :func:`asynchronous` charges each one device
+time, to be waited for), page-locked memory (``pin_memory()`` gives a CPU copy
 marked pinned), a random generator of its own (random
 numbers on ``sim`` come from the CPU generator), and several processes
 sharing one device. This package imports nothing from the course around it.
@@ -37,13 +38,13 @@ from __future__ import annotations
 
 import torch
 
-from devcourse.simdevice import _backend, _memory
+from devcourse.simdevice import _backend, _clock, _memory
 from devcourse.simdevice._backend import SimDeviceError
 from devcourse.simdevice._state import NAME
 from devcourse.simdevice._tensor import SimTensor
 
 __all__ = [
-    "NAME", "SimDeviceError", "SimTensor", "device_count", "devices", "enable", "is_enabled",
+    "NAME", "SimDeviceError", "SimTensor", "asynchronous", "device_count", "devices", "enable", "is_enabled",
     "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats", "set_memory_budget",
 ]
 
@@ -105,3 +106,19 @@ def set_memory_budget(device: torch.device | str | int | None, nbytes: int | Non
     if nbytes is not None and nbytes < 0:
         raise ValueError(f"nbytes must be >= 0 or None, not {nbytes}")
     _memory.of(device).budget = nbytes
+
+
+def asynchronous(kernel_s: float):
+    """A context manager under which the simulated devices run like a GPU: each operator takes device time.
+
+    Inside the ``with`` block each operator on a simulated device returns at
+    once, as a GPU's launch does, and the device needs ``kernel_s`` seconds to
+    run it, one operator after the other. ``torch.accelerator.synchronize()``,
+    ``.item()``, ``.tolist()``, printing and copies to the CPU (unless
+    ``non_blocking=True``) wait until the device has run everything launched
+    on it, by sleeping. So a clock read around launches without a
+    synchronize measures only the launches, as on a GPU. Values are what they
+    always are (computed at once). Leaving the block waits for every device.
+    On any machine; nothing changes outside the block.
+    """
+    return _clock.running(kernel_s)

@@ -7,8 +7,8 @@ a device, so ``torch.accelerator.synchronize()`` and the memory functions
 wrappers answer them while the current accelerator is the simulated one, and
 call PyTorch's own functions otherwise:
 
-* ``synchronize``: returns at once (every operator on the device has finished
-  when it returns);
+* ``synchronize``: returns once the device has run every operator launched on
+  it: at once, unless :func:`devcourse.simdevice.asynchronous` is on;
 * ``memory_stats``, ``memory_allocated``, ``max_memory_allocated``,
   ``memory_reserved``, ``max_memory_reserved``: the device's counters. There
   is no caching allocator, so reserved memory is the allocated memory;
@@ -34,7 +34,7 @@ import torch.accelerator
 import torch.accelerator.memory
 
 from devcourse.simdevice import _memory
-from devcourse.simdevice import _state
+from devcourse.simdevice import _clock, _state
 from devcourse.simdevice._state import NAME
 
 _originals: dict[str, object] = {}
@@ -60,7 +60,9 @@ def _device(device_index) -> torch.device:
 def synchronize(device=None, /) -> None:
     if not _on_sim():
         return _originals["synchronize"](device)
-    _memory.of(_device(device))  # an index the device lacks raises, as on CUDA
+    index = _device(device).index
+    _memory.of(index)  # an index the device lacks raises, as on CUDA
+    _clock.wait(index)
     return None
 
 

@@ -35,7 +35,7 @@ import threading
 import torch
 from torch.utils import _device as _device_mode
 
-from devcourse.simdevice import _memory
+from devcourse.simdevice import _clock, _memory
 from devcourse.simdevice._state import NAME, current_index, resolve, set_current_index
 from devcourse.simdevice._state import state as _state
 from devcourse.simdevice._tensor import SimTensor
@@ -101,7 +101,7 @@ class _DeviceModule:
 
     @staticmethod
     def synchronize(device: object = None) -> None:
-        return None  # every operator has finished when it returns
+        _clock.wait(resolve(device).index)  # at once unless simdevice.asynchronous() is on
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _cudaonly, _memory
+from devcourse.simdevice import _clock, _cudaonly, _memory
 from devcourse.simdevice._state import NAME, resolve
 
 _DATA = json.loads(Path(__file__).with_name("device_checks.json").read_text())
@@ -76,6 +76,8 @@ class SimTensor(torch.Tensor):
             self._values = new._values
 
     def __repr__(self, *, tensor_contents=None):
+        if _clock._kernel_s:
+            _clock.wait(self.device.index)  # printing reads the values on the host
         # PyTorch's own printer, fed the values (it cannot read them through a subclass).
         contents = torch._tensor_str._tensor_str(self._values.detach(), len("tensor("))
         text = torch._tensor_str._str(self, tensor_contents=contents)
@@ -83,6 +85,8 @@ class SimTensor(torch.Tensor):
         return "tensor(" + text[len(type(self).__name__) + 1 :]
 
     def tolist(self):
+        if _clock._kernel_s:
+            _clock.wait(self.device.index)
         return self._values.tolist()
 
     def numpy(self, *, force: bool = False):
@@ -111,6 +115,8 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if _clock._kernel_s:
+            _clock.account(func, args, kwargs or {})
         if not kwargs:
             out = _fast(func, args)
             if out is not _SLOW:

@@ -839,6 +839,11 @@ def _output_dtypes(autocast_block: str) -> str:
 '''
 
 
+_TIME_ON_DEVICE_HEAD = '''\
+def time_on_device(fn, device: torch.device, warmup: int = 3, repeat: int = 10) -> float:
+    """Milliseconds per call of fn on device: warmup untimed calls, then the average of repeat timed calls."""
+'''
+
 MISTAKES_06 = [
     Mistake(
         id="autocast_device_type_with_index",
@@ -998,6 +1003,77 @@ from torch.nn.modules.module import register_module_forward_hook
             value = value.to(dtype=dtype)  # the same tensor back when it already has that dtype
         cast[key] = value
     return cast
+''',
+    ),
+    Mistake(
+        id="clock_stopped_before_the_gpu_finished",
+        url="https://github.com/pytorch/pytorch/issues/21286",
+        summary="Timed a model on a GPU with a clock around the call and no torch.cuda.synchronize(), and got "
+                "fluctuating, too-small times: only the launches were measured, not the work.",
+        assignment="06_mixed_precision",
+        answer="time_on_device",
+        code=_TIME_ON_DEVICE_HEAD + '''\
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) * 1000 / repeat
+''',
+        fix=_TIME_ON_DEVICE_HEAD + '''\
+    def wait():
+        if device.type != "cpu":
+            torch.accelerator.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    wait()
+    total = 0.0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        wait()
+        total += time.perf_counter() - started
+    return 1000 * total / repeat
+''',
+    ),
+    Mistake(
+        id="clock_started_with_warmup_queued",
+        url="https://github.com/llmpass/RSTT/issues/3",
+        summary="Synchronized only after the timed loop, not before starting the clock, so work still queued "
+                "from before was counted in the timing.",
+        assignment="06_mixed_precision",
+        answer="time_on_device",
+        code=_TIME_ON_DEVICE_HEAD + '''\
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    synchronize(device)
+    return (time.perf_counter() - start) * 1000 / repeat
+''',
+    ),
+    Mistake(
+        id="synchronized_only_on_cuda",
+        url="https://github.com/mmcdermott/MEDS_EIC_AR/issues/132",
+        summary="Added a synchronize before each timer read only when the device type is 'cuda', so timings on "
+                "any other accelerator (MPS, XPU) still measured the launches alone.",
+        assignment="06_mixed_precision",
+        answer="time_on_device",
+        code=_TIME_ON_DEVICE_HEAD + '''\
+    def maybe_sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    maybe_sync()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    maybe_sync()
+    return (time.perf_counter() - start) * 1000 / repeat
 ''',
     ),
 ]
