@@ -169,12 +169,13 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
 
     isolation = settings.isolation()
     secret, guard_name = secrets.token_bytes(32), "_grader_" + secrets.token_hex(8)
+    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
     if settings.canary != "none":
-        chosen = names if settings.canary == "all" else names[:1]
+        chosen = {"all": names, "first": names[:1]}.get(settings.canary) or [
+            name for name in names if any((submitted / student / name).is_dir() for student in students)]
         canary.check([(name, notebook, nb) for name in chosen for notebook, nb in sources[name].items()], workdir,
                      {"secret": secret, "guard_name": guard_name, "isolation": isolation, "ipc_root": ipc_root,
                       "imports": imports, "read_only": read_only}, settings)
-    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
     notes: dict[tuple[str, str], list[str]] = {}
     jobs: dict[tuple[str, str], list[Job]] = {}
     job_files: list[tuple[Job, Path]] = []

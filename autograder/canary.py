@@ -9,8 +9,9 @@ sandbox, guard, markers, verdict); unless every test passes, grading stops
 before any student is graded, with the reason in :class:`CanaryFailed`'s
 first line.
 
-By default one notebook is checked (the first assignment's), which costs one
-notebook's run; ``--canary all`` checks every assignment's notebooks.
+By default the notebooks of each assignment that has submissions to grade
+are checked (``graded``), which costs one run of each; ``--canary first``
+checks the first assignment's notebooks only, ``all`` every assignment's.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Autograde a whole class: in parallel, sandboxed, with limits (``make grade``).
 
-First the instructor's solution of the first assignment (``--canary all``:
-of every assignment) is graded in the same sandbox (:mod:`autograder.canary`);
+First the instructor's solution of each assignment that has submissions to
+grade (``--canary first``: of the first assignment only; ``all``: of every
+assignment) is graded in the same sandbox (:mod:`autograder.canary`);
 unless it passes every test, grading stops with exit code 3 and the reason
 on the first line of the error output. Then, for every
 ``<submitted>/<student>/<assignment>/`` folder, and for each notebook of
@@ -80,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-feedback", action="store_true", help="skip the feedback HTML")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run kernels without namespaces (limits on time and memory still hold)")
-    parser.add_argument("--canary", choices=("first", "all", "none"), default="first",
+    parser.add_argument("--canary", choices=("graded", "first", "all", "none"), default="graded",
                         help="grade the instructor's solution first, in the same sandbox, and stop unless it gets "
-                             "full marks: the first assignment's notebooks, all of them, or none (default: %(default)s)")
+                             "full marks: of each assignment that has submissions to grade, of the first assignment "
+                             "only, of every assignment, or none (default: %(default)s)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep each submission's working copy (jobs/STUDENT/ASSIGNMENT/NOTEBOOK/work, with what "
                              "its kernel wrote) after grading; by default it is removed once the notebook is graded")

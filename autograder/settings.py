@@ -47,7 +47,7 @@ class Settings:
     sandbox: bool = True
     user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
     keep_work: bool = False  # keep each job's working copy (what the kernel wrote) after it is graded
-    canary: str = "first"  # the instructor's solution graded first: "first" assignment's notebooks, "all", "none"
+    canary: str = "graded"  # the instructor's solution graded first: of each "graded" assignment, "first", "all", "none"
 
     def isolation(self) -> sandbox.Isolation:
         if not self.sandbox:

@@ -291,3 +291,16 @@ def test_tensor_comparisons_in_tests_refuse_a_lying_subclass_and_accept_plain_an
     done = subprocess.run([sys.executable, "-c", GUARDED_COMPARISONS], cwd=pipeline.ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip().endswith("refused"), done.stdout + done.stderr
+
+
+def test_the_canary_grades_each_assignment_that_has_submissions(tmp_path):
+    """By default the instructor's solution of every assignment being graded runs first, and of no other."""
+    for assignment in ("00_environment", "02_cross_device_errors"):
+        shutil.copytree(DEMO_CLASS / "ada" / assignment, tmp_path / "submitted" / "ada" / assignment)
+    assert Settings().canary == "graded"
+    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False)
+    results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+    assert {(r.assignment, r.score) for r in results if r.student == "ada" and r.score is not None} == {
+        ("00_environment", 8), ("02_cross_device_errors", 7)}
+    checked = sorted(p.name for p in (tmp_path / "work" / "jobs" / "(canary)").iterdir())
+    assert checked == ["00_environment", "02_cross_device_errors"], checked

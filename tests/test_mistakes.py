@@ -96,8 +96,9 @@ def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mistakes")
     write_submissions(rounds, tmp / "submitted")
     workdir = tmp / "work"
+    # The canary of one assignment is enough here: the solutions themselves are the fixes' baseline.
     assert grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(workdir), "--quiet",
-                       "--no-feedback"]) == 0
+                       "--no-feedback", "--canary", "first"]) == 0
 
     from nbgrader.api import Gradebook
 
