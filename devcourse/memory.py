@@ -14,13 +14,19 @@
   allocate when a batch is larger than a limit, on the CPU and on any GPU, and
   which records whether the tensors of a failed attempt were freed before the
   next call. Tests of out-of-memory handling use it on every device.
+* :func:`memory_profile` records a timeline of allocations with PyTorch's
+  profiler, for the memory viewer, without the profiler's own log lines.
 
 Introduced in 08_portable_models_and_memory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import weakref
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -110,3 +116,42 @@ class MemoryHungry(nn.Module):
                 )
             torch.empty(IMPOSSIBLE_BYTES, dtype=torch.uint8, device=x.device)
         return hidden
+
+
+@contextlib.contextmanager
+def _error_stream_silenced() -> Iterator[None]:
+    """File descriptor 2 goes to the null device for the block (what C++ code writes there is dropped)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(null)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def memory_profile() -> Iterator[torch.profiler.profile]:
+    """``torch.profiler.profile`` recording the CPU's allocations with their stacks; yields the profile.
+
+    The same as ``profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+    with_stack=True)`` (its memory timeline needs all three), except that the two lines the
+    profiler's C++ side (kineto) logs when it starts and stops, with a time stamp and process ids, are
+    dropped: only the starting and stopping run with the error stream silenced, never the code in the
+    block. ``torch.cuda._memory_viz._profile_to_snapshot(prof)`` turns the result into the snapshot format
+    of the viewer at pytorch.org/memory_viz, ``profile_plot(prof)`` into a page of it. Works on any machine:
+    on a CPU-only one it records the CPU's allocator.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True)
+    with _error_stream_silenced():
+        prof.__enter__()
+    try:
+        yield prof
+    finally:
+        with _error_stream_silenced():
+            prof.__exit__(*sys.exc_info())

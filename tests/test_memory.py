@@ -1,6 +1,9 @@
 """devcourse.memory: resident memory, telling out-of-memory errors apart, a model that runs out."""
 
 import gc
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -90,3 +93,33 @@ def test_memory_hungry_keeps_the_exception_a_caller_stores():
         kept.append(exc)  # the traceback holds the frame, and the frame the activation
     model(torch.randn(1, 8))
     assert model.alive_at_retry[-1] == 1
+
+
+def test_memory_profile_records_allocations_without_the_profilers_log_lines():
+    """A snapshot for the memory viewer; kineto's profiler_start/stop lines are written to fd 2 without it."""
+    code = textwrap.dedent("""
+        import sys
+        import torch
+        from torch.cuda._memory_viz import _profile_to_snapshot
+        from torch.profiler import ProfilerActivity, profile
+        from devcourse.memory import memory_profile
+
+        if sys.argv[1] == "plain":
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                         with_stack=True) as prof:
+                kept = torch.ones(2**20)
+        else:
+            with memory_profile() as prof:
+                kept = torch.ones(2**20)
+                print("inside the block, stderr works", file=sys.stderr, flush=True)
+        trace = _profile_to_snapshot(prof)["device_traces"][0]
+        print(sum(e["size"] for e in trace if e["action"] == "alloc"))
+    """)
+    runs = {how: subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, timeout=120)
+            for how in ("plain", "quiet")}
+    for done in runs.values():
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert int(done.stdout.split()[-1]) >= 4 * 2**20  # the 4 MiB tensor was recorded
+    assert "profiler_start" in runs["plain"].stderr  # what the helper is for (fails if torch stops logging it)
+    assert "profiler_start" not in runs["quiet"].stderr and "profiler_stop" not in runs["quiet"].stderr
+    assert "inside the block, stderr works" in runs["quiet"].stderr
