@@ -11,14 +11,18 @@ from autograder.submission import is_test, nbgrader_meta
 
 
 def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Decide each test from the outside: it passed only if it printed its marker and raised nothing.
+    """Decide each test from the outside: it passed only if it printed its marker, raised nothing, and the
+    notebook was not stopped while it ran.
 
-    Tests that failed that way get an error output saying why, so that
-    nbgrader scores them 0 and the feedback shows the reason.
+    The last condition matters because the marker is in the test's source, which code the test calls can
+    read: such code could print it and end the kernel before the test's checks fail. A test during which the
+    kernel died, or a limit ended the notebook, earns nothing whatever it printed. Tests that failed get an
+    error output saying why, so that nbgrader scores them 0 and the feedback shows the reason.
     """
     originals = {nbgrader_meta(c)["grade_id"]: c.source for c in source.cells if is_test(c)}
     stopped = job.status.get("stopped", "") or ""
-    for cell in executed.cells:
+    running = job.status.get("cell") if stopped else None  # the cell that was running when the notebook stopped
+    for index, cell in enumerate(executed.cells):
         if not is_test(cell):
             continue
         grade_id = nbgrader_meta(cell)["grade_id"]
@@ -36,6 +40,8 @@ def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.Notebook
             reason = "score withheld for review: the submission reaches into the grading machinery (" + \
                      "; ".join(job.findings[:3]) + ("; ..." if len(job.findings) > 3 else "") + ")"
             cell.outputs = []
+        elif index == running:
+            reason = f"stopped while this test ran ({stopped}): it earns nothing"
         elif not failed and not marked:
             if cell.execution_count is None:
                 reason = f"not run: {stopped or 'the notebook stopped before this test'}"

@@ -22,7 +22,9 @@ def run(tmp_path_factory):
     """Grade the demo class through the command line, as an instructor would."""
     tmp = tmp_path_factory.mktemp("grade")
     workdir = tmp / "work"
-    assert grade.main(["--workdir", str(workdir), "--cell-timeout", str(CELL_TIMEOUT_S), "--quiet"]) == 0
+    # One canary: test_the_canary_grades_each_assignment_that_has_submissions covers the default, all of them.
+    assert grade.main(["--workdir", str(workdir), "--cell-timeout", str(CELL_TIMEOUT_S), "--quiet",
+                       "--canary", "first"]) == 0
     with (workdir / "scores.csv").open() as handle:
         rows = {(row["student"], row["assignment"]): row for row in csv.DictReader(handle)}
     return workdir, rows
@@ -304,3 +306,35 @@ def test_the_canary_grades_each_assignment_that_has_submissions(tmp_path):
         ("00_environment", 8), ("02_cross_device_errors", 7)}
     checked = sorted(p.name for p in (tmp_path / "work" / "jobs" / "(canary)").iterdir())
     assert checked == ["00_environment", "02_cross_device_errors"], checked
+
+
+FORGED_MARKER = '''\
+import linecache, os, sys, time
+
+def list_devices():
+    # Read the running test's source, print the line it prints when it passes, and end the kernel at once.
+    frame = getattr(sys, "_get" + "frame")(1)
+    while frame is not None:
+        for line in linecache.getlines(frame.f_code.co_filename):
+            if "test passed: " in line:
+                print(line.split("'")[1], flush=True)
+                time.sleep(1)  # let the line reach the grader
+                getattr(os, "_ex" + "it")(0)
+        frame = getattr(frame, "f_" + "back")
+    return []
+'''
+
+
+def test_a_test_during_which_the_kernel_died_earns_nothing(tmp_path):
+    """A submission that prints what a passing test prints and then ends its kernel gets no point for that test."""
+    nb = nbformat.read(demo.SUBMITTED / "linus" / "00_environment" / "00_environment.ipynb", as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
+    answer.source = FORGED_MARKER
+    folder = tmp_path / "submitted" / "forger" / "00_environment"
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / "00_environment.ipynb")
+    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, canary="none")
+    [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+                if r.assignment == "00_environment"]
+    assert "the kernel died" in result.note, result.note
+    assert result.score == 0, f"the forged test earned points: {result.score}"
