@@ -310,6 +310,7 @@ def test_each_thread_has_a_current_device_that_a_bare_sim_names():
         try:
             made += [torch.tensor(0), torch.as_tensor([1.0])]
             assert torch.get_default_device() == one
+            assert torch.ones(2, device="cpu").new_tensor([1.0]).device.type == "cpu"  # new_* follow their tensor
         finally:
             torch.set_default_device(None)
         assert [t.device for t in made] == [one] * len(made)
@@ -546,6 +547,10 @@ def test_asynchronous_launches_return_at_once_and_waiting_calls_wait_for_the_dev
         start = time.perf_counter()
         assert pending[0].sum().item() == pytest.approx((x @ x).sum().item(), abs=1e-5)
         assert time.perf_counter() - start >= 0.15  # .item() waits for all that was launched before
+        torch.cat([x, x])  # operators that take a list of tensors take device time too
+        start = time.perf_counter()
+        synchronize("sim:1")
+        assert time.perf_counter() - start >= 0.04
         x @ x
         start = time.perf_counter()
         torch.accelerator.synchronize("sim:0")  # another device has nothing queued

@@ -33,8 +33,7 @@ import torch
 import torch.accelerator
 import torch.accelerator.memory
 
-from devcourse.simdevice import _memory
-from devcourse.simdevice import _clock, _state
+from devcourse.simdevice import _clock, _memory, _state
 from devcourse.simdevice._state import NAME
 
 _originals: dict[str, object] = {}

@@ -245,8 +245,9 @@ def _is_pinned(self, device=None):
 
 # PyTorch gives ``sim`` with no index the index of the device guard's current
 # device, which a guard written in Python cannot change (it stays 0), in
-# ``Tensor.to``, ``Tensor.new_tensor`` and the ``torch.tensor`` family. These calls give it the
-# calling thread's current device instead, as CUDA's guard does for ``cuda``.
+# ``Tensor.to``, ``Tensor.new_tensor`` and the ``torch.tensor`` family. These
+# calls give it the calling thread's current device instead, as CUDA's guard
+# does for ``cuda``.
 def _indexed(device):
     if (device == NAME if type(device) is str else type(device) is torch.device and device.type == NAME
             and device.index is None):
@@ -268,9 +269,12 @@ def _default_device():
     return None if context is None else context.device
 
 
-def _with_current_index(original):
+def _with_current_index(original, follows_default: bool):
+    """``original`` with a bare ``sim`` in ``device=`` indexed; ``follows_default``: a factory of the
+    ``torch.tensor`` family, which without ``device=`` takes the default device (``Tensor.new_tensor`` takes
+    its tensor's)."""
     def call(*args, **kwargs):
-        if kwargs.get("device") is None:
+        if follows_default and kwargs.get("device") is None:
             default = _default_device()
             if default is not None and default.type == NAME:
                 kwargs["device"] = default
@@ -334,12 +338,12 @@ def enable(count: int = 2) -> None:
         torch.Tensor.pin_memory = _pin_memory
         torch.Tensor.is_pinned = _is_pinned
         torch.Tensor.to = _to
-        torch.Tensor.new_tensor = _with_current_index(_original_new_tensor)
+        torch.Tensor.new_tensor = _with_current_index(_original_new_tensor, follows_default=False)
         # ``with torch.device(...)`` and set_default_device give a device to the
         # functions of one set, which holds the originals: add the wrappers too.
         constructors = _device_mode._device_constructors()
         for name, original in _original_factories.items():
-            wrapper = _with_current_index(original)
+            wrapper = _with_current_index(original, follows_default=True)
             setattr(torch, name, wrapper)
             constructors.add(wrapper)
         _memory.reset(count)

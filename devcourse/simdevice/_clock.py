@@ -79,8 +79,9 @@ def _launch(index: int) -> None:
 
 def account(func, args: tuple, kwargs: dict) -> None:
     """Called for each operator on a simulated device, before it runs: wait for it, or queue it."""
-    devices = {value.device.index for value in (*args, *kwargs.values())
-               if isinstance(value, torch.Tensor) and value.device.type == NAME}
+    values = [item for value in (*args, *kwargs.values())
+              for item in (value if isinstance(value, (list, tuple)) else (value,))]  # torch.cat([...]) too
+    devices = {value.device.index for value in values if isinstance(value, torch.Tensor) and value.device.type == NAME}
     target = kwargs.get("device")
     to_host = func in _TO_HOST or (
         func is _aten._to_copy.default and target is not None and torch.device(target).type != NAME
