@@ -82,8 +82,7 @@ def torchrun(
         "--max-restarts=0", "--monitor-interval=0.5",
         str(script), *args,
     ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    return _run([(command, env)] * nnodes, lambda _: "a launcher", timeout_s, cwd)
+    return _run([(command, _environment())] * nnodes, lambda _: "a launcher", timeout_s, cwd)
 
 
 def start_ranks(
@@ -107,17 +106,22 @@ def start_ranks(
     the end of the run's output; so does a run past ``timeout_s``.
     """
     port, world_size = free_port(), nproc_per_node * nnodes
-    base = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
-                LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_WORLD_SIZE=str(nnodes), ROLE_WORLD_SIZE=str(world_size),
-                ROLE_NAME="default", TORCHELASTIC_RUN_ID=f"course-{port}", TORCHELASTIC_RESTART_COUNT="0",
-                TORCHELASTIC_MAX_RESTARTS="0")
+    base = _environment(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
+                        LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_WORLD_SIZE=str(nnodes),
+                        ROLE_WORLD_SIZE=str(world_size), ROLE_NAME="default", TORCHELASTIC_RUN_ID=f"course-{port}",
+                        TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0")
     ranks = []
     for rank in range(world_size):
         node, local = divmod(rank, nproc_per_node)
         ranks.append(([sys.executable, str(script), *args],
                       dict(base, RANK=str(rank), ROLE_RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(node))))
     return _run(ranks, lambda rank: f"rank {rank}", timeout_s, cwd)
+
+
+def _environment(**variables: str) -> dict[str, str]:
+    """This process's environment for the processes of a run: output unbuffered, one thread per process
+    unless ``OMP_NUM_THREADS`` says otherwise, and ``variables``."""
+    return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **variables)
 
 
 def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], timeout_s: float,
