@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
               f"Devices every submission is checked on: {devices_text()}", "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
                                                              settings.cell_timeout_s))]
+    checked_first = {"graded": "of each assignment with submissions", "first": "of the first assignment",
+                     "all": "of every assignment"}.get(settings.canary)
+    if checked_first:  # it runs before the progress bar starts: say what the wait is for
+        header.append(f"First the instructor's solution {checked_first} is graded in the same sandbox "
+                      f"(--canary {settings.canary}); grading stops unless it gets full marks.")
     print("\n".join(header), flush=True)
     started = time.monotonic()
     # Every process of this run carries the marker (a test or a wrapper may have chosen it).

@@ -252,7 +252,9 @@ def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys)
     shutil.copytree(DEMO_CLASS / "ada" / "00_environment", submitted / "00_environment")
     code = grade.main(["--submitted", str(submitted.parent), "--workdir", str(tmp_path / "work"), "--quiet",
                        "--no-feedback", "--memory-limit-mib", "64"])
-    first = capsys.readouterr().err.splitlines()[0]
+    said = capsys.readouterr()
+    first = said.err.splitlines()[0]
+    assert "First the instructor's solution of each assignment with submissions is graded" in said.out
     assert code == 3
     assert first.startswith("grading stopped: the instructor's solution of 00_environment/00_environment"), first
     assert not (tmp_path / "work" / "jobs" / "ada").exists(), "no student is graded"
