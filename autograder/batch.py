@@ -222,6 +222,9 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
             nbformat.write(executed, target / f"{job.notebook}.ipynb")
             if job.status.get("stopped"):
                 notes.setdefault(pair, []).append(f"{job.notebook}: stopped, {job.status['stopped']}")
+            if job.status.get("disk_full"):
+                notes.setdefault(pair, []).append(f"{job.notebook}: filled the disk limit of "
+                                                  f"{job.status['disk_full']} MiB (writes past it failed)")
             if job.findings:
                 notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3]))
                 state.setdefault("withheld", {}).setdefault(f"{job.student}/{job.assignment}", {})[job.notebook] = \

@@ -49,6 +49,7 @@ import sys
 import time
 from pathlib import Path
 
+from autograder import sandbox
 from autograder.batch import INTERRUPTS, GradingStopped, grade
 from autograder.canary import CanaryFailed
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
@@ -75,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="wall-time limit of one notebook (default: %(default)g)")
     parser.add_argument("--memory-limit-mib", type=int, default=MEMORY_LIMIT_MIB, metavar="MIB",
                         help="memory limit of every process of a submission, 0 for none (default: %(default)s)")
+    parser.add_argument("--disk-limit-mib", type=int, default=sandbox.DISK_LIMIT_MIB, metavar="MIB",
+                        help="all that a submission writes, together, with namespaces (a tmpfs of this size, "
+                             "in memory), 0 for none (default: %(default)s)")
+    parser.add_argument("--max-processes", type=int, default=sandbox.MAX_PROCESSES, metavar="N",
+                        help="processes and threads of a submission, together, 0 for no limit (default: %(default)s)")
     parser.add_argument("--db-url", default=None,
                         help=f"gradebook URL, e.g. postgresql://user:password@host/db for several graders "
                              f"(default: ${GRADEBOOK_ENV}, else SQLite in the work folder)")
@@ -87,13 +93,15 @@ def main(argv: list[str] | None = None) -> int:
                              "only, of every assignment, or none (default: %(default)s)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep each submission's working copy (jobs/STUDENT/ASSIGNMENT/NOTEBOOK/work, with what "
-                             "its kernel wrote) after grading; by default it is removed once the notebook is graded")
+                             "its kernel wrote: the kernel writes there, not to a bounded tmpfs, so --disk-limit-mib "
+                             "does not hold) after grading; by default it is removed once the notebook is graded")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if not args.submitted.is_dir():
         parser.error(f"no submissions folder at {args.submitted}")
     settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
-                        memory_mib=args.memory_limit_mib, db_url=args.db_url, feedback=not args.no_feedback,
+                        memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
+                        max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
                         progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
                         keep_work=args.keep_work)
     db_url = gradebook_url(settings, args.workdir)
@@ -106,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
               f"Gradebook: {shown_url(db_url)}",
               f"Devices every submission is checked on: {devices_text()}", "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
-                                                             settings.cell_timeout_s))]
+                                                             settings.cell_timeout_s,
+                                                             0 if settings.keep_work else settings.disk_mib,
+                                                             settings.max_processes))]
     checked_first = {"graded": "of each assignment with submissions", "first": "of the first assignment",
                      "all": "of every assignment"}.get(settings.canary)
     if checked_first:  # it runs before the progress bar starts: say what the wait is for

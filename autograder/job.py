@@ -133,7 +133,8 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     nbformat.write(nb, job.folder / "in.ipynb")
     spec = sandbox.Spec(
         workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
-        user_namespace=isolation.user_namespace,
+        user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
+        disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
         hide=[str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])],
         read_only=read_only, read_write=[str(work), str(ipc)])
     description = {

@@ -2,12 +2,15 @@
 
 ``python -m autograder.runner JOB.json`` is started by :mod:`autograder.job`
 for every submission. It runs outside the sandbox, like nbgrader's executor:
-it starts the kernel through :func:`autograder.sandbox.wrap`, installs
-:mod:`autograder.guard` in it, runs the cells one by one with a per-cell and
-a per-notebook wall-time limit and a memory limit on the kernel and every
-process it started together (:func:`tree_memory_mib`, checked four times a
-second: the first time it is over, the whole sandbox is ended), and writes
-the executed notebook and a status file. When a limit is reached or the
+it starts the kernel through :func:`autograder.sandbox.wrap`, has the
+sandbox seal the kernel's IPC folder once its sockets exist
+(:func:`seal_ipc`), installs :mod:`autograder.guard` in it, runs the cells
+one by one with a per-cell and a per-notebook wall-time limit, and limits on
+the kernel and every process it started together: memory and the number of
+processes and threads (:func:`tree_usage`, checked four times a second: the
+first time one is over, the whole sandbox is ended); it notes when the
+sandbox's disk was full (:func:`disk_used_mib`). Then it writes the executed
+notebook and a status file. When a limit is reached or the
 kernel dies, the cells not run keep no outputs, so their tests earn
 nothing; the batch goes on.
 
@@ -76,22 +79,22 @@ def processes_of(value: str, variable: str = RUN_MARKER) -> dict[int, str]:
     return found
 
 
-def tree_memory_mib(root: int) -> float:
-    """Memory of process ``root`` and all its descendants together, in MiB: anonymous and shared pages.
+def tree_usage(root: int) -> tuple[float, int]:
+    """Process ``root`` and all its descendants together: memory in MiB, and processes and threads.
 
-    ``RssAnon + RssShmem`` of each, from /proc (Linux; elsewhere 0): what the processes hold themselves,
-    not the libraries' file pages, which every process of PyTorch maps and the system can drop.
+    Memory is ``RssAnon + RssShmem`` of each, from /proc (Linux; elsewhere 0): what the processes hold
+    themselves, not the libraries' file pages, which every process of PyTorch maps and the system can drop.
     """
     children: dict[int, list[int]] = {}
     try:
         entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
-        return 0.0
+        return 0.0, 0
     for pid in entries:
         fields = _stat(pid)
         if fields:
             children.setdefault(int(fields[1]), []).append(pid)
-    total_kib, todo = 0, [root]
+    total_kib, tasks, todo = 0, 0, [root]
     while todo:
         pid = todo.pop()
         todo += children.get(pid, [])
@@ -99,9 +102,42 @@ def tree_memory_mib(root: int) -> float:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        total_kib += sum(int(line.split()[1]) for line in status.splitlines()
-                         if line.startswith(("RssAnon:", "RssShmem:")))
-    return total_kib / 1024
+        for line in status.splitlines():
+            if line.startswith(("RssAnon:", "RssShmem:")):
+                total_kib += int(line.split()[1])
+            elif line.startswith("Threads:"):
+                tasks += int(line.split()[1])
+    return total_kib / 1024, tasks
+
+
+def disk_used_mib(launcher: int) -> float | None:
+    """What a sandbox with a bounded disk holds on it (its ``/tmp`` tmpfs), in MiB; None where it cannot be read."""
+    try:
+        found = os.statvfs(f"/proc/{launcher}/root/tmp")
+    except OSError:
+        return None
+    return (found.f_blocks - found.f_bfree) * found.f_frsize / (1 << 20)
+
+
+def seal_ipc(launcher: int, ipc_dir: str, timeout_s: float = 10.0) -> None:
+    """Have the sandbox make the kernel's IPC folder read-only for it, and wait until its mount says so.
+
+    Called once the kernel has made its sockets (it answered), before any code of the submission runs.
+    """
+    os.kill(launcher, signal.SIGUSR1)
+    target = os.path.realpath(ipc_dir)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            mounts = Path(f"/proc/{launcher}/mountinfo").read_text().splitlines()
+        except OSError:
+            break
+        for line in mounts:
+            fields = line.split()
+            if len(fields) > 5 and fields[4] == target and "ro" in fields[5].split(","):
+                return
+        time.sleep(0.02)
+    raise RuntimeError(f"the sandbox did not seal the kernel's IPC folder {ipc_dir} within {timeout_s:g} s")
 
 
 def _kernel_manager_class():
@@ -174,19 +210,25 @@ def run(job: dict) -> dict:
     watchdog = threading.Timer(job["time_limit_s"], kill, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
     finished = threading.Event()
 
-    def watch_memory() -> None:
-        """Four times a second: the kernel and every process it started, together, within the memory limit."""
+    def watch() -> None:
+        """Four times a second: the kernel and every process it started, together, within the limits."""
         while not finished.wait(0.25):
             process = getattr(km.provisioner, "process", None) if km.provisioner else None
             if process is None or killed.is_set():
                 continue
-            used = tree_memory_mib(process.pid)
-            if used > spec.memory_mib:
+            used, tasks = tree_usage(process.pid)
+            if spec.memory_mib and used > spec.memory_mib:
                 kill(f"memory limit of {spec.memory_mib} MiB for all its processes together ({used:.0f} MiB in use)")
                 return
+            if spec.max_processes and tasks > spec.max_processes:
+                kill(f"process limit of {spec.max_processes} processes and threads together ({tasks} running)")
+                return
+            if spec.disk_mib and spec.namespaces:
+                written = disk_used_mib(process.pid)
+                if written is not None and written >= spec.disk_mib - 1:
+                    status["disk_full"] = spec.disk_mib
 
-    if spec.memory_mib:
-        threading.Thread(target=watch_memory, daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()
     client = NotebookClient(nb, km=km, timeout=job["cell_timeout_s"], allow_errors=True, kernel_name="python3",
                             store_widget_state=False, interrupt_on_timeout=False, record_timing=False,
                             startup_timeout=120)
@@ -194,6 +236,8 @@ def run(job: dict) -> dict:
     try:
         watchdog.start()
         with client.setup_kernel(env=kernel_env(home), cwd=job["workdir"]):
+            if spec.namespaces and spec.ipc_dir:
+                seal_ipc(km.provisioner.process.pid, spec.ipc_dir)
             nb.cells.insert(0, guard)
             client.execute_cell(guard, 0, store_history=False)
             errors = [o for o in guard.outputs if o.output_type == "error"]

@@ -67,6 +67,12 @@ from pathlib import Path
 
 NOBODY = 65534
 FILE_LIMIT_MIB = 1024  # the largest file a kernel may write (RLIMIT_FSIZE); the course's own files are a few MiB
+DISK_LIMIT_MIB = 2048  # all a submission writes, its working copy, /tmp and /dev/shm together (a tmpfs of this size)
+MAX_PROCESSES = 1024  # processes and threads of one submission together (the course needs fewer than 100)
+# Every sandbox's kernel runs as nobody under a root grader: RLIMIT_NPROC, which counts every process and thread
+# of that user, is only a backstop for the whole machine; each sandbox's own count is MAX_PROCESSES.
+ALL_SANDBOXES_TASKS = 16384
+_RESERVED_PIDS = 300  # a PID namespace hands out numbers from here up to pid_max once it has wrapped around
 # Top-level folders the kernel keeps seeing; every other one (home folders, /work, /srv, /opt, /var,
 # /run, /tmp ...) is replaced by an empty folder, so no other copy of the course is readable either.
 SYSTEM = {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev", "proc", "sys"}
@@ -80,30 +86,52 @@ class Isolation:
     reason: str = ""
     user_namespace: bool = False  # True: a grader that is not root, in a user namespace of its own
 
-    def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float) -> list[str]:
+    def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float,
+                 disk_mib: int = DISK_LIMIT_MIB, max_processes: int = MAX_PROCESSES) -> list[str]:
         memory = (f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes together "
                   "(watched by the grader, Linux)" if memory_mib else "off (--memory-limit-mib 0)")
         lines = [
             f"wall time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook (kernel killed)",
             f"memory: enforced, {memory}",
-            f"disk: each file at most {FILE_LIMIT_MIB} MiB (RLIMIT_FSIZE); the working copy is removed once graded "
-            "(unless --keep-work)",
         ]
+        file_limit = f"each file at most {FILE_LIMIT_MIB} MiB (RLIMIT_FSIZE)"
+        if self.namespaces and disk_mib:
+            lines.append(f"disk: enforced, {disk_mib} MiB for all it writes together (working copy, /tmp and /dev/shm "
+                         f"on one tmpfs of that size, in memory, gone with the kernel), {file_limit}")
+        else:
+            why = "--disk-limit-mib 0" if self.namespaces else self.reason
+            lines.append(f"disk: {file_limit}; all it writes together NOT bounded ({why}); the working copy is "
+                         "removed once graded (unless --keep-work)")
         if self.namespaces:
             who = ("in a user namespace, without capabilities" if self.user_namespace else "runs as nobody")
+            count = (f"at most {max_processes} processes and threads together (counted by the grader"
+                     f"{', and the PID namespace' + chr(39) + 's pid_max' if per_namespace_pid_max() else ''}), "
+                     if max_processes else "")
             lines += [
                 "network: enforced, loopback only (network namespace)",
                 "files: enforced, own working copy only; Python environment and devcourse read-only "
                 f"(mount namespace, {who})",
-                "processes: enforced, all killed with the kernel (PID namespace)",
+                f"processes: enforced, {count}all killed with the kernel (PID namespace)",
             ]
         else:
             lines += [
                 f"network: NOT enforced ({self.reason})",
                 f"files: NOT enforced ({self.reason})",
-                "processes: kernel's process group killed at the end",
+                "processes: " + (f"at most {max_processes} processes and threads together (counted by the grader), "
+                                 if max_processes else "") + "kernel's process group killed at the end",
             ]
         return lines
+
+
+def per_namespace_pid_max() -> bool:
+    """Whether this Linux keeps a ``pid_max`` per PID namespace (6.14 and later), so a sandbox can have its own."""
+    if sys.platform != "linux":
+        return False
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 14)
 
 
 @lru_cache(maxsize=2)
@@ -146,8 +174,10 @@ class Spec:
 
     workdir: str
     memory_mib: int = 0
-    max_processes: int = 8192
+    max_processes: int = MAX_PROCESSES
     max_file_mib: int = FILE_LIMIT_MIB
+    disk_mib: int = 0  # with namespaces: what the kernel writes goes to a tmpfs of this size (0: to the folders)
+    ipc_dir: str = ""  # the kernel's sockets: read-write until the kernel has made them, then sealed (SIGUSR1)
     namespaces: bool = False
     user_namespace: bool = False
     hide: list[str] = field(default_factory=list)
@@ -238,12 +268,22 @@ def _under(path: str, parents: list[str]) -> bool:
 
 
 def _mount_view(spec: dict) -> None:
-    """Hide ``spec['hide']`` behind empty tmpfs folders, then bring back what the kernel may see."""
+    """Hide ``spec['hide']`` behind empty tmpfs folders, then bring back what the kernel may see.
+
+    With ``spec['disk_mib']`` every place the kernel can write is on one tmpfs of that size, mounted
+    at ``/tmp``: a copy of its working copy (bound at the working copy's path, so the folder it
+    grades in keeps its name; the grader's copy is never written), its home, and ``/dev/shm``. The
+    other empty folders that hide the machine's are made read-only.
+    """
     top = [os.path.join("/", name) for name in os.listdir("/") if name not in SYSTEM]
     top = [p for p in top if os.path.isdir(p) and not os.path.islink(p)]
     every = sorted({os.path.realpath(p) for p in [*top, *spec["hide"]] if os.path.isdir(p)}, key=len)
     hide = [p for i, p in enumerate(every) if not _under(p, every[:i])]
-    keeps = [(os.path.realpath(p), False) for p in spec["read_write"]]
+    disk = spec.get("disk_mib") or 0
+    workdir = os.path.realpath(spec["workdir"])
+    if disk and ("/tmp" not in hide or not _under(workdir, hide)):
+        raise RuntimeError("a bounded disk needs /tmp and a working copy in a folder the sandbox hides")
+    keeps = [(os.path.realpath(p), False) for p in spec["read_write"] if not (disk and os.path.realpath(p) == workdir)]
     keeps += [(os.path.realpath(p), True) for p in spec["read_only"]]
     # Only what a hidden folder covers needs bringing back, and never a folder that holds a hidden one.
     keeps = [(p, ro) for p, ro in keeps if os.path.isdir(p) and _under(p, hide)
@@ -253,19 +293,48 @@ def _mount_view(spec: dict) -> None:
     # Hold each folder to bring back open, hide, then bind the open folder at its old place: this also
     # works in a user namespace, where mounts copied from the parent namespace cannot be moved.
     handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path, _ in keeps]
+    work_handle = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY) if disk else None
     for path in hide:
         mode = "1777" if path in ("/tmp", "/dev/shm") else "755"
-        _run("mount", "-t", "tmpfs", "-o", f"mode={mode},nosuid,nodev", "tmpfs", path)
+        size = f",size={disk}m" if disk and path == "/tmp" else ""
+        _run("mount", "-t", "tmpfs", "-o", f"mode={mode},nosuid,nodev{size}", "tmpfs", path)
     for handle, (path, read_only) in zip(handles, keeps):
         os.makedirs(path, exist_ok=True)
-        _run("mount", "--no-canonicalize", "--bind", f"/proc/self/fd/{handle}", path, pass_fds=(handle,))
+        _bind(f"/proc/self/fd/{handle}", path, read_only, pass_fds=(handle,))
         os.close(handle)
-        if read_only:
-            try:
-                _run("mount", "-o", "remount,bind,ro", path)
-            except subprocess.CalledProcessError:  # a user namespace must keep the flags the mount came with
-                _run("mount", "-o", "remount,bind,ro,nosuid,nodev", path)
-    _run("mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
+    if disk:
+        scratch = Path("/tmp/.sandbox")
+        shutil.copytree(f"/proc/self/fd/{work_handle}", scratch / "work", symlinks=True)
+        os.close(work_handle)
+        (scratch / "shm").mkdir(mode=0o1777)
+        os.chmod(scratch / "shm", 0o1777)
+        for folder, _, files in os.walk(scratch):
+            for name in [folder, *(os.path.join(folder, f) for f in files)]:
+                os.lchown(name, spec["uid"], spec["gid"])
+        os.makedirs(workdir, exist_ok=True)
+        _bind(str(scratch / "work"), workdir, False)
+        _bind(str(scratch / "shm"), "/dev/shm", False)
+        # The binds keep what they show; covered, the staging folder shows no second path to them.
+        _run("mount", "-t", "tmpfs", "-o", "ro,size=4k,mode=755,nosuid,nodev", "tmpfs", str(scratch))
+    else:
+        _run("mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
+    if disk:  # nothing left to create in them: the folders that hide the machine's take no writes
+        for path in hide:
+            if path != "/tmp":
+                _run("mount", "-o", "remount,ro,nosuid,nodev", path)
+
+
+def _bind(source: str, path: str, read_only: bool, pass_fds: tuple[int, ...] = ()) -> None:
+    _run("mount", "--no-canonicalize", "--bind", source, path, pass_fds=pass_fds)
+    if read_only:
+        _remount_read_only(path)
+
+
+def _remount_read_only(path: str) -> None:
+    try:
+        _run("mount", "-o", "remount,bind,ro", path)
+    except subprocess.CalledProcessError:  # a user namespace must keep the flags the mount came with
+        _run("mount", "-o", "remount,bind,ro,nosuid,nodev", path)
 
 
 def _drop_privileges(uid: int, gid: int, user_namespace: bool) -> None:
@@ -293,9 +362,9 @@ def _limit(spec: dict) -> None:
     if spec["memory_mib"]:
         limit = spec["memory_mib"] << 20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    if spec["max_processes"] and spec["namespaces"] and not spec["user_namespace"]:
+    if spec["namespaces"] and not spec["user_namespace"]:
         # RLIMIT_NPROC counts every process of the user, i.e. of every sandbox: only with the uid of its own.
-        resource.setrlimit(resource.RLIMIT_NPROC, (spec["max_processes"], spec["max_processes"]))
+        resource.setrlimit(resource.RLIMIT_NPROC, (ALL_SANDBOXES_TASKS, ALL_SANDBOXES_TASKS))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if spec.get("max_file_mib"):
         limit = spec["max_file_mib"] << 20
@@ -378,6 +447,9 @@ def _init(spec: dict, command: list[str]) -> int:
     """PID 1 of the sandbox's namespaces: set up the view, start the kernel, reap until it ends."""
     _run("mount", "--make-rprivate", "/")
     _run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
+    if spec.get("max_processes") and per_namespace_pid_max():
+        # This namespace's own pid_max (never the machine's: only where Linux keeps one per namespace).
+        Path("/proc/sys/kernel/pid_max").write_text(str(spec["max_processes"] + _RESERVED_PIDS))
     _mount_view(spec)
     _loopback_up()
     home = Path("/tmp/home")
@@ -391,7 +463,18 @@ def _init(spec: dict, command: list[str]) -> int:
         except ProcessLookupError:
             pass
 
+    def seal(_signum, _frame):
+        """The kernel has made its sockets: from now on it can write nothing in the grader's IPC folder."""
+        try:
+            if not os.path.ismount(spec["ipc_dir"]):
+                _bind(spec["ipc_dir"], spec["ipc_dir"], False)
+            _remount_read_only(spec["ipc_dir"])
+        except (OSError, subprocess.CalledProcessError) as error:
+            print(f"sandbox: cannot seal {spec['ipc_dir']}: {error}", file=sys.stderr, flush=True)
+
     signal.signal(signal.SIGINT, interrupt)  # Jupyter's interrupt reaches the kernel
+    if spec.get("ipc_dir"):
+        signal.signal(signal.SIGUSR1, seal)
     for signum in (signal.SIGTERM, signal.SIGHUP):  # the init ending ends every process of the namespace
         signal.signal(signum, lambda signum, _frame: os._exit(128 + signum))
     return _wait_for(kernel)
@@ -436,6 +519,8 @@ def launch(spec_path: str, parent: int, command: list[str]) -> int:
             pass
 
     signal.signal(signal.SIGINT, interrupt)
+    if spec["namespaces"]:
+        signal.signal(signal.SIGUSR1, interrupt)  # "seal the IPC folder", for the init
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, end)
     code = _wait_for(child)

@@ -41,12 +41,14 @@ class Settings:
     cell_timeout_s: float = CELL_TIMEOUT_S
     time_limit_s: float = TIME_LIMIT_S
     memory_mib: int = MEMORY_LIMIT_MIB
+    disk_mib: int = sandbox.DISK_LIMIT_MIB  # all a submission writes, together (with namespaces; not with keep_work)
+    max_processes: int = sandbox.MAX_PROCESSES  # processes and threads of a submission, together
     db_url: str | None = None
     feedback: bool = True
     progress: bool = True
     sandbox: bool = True
     user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
-    keep_work: bool = False  # keep each job's working copy (what the kernel wrote) after it is graded
+    keep_work: bool = False  # what the kernel writes goes to the job's working copy, kept after grading
     canary: str = "graded"  # the instructor's solution graded first: of each "graded" assignment, "first", "all", "none"
 
     def isolation(self) -> sandbox.Isolation:

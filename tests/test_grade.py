@@ -155,14 +155,21 @@ for _holder in _holders:
 """
 
 
-def test_processes_past_the_memory_limit_together_end_the_submission(tmp_path):
-    """Three processes of 350 MiB each: each within the limit of 1024 MiB, together (with the kernel) over it."""
-    nb = nbformat.read(demo.SUBMITTED / "ada" / "00_environment" / "00_environment.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
-    cell.source = MEMORY_HOG + cell.source
-    folder = tmp_path / "submitted" / "hog" / "00_environment"
+def _submit(tmp_path, student: str, answers: dict, based_on: str = "ada") -> None:
+    """A 00_environment submission: ``based_on``'s notebook with answer cells changed (grade_id -> new source)."""
+    nb = nbformat.read(demo.SUBMITTED / based_on / "00_environment" / "00_environment.ipynb", as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id](cell.source)
+    folder = tmp_path / "submitted" / student / "00_environment"
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / "00_environment.ipynb")
+
+
+def test_processes_past_the_memory_limit_together_end_the_submission(tmp_path):
+    """Three processes of 350 MiB each: each within the limit of 1024 MiB, together (with the kernel) over it."""
+    _submit(tmp_path, "hog", {"list_devices": lambda answer: MEMORY_HOG + answer})
     settings = Settings(jobs=1, cell_timeout_s=60, memory_mib=1024, progress=False, feedback=False, canary="none")
     started = time.monotonic()
     [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
@@ -170,6 +177,52 @@ def test_processes_past_the_memory_limit_together_end_the_submission(tmp_path):
     assert "memory limit of 1024 MiB for all its processes together" in result.note, result.note
     assert time.monotonic() - started < 25, "ended when the memory went over, not when the processes finished"
     assert result.score == 0
+
+
+FILL_DISK_AND_PLANT = """\
+import os, sys, time
+try:  # the kernel's connection file, in the grader's IPC folder, is on its command line
+    with open(os.path.join(os.path.dirname(sys.argv[sys.argv.index("-f") + 1]), "planted.py"), "w") as _handle:
+        _handle.write("print('planted')")
+    print("IPC folder: written")
+except OSError as _error:
+    print("IPC folder:", _error.strerror)
+_written = 0
+try:
+    while True:
+        with open(f"fill-{_written}.bin", "wb") as _handle:
+            _handle.write(b"x" * (1 << 20))
+        _written += 1
+except OSError as _error:
+    print("disk:", _error.strerror, "after", _written, "MiB")
+time.sleep(1)  # full for a while: the grader looks four times a second
+"""
+
+THREADS_BOMB = """\
+import threading
+_stop = threading.Event()
+for _ in range(300):
+    threading.Thread(target=_stop.wait, daemon=True).start()
+_stop.wait(30)
+"""
+
+
+def test_disk_processes_and_ipc_folder_are_bounded_for_the_whole_submission(tmp_path):
+    """Files past the disk limit fail, the grader's IPC folder takes no write, too many threads end the kernel;
+    the note names each limit, the tests passed before keep their points and nothing written stays."""
+    _submit(tmp_path, "hoarder", {"list_devices": lambda answer: answer + "\n" + FILL_DISK_AND_PLANT,
+                                  "resolve_device": lambda answer: THREADS_BOMB + answer})
+    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, disk_mib=32, max_processes=200, progress=False,
+                        feedback=False, canary="none")
+    [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+                if r.assignment == "00_environment"]
+    assert "process limit of 200 processes and threads together" in result.note, result.note
+    assert "filled the disk limit of 32 MiB" in result.note, result.note
+    assert result.score == 2, "the two tests of list_devices ran before the limit ended the kernel"
+    graded = (tmp_path / "work" / "submitted" / "hoarder" / "00_environment" / "00_environment.ipynb").read_text()
+    assert "IPC folder: Read-only file system" in graded and "disk: No space left on device" in graded
+    left = [p.name for p in tmp_path.rglob("*") if p.name.startswith(("fill-", "planted"))]
+    assert left == [], left
 
 
 def cells_of(*sources):
@@ -329,12 +382,7 @@ def list_devices():
 
 def test_a_test_during_which_the_kernel_died_earns_nothing(tmp_path):
     """A submission that prints what a passing test prints and then ends its kernel gets no point for that test."""
-    nb = nbformat.read(demo.SUBMITTED / "linus" / "00_environment" / "00_environment.ipynb", as_version=4)
-    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
-    answer.source = FORGED_MARKER
-    folder = tmp_path / "submitted" / "forger" / "00_environment"
-    folder.mkdir(parents=True)
-    nbformat.write(nb, folder / "00_environment.ipynb")
+    _submit(tmp_path, "forger", {"list_devices": lambda _: FORGED_MARKER}, based_on="linus")
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, canary="none")
     [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                 if r.assignment == "00_environment"]

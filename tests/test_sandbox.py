@@ -110,3 +110,80 @@ def test_a_file_past_the_limit_is_refused_and_the_kernel_goes_on(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["refused: File too large", "still running"], done.stdout
     assert (1 << 19) <= (tmp_path / "big.bin").stat().st_size <= 1 << 20
+
+
+FILL_THE_DISK = r'''
+import json, os, sys
+written, refused = 0, {}
+for folder in (os.getcwd(), "/tmp", "/dev/shm", os.environ.get("HOME", "/tmp")):
+    for index in range(8):
+        try:
+            with open(os.path.join(folder, f"fill-{index}.bin"), "wb") as handle:
+                handle.write(b"x" * (1 << 20))
+            written += 1
+        except OSError as error:
+            refused[folder] = error.strerror
+            break
+for folder in sys.argv[1:]:
+    try:
+        open(os.path.join(folder, "planted.txt"), "w").close()
+    except OSError as error:
+        refused[folder] = error.strerror
+print(json.dumps({"written_mib": written, "refused": refused}))
+'''
+
+
+@pytest.mark.parametrize("user_namespace", [False, True], ids=["root-grader", "user-namespace"])
+def test_all_a_kernel_writes_together_stays_within_the_disk_limit_and_leaves_nothing(tmp_path, user_namespace):
+    """Working copy, /tmp, /dev/shm and home share one tmpfs of disk_mib; the grader's copy and the rest stay."""
+    if not user_namespace and os.geteuid() != 0:
+        pytest.skip("the root flavour of the sandbox needs a grader running as root")
+    if not sandbox.probe(user_namespace).namespaces:
+        pytest.skip(f"no namespaces on this machine: {sandbox.probe(user_namespace).reason}")
+    work, hidden_top = tmp_path / "work", "/srv" if os.path.isdir("/srv") else "/opt"
+    work.mkdir()
+    (work / "answer.ipynb").write_text("{}")
+    spec = sandbox.Spec(workdir=str(work), namespaces=True, user_namespace=user_namespace, disk_mib=6,
+                        hide=[str(ROOT)], read_only=sandbox.python_paths(), read_write=[str(work)])
+    if spec.as_nobody:
+        tmp_path.chmod(0o755)
+        for path in (work, work / "answer.ipynb"):
+            os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
+    command = sandbox.wrap([sys.executable, "-c", FILL_THE_DISK, hidden_top], spec.write(tmp_path / "spec.json"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 4 <= seen["written_mib"] <= 6, seen
+    assert set(seen["refused"].values()) >= {"No space left on device"}, seen
+    assert seen["refused"].get(hidden_top) in ("Read-only file system", "Permission denied"), seen
+    assert sorted(path.name for path in work.iterdir()) == ["answer.ipynb"], "a write reached the grader's copy"
+
+
+SPAWN_THREADS = r'''
+import threading, time
+stop, started = threading.Event(), 0
+try:
+    for _ in range(600):
+        threading.Thread(target=stop.wait, daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+print(started)
+stop.set()
+'''
+
+
+def test_a_sandbox_has_its_own_pid_max_where_linux_has_one_per_namespace(tmp_path):
+    """Linux 6.14+: the sandbox's PID namespace holds about max_processes tasks, whatever the machine's pid_max."""
+    isolation = sandbox.probe()
+    if not (isolation.namespaces and sandbox.per_namespace_pid_max()):
+        pytest.skip("no namespaces, or a Linux with one pid_max for the whole machine")
+    spec = sandbox.Spec(workdir=str(tmp_path), namespaces=True, user_namespace=isolation.user_namespace,
+                        max_processes=40, hide=[str(ROOT)], read_only=sandbox.python_paths(),
+                        read_write=[str(tmp_path)])
+    tmp_path.chmod(0o755)
+    command = sandbox.wrap([sys.executable, "-c", SPAWN_THREADS], spec.write(tmp_path / "spec.json"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 40 <= int(done.stdout.split()[-1]) < 40 + 300, done.stdout
+    assert int(Path("/proc/sys/kernel/pid_max").read_text()) > 40 + 300, "the machine's pid_max was changed"
