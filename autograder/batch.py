@@ -3,7 +3,8 @@
 First :mod:`autograder.canary` grades the instructor's solution in the
 same sandbox. The data flow, module by module: :mod:`autograder.submission` (read and
 assemble), :mod:`autograder.scan`, :mod:`autograder.job` (prepare, run in
-:mod:`autograder.sandbox` through :mod:`autograder.runner`),
+:mod:`autograder.sandbox`, started by :mod:`autograder.launcher`, through
+:mod:`autograder.runner`),
 :mod:`autograder.verdict`, :mod:`autograder.gradebook` (nbgrader's
 autograde), :mod:`autograder.feedback`, :mod:`autograder.report`.
 

@@ -37,7 +37,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat  # noqa: E402
 
-from autograder import sandbox
+from autograder import launcher, sandbox
 
 GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
 # Set by the grader to a token of its run, and passed down to every process of it, kernels
@@ -277,5 +277,5 @@ def run(job: dict) -> dict:
 if __name__ == "__main__":
     if len(sys.argv) != 3 or not sys.argv[2].isdigit():
         sys.exit("usage: python -m autograder.runner JOB.json GRADER_PID")
-    sandbox.die_with_parent(int(sys.argv[2]), signal.SIGKILL)
+    launcher.die_with_parent(int(sys.argv[2]), signal.SIGKILL)
     run(json.loads(Path(sys.argv[1]).read_text()))

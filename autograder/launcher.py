@@ -1,0 +1,363 @@
+"""The inside half of the sandbox: the launcher, the namespace's init and the kernel's start.
+
+It needs only the standard library: it runs as a script, with ``python -I``,
+before the kernel exists. What it is given and what it enforces:
+:mod:`autograder.sandbox`.
+
+A kernel never outlives the grading that started it. The sandbox is three
+processes: the *launcher* (this script, started by the runner), which enters
+the namespaces itself (``unshare(2)``, no util-linux ``unshare``, which
+ignores SIGTERM) and forks the namespace's *init*, which forks the *kernel*.
+On Linux each asks the kernel for a parent-death signal (``PR_SET_PDEATHSIG``),
+so the chain holds whatever ends the grader, SIGKILL included: the runner
+dies with the grader, the launcher with the runner, the init with the
+launcher, and when the init of a PID namespace ends, Linux kills every
+process in it. SIGTERM or SIGHUP to the launcher, the init or the kernel ends
+the whole sandbox too. Without namespaces the launcher forks the kernel into
+a process group of its own and kills that group when it is told to end or
+its parent dies.
+
+``python autograder/launcher.py SPEC.json PARENT_PID -- COMMAND...`` is the launcher
+(it needs only the standard library): :func:`autograder.sandbox.wrap` puts it in the kernel's command line.
+``python autograder/launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...`` only ties
+``COMMAND`` to ``PARENT_PID`` and runs it in its place (:func:`autograder.sandbox.tethered`); servers
+that tests start use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+# Every sandbox's kernel runs as nobody under a root grader: RLIMIT_NPROC, which counts every process and thread
+# of that user, is only a backstop for the whole machine; each sandbox's own count is MAX_PROCESSES.
+ALL_SANDBOXES_TASKS = 16384
+_RESERVED_PIDS = 300  # a PID namespace hands out numbers from here up to pid_max once it has wrapped around
+# Top-level folders the kernel keeps seeing; every other one (home folders, /work, /srv, /opt, /var,
+# /run, /tmp ...) is replaced by an empty folder, so no other copy of the course is readable either.
+SYSTEM = {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev", "proc", "sys"}
+
+
+def per_namespace_pid_max() -> bool:
+    """Whether this Linux keeps a ``pid_max`` per PID namespace (6.14 and later), so a sandbox can have its own."""
+    if sys.platform != "linux":
+        return False
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 14)
+
+
+def _tether(args: list[str]) -> None:
+    """``PARENT SIGNAL [--as UID:GID] -- COMMAND...``: see :func:`tethered`."""
+    parent, signum, rest = args[0], args[1], args[2:]
+    if rest[:1] == ["--as"]:
+        uid, gid = (int(part) for part in rest[1].split(":"))
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        rest = rest[2:]
+    if not (parent.isdigit() and signum.isdigit()) or rest[:1] != ["--"] or len(rest) < 2:
+        sys.exit("usage: python launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...")
+    die_with_parent(int(parent), int(signum))
+    os.execvp(rest[1], rest[1:])
+
+
+def _run(*args: str, pass_fds: tuple[int, ...] = ()) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True, pass_fds=pass_fds)
+
+
+def _loopback_up() -> None:
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, siocgifflags, request))[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
+
+
+def _under(path: str, parents: list[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
+
+
+def _mount_view(spec: dict) -> None:
+    """Hide ``spec['hide']`` behind empty tmpfs folders, then bring back what the kernel may see.
+
+    With ``spec['disk_mib']`` every place the kernel can write is on one tmpfs of that size, mounted
+    at ``/tmp``: a copy of its working copy (bound at the working copy's path, so the folder it
+    grades in keeps its name; the grader's copy is never written), its home, and ``/dev/shm``. The
+    other empty folders that hide the machine's are made read-only.
+    """
+    top = [os.path.join("/", name) for name in os.listdir("/") if name not in SYSTEM]
+    top = [p for p in top if os.path.isdir(p) and not os.path.islink(p)]
+    every = sorted({os.path.realpath(p) for p in [*top, *spec["hide"]] if os.path.isdir(p)}, key=len)
+    hide = [p for i, p in enumerate(every) if not _under(p, every[:i])]
+    disk = spec.get("disk_mib") or 0
+    workdir = os.path.realpath(spec["workdir"])
+    if disk and ("/tmp" not in hide or not _under(workdir, hide)):
+        raise RuntimeError("a bounded disk needs /tmp and a working copy in a folder the sandbox hides")
+    keeps = [(os.path.realpath(p), False) for p in spec["read_write"] if not (disk and os.path.realpath(p) == workdir)]
+    keeps += [(os.path.realpath(p), True) for p in spec["read_only"]]
+    # Only what a hidden folder covers needs bringing back, and never a folder that holds a hidden one.
+    keeps = [(p, ro) for p, ro in keeps if os.path.isdir(p) and _under(p, hide)
+             and not any(_under(h, [p]) for h in every)]
+    keeps = [(p, ro) for i, (p, ro) in enumerate(keeps) if p not in [k for k, _ in keeps[:i]]]
+    keeps.sort(key=lambda keep: len(keep[0]))
+    # Hold each folder to bring back open, hide, then bind the open folder at its old place: this also
+    # works in a user namespace, where mounts copied from the parent namespace cannot be moved.
+    handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path, _ in keeps]
+    work_handle = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY) if disk else None
+    for path in hide:
+        mode = "1777" if path in ("/tmp", "/dev/shm") else "755"
+        size = f",size={disk}m" if disk and path == "/tmp" else ""
+        _run("mount", "-t", "tmpfs", "-o", f"mode={mode},nosuid,nodev{size}", "tmpfs", path)
+    for handle, (path, read_only) in zip(handles, keeps):
+        os.makedirs(path, exist_ok=True)
+        _bind(f"/proc/self/fd/{handle}", path, read_only, pass_fds=(handle,))
+        os.close(handle)
+    if disk:
+        scratch = Path("/tmp/.sandbox")
+        shutil.copytree(f"/proc/self/fd/{work_handle}", scratch / "work", symlinks=True)
+        os.close(work_handle)
+        (scratch / "shm").mkdir(mode=0o1777)
+        os.chmod(scratch / "shm", 0o1777)
+        for folder, _, files in os.walk(scratch):
+            for name in [folder, *(os.path.join(folder, f) for f in files)]:
+                os.lchown(name, spec["uid"], spec["gid"])
+        os.makedirs(workdir, exist_ok=True)
+        _bind(str(scratch / "work"), workdir, False)
+        _bind(str(scratch / "shm"), "/dev/shm", False)
+        # The binds keep what they show; covered, the staging folder shows no second path to them.
+        _run("mount", "-t", "tmpfs", "-o", "ro,size=4k,mode=755,nosuid,nodev", "tmpfs", str(scratch))
+    else:
+        _run("mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
+    if disk:  # nothing left to create in them: the folders that hide the machine's take no writes
+        for path in hide:
+            if path != "/tmp":
+                _run("mount", "-o", "remount,ro,nosuid,nodev", path)
+
+
+def _bind(source: str, path: str, read_only: bool, pass_fds: tuple[int, ...] = ()) -> None:
+    _run("mount", "--no-canonicalize", "--bind", source, path, pass_fds=pass_fds)
+    if read_only:
+        _remount_read_only(path)
+
+
+def _remount_read_only(path: str) -> None:
+    try:
+        _run("mount", "-o", "remount,bind,ro", path)
+    except subprocess.CalledProcessError:  # a user namespace must keep the flags the mount came with
+        _run("mount", "-o", "remount,bind,ro,nosuid,nodev", path)
+
+
+def _drop_privileges(uid: int, gid: int, user_namespace: bool) -> None:
+    """Leave no capability: as ``nobody`` for a root grader, as the grader's own id in a user namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, pr_set_no_new_privs = 24, 38
+    for cap in range(64):
+        libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
+    if user_namespace:
+        # Still id 0 in the namespace: clear every capability set (capset, version 3), and with
+        # an empty bounding set no program it runs gets one back.
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        data = (ctypes.c_uint32 * 6)()
+        if libc.capset(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capset failed")
+    else:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+def _limit(spec: dict) -> None:
+    if spec["memory_mib"]:
+        limit = spec["memory_mib"] << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    if spec["namespaces"] and not spec["user_namespace"]:
+        # RLIMIT_NPROC counts every process of the user, i.e. of every sandbox: only with the uid of its own.
+        resource.setrlimit(resource.RLIMIT_NPROC, (ALL_SANDBOXES_TASKS, ALL_SANDBOXES_TASKS))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if spec.get("max_file_mib"):
+        limit = spec["max_file_mib"] << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        # Python ignores SIGXFSZ, so in the kernel a write past it fails with "File too large" (EFBIG).
+
+
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int, signum: int) -> None:
+    """Linux: have ``signum`` sent to this process when its parent ends; if it already has, exit now."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    # It ended before the request took effect? (The init of a PID namespace sees 0: its parent is outside.)
+    if os.getppid() not in (parent, 0):
+        os._exit(128 + int(signum))
+
+
+def _enter_namespaces(user_namespace: bool) -> None:
+    """Move this process into new mount and network namespaces; its next child starts a PID namespace.
+
+    That child must be the init (:func:`_init`): a first child that exits would end the PID namespace.
+    """
+    uid, gid = os.geteuid(), os.getegid()
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | (_CLONE_NEWUSER if user_namespace else 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(flags) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"unshare: {os.strerror(error)}")
+    if user_namespace:  # be root in the new user namespace, mapped to the grader's own ids
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+
+
+def _wait_for(child: int) -> int:
+    """Reap children until ``child`` ends (as a PID namespace's init, orphans too); its exit code."""
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 1
+        if pid == child:
+            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _start_kernel(spec: dict, command: list[str], own_group: bool) -> int:
+    """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``."""
+    parent = os.getpid()
+    child = os.fork()
+    if child:
+        if own_group:
+            try:  # here too, so that the group exists whichever of the two runs first
+                os.setpgid(child, child)
+            except OSError:
+                pass
+        return child
+    try:
+        if own_group:
+            os.setpgid(0, 0)
+        _limit(spec)
+        if spec["namespaces"]:
+            _drop_privileges(spec["uid"], spec["gid"], spec["user_namespace"])
+        die_with_parent(parent, signal.SIGKILL)  # after the id change, which clears the request
+        os.chdir(spec["workdir"])
+        # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader kills it instead.
+        os.environ.pop("JPY_PARENT_PID", None)
+        os.execvp(command[0], command)
+    except BaseException as error:  # noqa: BLE001 - report anything, then leave the child
+        print(f"sandbox: cannot start {command[0]}: {error}", file=sys.stderr, flush=True)
+    os._exit(127)
+
+
+def _init(spec: dict, command: list[str]) -> int:
+    """PID 1 of the sandbox's namespaces: set up the view, start the kernel, reap until it ends."""
+    _run("mount", "--make-rprivate", "/")
+    _run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
+    if spec.get("max_processes") and per_namespace_pid_max():
+        # This namespace's own pid_max (never the machine's: only where Linux keeps one per namespace).
+        Path("/proc/sys/kernel/pid_max").write_text(str(spec["max_processes"] + _RESERVED_PIDS))
+    _mount_view(spec)
+    _loopback_up()
+    home = Path("/tmp/home")
+    home.mkdir(mode=0o700)
+    os.chown(home, spec["uid"], spec["gid"])
+    kernel = _start_kernel(spec, command, own_group=False)
+
+    def interrupt(signum, _frame):
+        try:
+            os.kill(kernel, signum)
+        except ProcessLookupError:
+            pass
+
+    def seal(_signum, _frame):
+        """The kernel has made its sockets: from now on it can write nothing in the grader's IPC folder."""
+        try:
+            if not os.path.ismount(spec["ipc_dir"]):
+                _bind(spec["ipc_dir"], spec["ipc_dir"], False)
+            _remount_read_only(spec["ipc_dir"])
+        except (OSError, subprocess.CalledProcessError) as error:
+            print(f"sandbox: cannot seal {spec['ipc_dir']}: {error}", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGINT, interrupt)  # Jupyter's interrupt reaches the kernel
+    if spec.get("ipc_dir"):
+        signal.signal(signal.SIGUSR1, seal)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # the init ending ends every process of the namespace
+        signal.signal(signum, lambda signum, _frame: os._exit(128 + signum))
+    return _wait_for(kernel)
+
+
+def launch(spec_path: str, parent: int, command: list[str]) -> int:
+    """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left alone."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # until the sandbox exists: just go
+    die_with_parent(parent, signal.SIGTERM)
+    spec = json.loads(Path(spec_path).read_text())
+    if spec["namespaces"]:
+        try:
+            _enter_namespaces(spec["user_namespace"])
+        except (OSError, subprocess.CalledProcessError) as error:
+            detail = getattr(error, "stderr", "") or ""
+            print(f"sandbox: cannot enter namespaces: {error} {detail}".strip(), file=sys.stderr, flush=True)
+            return 126
+        launcher = os.getpid()
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                die_with_parent(launcher, signal.SIGKILL)
+                code = _init(spec, command)
+            except BaseException as error:  # noqa: BLE001 - report, then end the namespace
+                print(f"sandbox: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            os._exit(code)
+    else:
+        child = _start_kernel(spec, command, own_group=True)
+
+    def end(signum, _frame):
+        try:  # the init's end ends its namespace; without one, the kernel's group goes
+            os.kill(child, signal.SIGKILL) if spec["namespaces"] else os.killpg(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os._exit(128 + signum)
+
+    def interrupt(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, interrupt)
+    if spec["namespaces"]:
+        signal.signal(signal.SIGUSR1, interrupt)  # "seal the IPC folder", for the init
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, end)
+    code = _wait_for(child)
+    if not spec["namespaces"]:  # what the kernel started in its group goes with it
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return code
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--tether"] and len(sys.argv) > 3:
+        _tether(sys.argv[2:])
+    if len(sys.argv) < 5 or sys.argv[3] != "--" or not sys.argv[2].isdigit():
+        sys.exit("usage: python launcher.py SPEC.json PARENT_PID -- COMMAND...")
+    sys.exit(launch(sys.argv[1], int(sys.argv[2]), sys.argv[4:]))
