@@ -1,7 +1,8 @@
 """Grade a whole class: every submission's jobs in a pool, one per core, then the gradebook and feedback.
 
-First :mod:`autograder.canary` grades the instructor's solution in the
-same sandbox. The data flow, module by module: :mod:`autograder.submission` (read and
+First :mod:`autograder.canary` runs the instructor's solution in the
+same sandbox, which checks the sandbox and makes the reference every
+submission is judged against. The data flow, module by module: :mod:`autograder.submission` (read and
 assemble), :mod:`autograder.scan`, :mod:`autograder.job` (prepare, run in
 :mod:`autograder.sandbox`, started by :mod:`autograder.launcher`, through
 :mod:`autograder.runner`),
@@ -35,7 +36,7 @@ import nbformat
 from autograder import canary, sandbox
 from autograder.feedback import hidden_lines, write_feedback
 from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
-from autograder.job import RUNNERS, Job, course_imports, execute, prepare
+from autograder.job import RUNNERS, Job, RunContext, course_imports, execute, prepare
 from autograder.pipeline import SOLUTIONS, assignments, course_config
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, WORKDIR, Result, Settings
@@ -168,15 +169,12 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
     imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
     read_only = sandbox.python_paths()
 
-    isolation = settings.isolation()
-    secret, guard_name = secrets.token_bytes(32), "_grader_" + secrets.token_hex(8)
+    run = RunContext(settings, settings.isolation(), "_grader_" + secrets.token_hex(8), ipc_root, imports, read_only)
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if settings.canary != "none":
-        chosen = {"all": names, "first": names[:1]}.get(settings.canary) or [
-            name for name in names if any((submitted / student / name).is_dir() for student in students)]
-        canary.check([(name, notebook, nb) for name in chosen for notebook, nb in sources[name].items()], workdir,
-                     {"secret": secret, "guard_name": guard_name, "isolation": isolation, "ipc_root": ipc_root,
-                      "imports": imports, "read_only": read_only}, settings)
+    chosen = names if settings.canary == "all" else [
+        name for name in names if any((submitted / student / name).is_dir() for student in students)]
+    references = canary.references([(name, notebook, nb) for name in chosen for notebook, nb in sources[name].items()],
+                                   workdir, run)
     notes: dict[tuple[str, str], list[str]] = {}
     jobs: dict[tuple[str, str], list[Job]] = {}
     job_files: list[tuple[Job, Path]] = []
@@ -203,8 +201,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                     notes.setdefault((student, name), []).append(f"not graded: {error}")
                     continue
                 job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
-                job_files.append((job, prepare(job, source, nb, folder, secret, guard_name, settings, isolation, ipc_root,
-                                               imports[name][notebook], read_only)))
+                job_files.append((job, prepare(job, source, nb, folder, run)))
                 jobs.setdefault((student, name), []).append(job)
 
     hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
@@ -217,7 +214,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
         for future in as_completed(futures):
             job = futures[future]
             pair = (job.student, job.assignment)
-            executed = judge(job, sources[job.assignment][job.notebook])
+            executed = judge(job, sources[job.assignment][job.notebook], references[job.assignment][job.notebook])
             target = workdir / "submitted" / job.student / job.assignment
             target.mkdir(parents=True, exist_ok=True)
             nbformat.write(executed, target / f"{job.notebook}.ipynb")

@@ -1,28 +1,33 @@
 """Autograde a whole class: in parallel, sandboxed, with limits (``make grade``).
 
 First the instructor's solution of each assignment that has submissions to
-grade (``--canary first``: of the first assignment only; ``all``: of every
-assignment) is graded in the same sandbox (:mod:`autograder.canary`);
-unless it passes every test, grading stops with exit code 3 and the reason
-on the first line of the error output. Then, for every
+grade (``--canary all``: of every assignment) runs in the same sandbox
+(:mod:`autograder.canary`): unless it passes every test, grading stops with
+exit code 3 and the reason on the first line of the error output; its run is
+also the reference every submission is judged against. Then, for every
 ``<submitted>/<student>/<assignment>/`` folder, and for each notebook of
 that assignment:
 
 1. the notebook to run is assembled from the instructor's source: the
    student's answer cells (and any cells they added) go in, every other cell,
-   tests with their hidden parts included, comes from the source, so an
-   edited or deleted test cell changes nothing;
+   tests included, comes from the source, so an edited or deleted test cell
+   changes nothing;
 2. the student's code is scanned (without running it) for reaching into what
    the tests or the grader rely on; such a notebook's score is withheld and
    the report says why, for the instructor to review;
 3. it runs in its own kernel in :mod:`autograder.sandbox` (own working copy,
-   no network, memory and wall-time limits), several at once, one per core;
-   before each test cell :mod:`autograder.guard` puts back what student code
-   may have patched, and a test counts only when it prints its secret
-   completion marker and raises nothing;
-4. nbgrader records the scores in its gradebook (SQLite in the work folder,
-   or PostgreSQL with ``--db-url``) and writes feedback HTML, from which the
-   hidden tests, their tracebacks and any output quoting them are removed.
+   no network, limits on memory, processes, disk and wall time), several at
+   once, one per core: first every cell, with the visible tests the student
+   sees (the only output shown), then each test again, hidden checks
+   included, as a probe that records values (:mod:`autograder.probe`);
+   before each test :mod:`autograder.guard` puts back what student code may
+   have patched;
+4. the grader decides each test itself (:mod:`autograder.verdict`): its cell
+   raised nothing and its probe's values pass against the reference's
+   expected values, which never entered the student's kernel; nbgrader
+   records the scores in its gradebook (SQLite in the work folder, or
+   PostgreSQL with ``--db-url``) and writes feedback HTML without the
+   hidden tests.
 
 Then it prints students by assignments and writes ``scores.csv``,
 ``scores.png`` (a histogram) and ``report.txt`` into the work folder.
@@ -87,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-feedback", action="store_true", help="skip the feedback HTML")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run kernels without namespaces (limits on time and memory still hold)")
-    parser.add_argument("--canary", choices=("graded", "first", "all", "none"), default="graded",
-                        help="grade the instructor's solution first, in the same sandbox, and stop unless it gets "
-                             "full marks: of each assignment that has submissions to grade, of the first assignment "
-                             "only, of every assignment, or none (default: %(default)s)")
+    parser.add_argument("--canary", choices=("graded", "all"), default="graded",
+                        help="run the instructor's solution first, in the same sandbox, and stop unless it gets "
+                             "full marks (its run is the reference submissions are judged against): of each "
+                             "assignment that has submissions to grade, or of every assignment (default: %(default)s)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep each submission's working copy (jobs/STUDENT/ASSIGNMENT/NOTEBOOK/work, with what "
                              "its kernel wrote: the kernel writes there, not to a bounded tmpfs, so --disk-limit-mib "
@@ -117,11 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                                                              settings.cell_timeout_s,
                                                              0 if settings.keep_work else settings.disk_mib,
                                                              settings.max_processes))]
-    checked_first = {"graded": "of each assignment with submissions", "first": "of the first assignment",
-                     "all": "of every assignment"}.get(settings.canary)
-    if checked_first:  # it runs before the progress bar starts: say what the wait is for
-        header.append(f"First the instructor's solution {checked_first} is graded in the same sandbox "
-                      f"(--canary {settings.canary}); grading stops unless it gets full marks.")
+    checked_first = {"graded": "of each assignment with submissions", "all": "of every assignment"}[settings.canary]
+    # It runs before the progress bar starts: say what the wait is for.
+    header.append(f"First the instructor's solution {checked_first} runs in the same sandbox "
+                  f"(--canary {settings.canary}): the reference for the grading; it stops unless it gets full marks.")
     print("\n".join(header), flush=True)
     started = time.monotonic()
     # Every process of this run carries the marker (a test or a wrapper may have chosen it).

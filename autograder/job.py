@@ -1,17 +1,15 @@
 """One job: a notebook of one student's assignment, prepared for the sandboxed runner and run.
 
-:func:`prepare` writes the assembled notebook (each test cell wrapped: the
-guard first, the course's imports again, comparisons made strict, and a
-secret marker printed last), the student's working copy and the runner's
-settings; :func:`execute` runs :mod:`autograder.runner` on it in its own
-process.
+:func:`prepare` writes the assembled notebook, whose test cells are the visible tests the
+student sees (each after the guard and the course's imports, with its comparisons made strict),
+the probe of every test (:mod:`autograder.probe`: the whole test, hidden parts included,
+rewritten to record values), the student's working copy and the runner's settings;
+:func:`execute` runs :mod:`autograder.runner` on it in its own process.
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
-import hmac
 import json
 import os
 import shutil
@@ -25,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import sandbox
+from autograder import probe, sandbox
 from autograder.pipeline import ROOT, tool_env
 from autograder.scan import ipython_free, scan
 from autograder.settings import Settings
@@ -38,7 +36,6 @@ class Job:
     assignment: str
     notebook: str
     folder: Path  # this job's own folder in the work folder
-    markers: dict[str, str] = field(default_factory=dict)  # grade_id -> what the test prints when it passes
     findings: list[str] = field(default_factory=list)
     status: dict = field(default_factory=dict)
 
@@ -107,48 +104,63 @@ def strict_comparisons(source: str, guard_name: str) -> str:
     return ast.unparse(ast.fix_missing_locations(_StrictComparisons(guard_name).visit(tree)))
 
 
-def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
-            secret: bytes, guard_name: str, settings: Settings, isolation: sandbox.Isolation, ipc_root: Path,
-            imports: str, read_only: list[str]) -> Path:
-    """Write the job's assembled notebook, working copy and runner settings; return the job file.
+@dataclass(frozen=True)
+class RunContext:
+    """What every job of one grading run shares."""
 
-    ``imports`` is the source's import lines (:func:`course_imports`), ``read_only`` the folders Python imports from.
+    settings: Settings
+    isolation: sandbox.Isolation
+    guard_name: str  # the kernel's name for the guard; the recorder's is this plus "_probe"
+    ipc_root: Path  # the kernels' IPC folders are made in it
+    imports: dict[str, dict[str, str]]  # assignment -> notebook -> the source's import lines (course_imports)
+    read_only: list[str]  # the folders Python imports from
+
+
+def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
+            run: RunContext, reference: bool = False) -> Path:
+    """Write the job's assembled notebook, probes, working copy and runner settings; return the job file.
+
+    ``reference`` makes the instructor's probes, which record the expected sides too (the canary's run).
     """
+    settings, isolation, guard_name = run.settings, run.isolation, run.guard_name
+    imports = run.imports[job.assignment][job.notebook]
     nb = assemble(source, submitted)
     course_cells = {c.get("id") for c in source.cells if not is_answer(c)}
     student_cells = [c for c in nb.cells if c.cell_type == "code" and (is_answer(c) or not nbgrader_meta(c))
                      and c.get("id") not in course_cells]
     job.findings = scan(student_cells)
-    for cell in nb.cells:
-        if is_test(cell):
-            grade_id = nbgrader_meta(cell)["grade_id"]
-            token = hmac.new(secret, f"{job.student}/{job.assignment}/{grade_id}".encode(), hashlib.sha256).hexdigest()[:32]
-            job.markers[grade_id] = f"test passed: {token}"
-            cell.source = f"{guard_name}()\n{imports}\n{strict_comparisons(cell.source, guard_name)}\n" \
-                          f"print({job.markers[grade_id]!r})"
+    recorder_name = guard_name + "_probe"
+    tests = [cell for cell in nb.cells if is_test(cell)]
+    codes, _ = probe.notebook_probes([cell.source for cell in tests], recorder_name, reference)
+    probes = [[nbgrader_meta(cell)["grade_id"], f"{guard_name}()\n{imports}\n{strict_comparisons(code, guard_name)}"]
+              for cell, code in zip(tests, codes)]
+    for cell in tests:
+        cell.source = f"{guard_name}()\n{imports}\n{strict_comparisons(probe.visible_source(cell.source), guard_name)}"
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
+    ipc = Path(tempfile.mkdtemp(prefix="k", dir=run.ipc_root))
     nbformat.write(nb, job.folder / "in.ipynb")
     spec = sandbox.Spec(
         workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
         user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
         disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
         hide=[str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])],
-        read_only=read_only, read_write=[str(work), str(ipc)])
+        read_only=run.read_only, read_write=[str(work), str(ipc)])
     description = {
         "notebook_in": str(job.folder / "in.ipynb"), "notebook_out": str(job.folder / "out.ipynb"),
         "status_out": str(job.folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
         "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
-        "guard_name": guard_name, "sandbox": spec.__dict__,
+        "guard_name": guard_name, "recorder_name": recorder_name, "probes": probes,
+        "observations_out": str(job.folder / "observations.json"), "probes_log": str(job.folder / "probes.log"),
+        "sandbox": spec.__dict__,
     }
     if spec.as_nobody:
         for path in (work, ipc, *work.rglob("*")):
             os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
     (job.folder / "job.json").write_text(json.dumps(description))
     # What the verdict needs, kept for a review of a withheld score (autograder.review); the kernel cannot see it.
-    (job.folder / "verdict.json").write_text(json.dumps({"markers": job.markers, "findings": job.findings}))
+    (job.folder / "verdict.json").write_text(json.dumps({"findings": job.findings}))
     return job.folder / "job.json"
 
 

@@ -5,10 +5,10 @@ grading machinery (:mod:`autograder.scan`): the table and ``scores.csv`` say
 "withheld" and the note names the lines. After reading them, the instructor
 decides, for one ``STUDENT/ASSIGNMENT`` of the last run in the work folder:
 
-* ``--release``: each test is judged from what the kernel printed, as if
-  nothing had been found (the notebook is not run again: its executed copy
-  and the markers of its tests are in the job's folder), the gradebook gets
-  those scores, and ``scores.csv`` shows them;
+* ``--release``: each test is judged from how the notebook ran, as if
+  nothing had been found (it is not run again: its executed copy and what
+  its probes recorded are in the job's folder, the reference in the work
+  folder), the gradebook gets those scores, and ``scores.csv`` shows them;
 * ``--confirm``: the score stays 0 and ``scores.csv`` says so.
 
 Either way ``state.json`` in the work folder records the decision.
@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.batch import STATE, write_state
+from autograder.canary import reference_of
 from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.job import Job
 from autograder.settings import WORKDIR, Settings
@@ -58,13 +59,12 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
         raise ReviewError(f"{pair} has no withheld score in {workdir}")
     for notebook in state["withheld"][pair]:
         folder = workdir / "jobs" / student / assignment / notebook
-        try:
-            kept = json.loads((folder / "verdict.json").read_text())
-        except (OSError, ValueError) as error:
-            raise ReviewError(f"the job folder of {pair}/{notebook} is gone ({error}); grade it again") from None
-        job = Job(student, assignment, notebook, folder, markers=kept["markers"], findings=[])
+        reference = reference_of(workdir, assignment, notebook)
+        if not (folder / "verdict.json").is_file() or reference is None:
+            raise ReviewError(f"the job folder of {pair}/{notebook} or its reference is gone; grade it again")
+        job = Job(student, assignment, notebook, folder, findings=[])
         source = nbformat.read(workdir / "source" / assignment / f"{notebook}.ipynb", as_version=4)
-        nbformat.write(judge(job, source), workdir / "submitted" / student / assignment / f"{notebook}.ipynb")
+        nbformat.write(judge(job, source, reference), workdir / "submitted" / student / assignment / f"{notebook}.ipynb")
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
         outcome = nbgrader_api(workdir, db_url).autograde(assignment, student, force=True, create=True)
     if not outcome["success"]:

@@ -9,10 +9,14 @@ one by one with a per-cell and a per-notebook wall-time limit, and limits on
 the kernel and every process it started together: memory and the number of
 processes and threads (:func:`tree_usage`, checked four times a second: the
 first time one is over, the whole sandbox is ended); it notes when the
-sandbox's disk was full (:func:`disk_used_mib`). Then it writes the executed
-notebook and a status file. When a limit is reached or the
-kernel dies, the cells not run keep no outputs, so their tests earn
-nothing; the batch goes on.
+sandbox's disk was full (:func:`disk_used_mib`). Once every cell has run
+(phase A), it keeps a copy of the notebook as it was then, the only output
+anyone is shown, and runs the probe of each test (phase B, see
+:mod:`autograder.probe`), whose output is never shown: it keeps only what each
+probe recorded. Then it writes the executed notebook, the recorded probes
+(``observations.json``) and a status file. When a limit is reached or the
+kernel dies, the cells not run keep no outputs and the probes not run record
+nothing, so their tests earn nothing; the batch goes on.
 
 The runner dies with the grader that started it (``PR_SET_PDEATHSIG`` on
 Linux, whatever ends the grader), and SIGTERM, SIGHUP or SIGINT makes it end
@@ -22,6 +26,8 @@ runner in any case (see :mod:`autograder.sandbox`).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import signal
@@ -37,9 +43,11 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat  # noqa: E402
 
-from autograder import launcher, sandbox
+from autograder import launcher, probe, sandbox
 
 GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
+RECORDER_SOURCE = (Path(__file__).with_name("recorder.py")).read_text()
+MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more is recorded as nothing
 # Set by the grader to a token of its run, and passed down to every process of it, kernels
 # included: what is left of a run can be found by it (/proc/PID/environ).
 RUN_MARKER = "COURSE_GRADING_RUN"
@@ -165,30 +173,40 @@ def kernel_env(home: str) -> dict[str, str]:
     return env
 
 
-def run(job: dict) -> dict:
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+class Session:
+    """One kernel in its own sandbox, watched four times a second for the submission's limits.
 
-    nb = nbformat.read(job["notebook_in"], as_version=4)
-    ipc = Path(job["ipc_dir"])
-    spec = sandbox.Spec(**job["sandbox"])
-    km = _kernel_manager_class()(transport="ipc", ip=str(ipc / "k"), connection_file=str(ipc / "kernel.json"))
-    km.spec_path = spec.write(ipc / "sandbox.json")
-    km.write_connection_file()
-    if spec.as_nobody:
-        os.chown(km.connection_file, spec.uid, spec.gid)
-    home = "/tmp/home" if spec.namespaces else str(ipc / "home")
-    if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox
-        os.makedirs(home, exist_ok=True)
+    ``status`` is the notebook's status: the first limit a session reaches is its ``stopped``.
+    """
 
-    status = {"stopped": "", "cell": None, "seconds": 0.0}
-    started = time.monotonic()
-    killed = threading.Event()
+    def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str):
+        from nbclient import NotebookClient
 
-    def kill(reason: str) -> None:
-        killed.set()
-        status["stopped"] = status["stopped"] or reason
-        process = getattr(km.provisioner, "process", None) if km.provisioner else None
+        self.job, self.spec, self.status = job, spec, status
+        ipc = Path(job["ipc_dir"])
+        self.km = _kernel_manager_class()(transport="ipc", ip=str(ipc / prefix),
+                                          connection_file=str(ipc / f"{prefix}-kernel.json"))
+        self.km.spec_path = spec.write(ipc / f"{prefix}-sandbox.json")
+        self.km.write_connection_file()
+        if spec.as_nobody:
+            os.chown(self.km.connection_file, spec.uid, spec.gid)
+        self.home = "/tmp/home" if spec.namespaces else str(ipc / "home")
+        if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox
+            os.makedirs(self.home, exist_ok=True)
+        self.killed, self.finished = threading.Event(), threading.Event()
+        # The recorder first, so that the guard's snapshot holds it and puts it back before each test.
+        self.guard = nbformat.v4.new_code_cell(
+            RECORDER_SOURCE + f"\ninstall({job['recorder_name']!r})\ndel install\n" +
+            GUARD_SOURCE + f"\ninstall({job['guard_name']!r})\ndel install\n")
+        self.nb = nbformat.v4.new_notebook(cells=[self.guard])
+        self.client = NotebookClient(self.nb, km=self.km, timeout=job["cell_timeout_s"], allow_errors=True,
+                                     kernel_name="python3", store_widget_state=False, interrupt_on_timeout=False,
+                                     record_timing=False, startup_timeout=120)
+
+    def kill(self, reason: str) -> None:
+        self.killed.set()
+        self.status["stopped"] = self.status["stopped"] or reason
+        process = getattr(self.km.provisioner, "process", None) if self.km.provisioner else None
         if process is not None:
             try:  # the sandbox's launcher ends everything the kernel started, then itself
                 process.terminate()
@@ -201,77 +219,160 @@ def run(job: dict) -> dict:
                 except OSError:
                     pass
 
-    def stop(signum, _frame):
-        kill(f"grading was stopped ({signal.Signals(signum).name})")
-
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
-        signal.signal(signum, stop)
-
-    watchdog = threading.Timer(job["time_limit_s"], kill, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
-    finished = threading.Event()
-
-    def watch() -> None:
-        """Four times a second: the kernel and every process it started, together, within the limits."""
-        while not finished.wait(0.25):
-            process = getattr(km.provisioner, "process", None) if km.provisioner else None
-            if process is None or killed.is_set():
+    def _watch(self) -> None:
+        spec = self.spec
+        while not self.finished.wait(0.25):
+            process = getattr(self.km.provisioner, "process", None) if self.km.provisioner else None
+            if process is None or self.killed.is_set():
                 continue
             used, tasks = tree_usage(process.pid)
             if spec.memory_mib and used > spec.memory_mib:
-                kill(f"memory limit of {spec.memory_mib} MiB for all its processes together ({used:.0f} MiB in use)")
+                self.kill(f"memory limit of {spec.memory_mib} MiB for all its processes together ({used:.0f} MiB in use)")
                 return
             if spec.max_processes and tasks > spec.max_processes:
-                kill(f"process limit of {spec.max_processes} processes and threads together ({tasks} running)")
+                self.kill(f"process limit of {spec.max_processes} processes and threads together ({tasks} running)")
                 return
             if spec.disk_mib and spec.namespaces:
                 written = disk_used_mib(process.pid)
                 if written is not None and written >= spec.disk_mib - 1:
-                    status["disk_full"] = spec.disk_mib
+                    self.status["disk_full"] = spec.disk_mib
 
-    threading.Thread(target=watch, daemon=True).start()
-    client = NotebookClient(nb, km=km, timeout=job["cell_timeout_s"], allow_errors=True, kernel_name="python3",
-                            store_widget_state=False, interrupt_on_timeout=False, record_timing=False,
-                            startup_timeout=120)
-    guard = nbformat.v4.new_code_cell(GUARD_SOURCE + f"\ninstall({job['guard_name']!r})\ndel install\n")
+    @contextlib.contextmanager
+    def started(self):
+        """The kernel, started in its sandbox with its IPC folder sealed and the recorder and guard installed."""
+        threading.Thread(target=self._watch, daemon=True).start()
+        try:
+            with self.client.setup_kernel(env=kernel_env(self.home), cwd=self.job["workdir"]):
+                if self.spec.namespaces and self.spec.ipc_dir:
+                    seal_ipc(self.km.provisioner.process.pid, self.spec.ipc_dir)
+                self.client.execute_cell(self.guard, 0, store_history=False)
+                errors = [o for o in self.guard.outputs if o.output_type == "error"]
+                if errors:
+                    raise RuntimeError(f"the grader's guard could not be installed: {errors[0].ename}: "
+                                       f"{errors[0].evalue}")
+                yield self
+        finally:
+            self.finished.set()
+            if self.km.has_kernel and not self.killed.is_set():
+                self.kill("")
+
+    def execute(self, cell, index: int, store_history: bool = True) -> bool:
+        """Run one cell; False when the notebook stopped (a limit, the kernel died)."""
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        if self.killed.is_set():
+            return False
+        try:
+            self.client.execute_cell(cell, index, store_history=store_history)
+        except CellTimeoutError:
+            self.kill(f"time limit of {self.job['cell_timeout_s']:g} s per cell")
+            return False
+        except DeadKernelError:
+            self.status["stopped"] = self.status["stopped"] or "the kernel died"
+            return False
+        return not self.killed.is_set()
+
+    def cells(self, cells: list) -> int | None:
+        """Run the code cells in order (their outputs kept in them); the index of the cell during which the
+        notebook stopped, or None when every cell ran."""
+        self.nb.cells[1:] = cells
+        for index, cell in enumerate(cells):
+            if cell.cell_type == "code" and not self.execute(cell, index + 1):
+                return index
+        return None
+
+    def probes(self, wanted: list[str], observations: dict) -> None:
+        """Phase B: the probes of the tests in ``wanted``, in the notebook's order; what each recorded."""
+        for grade_id, code in self.job["probes"]:
+            if grade_id not in wanted:
+                continue
+            self.status["probe"] = grade_id
+            cell = nbformat.v4.new_code_cell(code)
+            # Index 0: display updates sent later land on the guard's cell, never on one shown.
+            done = self.execute(cell, 0, store_history=False)
+            payloads = [o.data[probe.MIME] for o in cell.outputs
+                        if o.output_type == "display_data" and probe.MIME in o.get("data", {})]
+            with open(self.job["probes_log"], "a", errors="replace") as log:  # for the instructor, never shown
+                log.write(f"--- {grade_id}\n" + "".join(_text(o) for o in cell.outputs)[-20000:] + "\n")
+            if payloads and len(json.dumps(payloads[-1])) <= MAX_OBSERVATIONS_BYTES:
+                observations[grade_id] = payloads[-1]
+            if not done:
+                return
+        self.status["probe"] = None
+
+
+def passed_tests(cells: list) -> list[str]:
+    """The grade_ids of the test cells that ran and raised nothing, in order."""
+    return [probe_id(cell) for cell in cells if probe_id(cell) and cell.execution_count is not None
+            and not any(o.output_type == "error" for o in cell.outputs)]
+
+
+def run(job: dict) -> dict:
+    """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a limit,
+    a dead kernel), in a fresh one that runs the cells before the stop again, output unseen, so that the
+    tests passed before it keep their points."""
+    from nbclient.exceptions import DeadKernelError
+
+    nb = nbformat.read(job["notebook_in"], as_version=4)
+    spec = sandbox.Spec(**job["sandbox"])
+    status = {"stopped": "", "cell": None, "probe": None, "seconds": 0.0}
+    started = time.monotonic()
+    now: dict = {"session": None, "ending": False}
+
+    def end(reason: str) -> None:  # no further session starts
+        now["ending"] = True
+        if now["session"] is not None:
+            now["session"].kill(reason)
+        status["stopped"] = status["stopped"] or reason
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
+        signal.signal(signum, lambda number, _frame: end(f"grading was stopped ({signal.Signals(number).name})"))
+    watchdog = threading.Timer(job["time_limit_s"], end, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
+    watchdog.start()
+    shown, observations = None, {}
     try:
-        watchdog.start()
-        with client.setup_kernel(env=kernel_env(home), cwd=job["workdir"]):
-            if spec.namespaces and spec.ipc_dir:
-                seal_ipc(km.provisioner.process.pid, spec.ipc_dir)
-            nb.cells.insert(0, guard)
-            client.execute_cell(guard, 0, store_history=False)
-            errors = [o for o in guard.outputs if o.output_type == "error"]
-            if errors:
-                raise RuntimeError(f"the grader's guard could not be installed: {errors[0].ename}: {errors[0].evalue}")
-            for index, cell in enumerate(nb.cells[1:]):
-                if cell.cell_type != "code" or killed.is_set():
-                    continue
-                status["cell"] = index
-                try:
-                    client.execute_cell(cell, index + 1)
-                except CellTimeoutError:
-                    kill(f"time limit of {job['cell_timeout_s']:g} s per cell")
-                    break
-                except DeadKernelError:
-                    status["stopped"] = status["stopped"] or "the kernel died"
-                    break
-            else:
-                status["cell"] = None
+        now["session"] = first = Session(job, spec, status, "k")
+        with first.started():
+            status["cell"] = first.cells(nb.cells)
+            shown = copy.deepcopy(nb)  # phase A as it ended: nothing the probes do can change it
+            if status["cell"] is None:
+                first.probes(passed_tests(nb.cells), observations)
+        wanted = passed_tests(nb.cells[:status["cell"]]) if status["cell"] is not None else []
+        if wanted and not now["ending"]:
+            again = {"stopped": "", "probe": None}
+            now["session"] = second = Session(job, spec, again, "k2")
+            cells = [nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
+                     for c in nb.cells[:status["cell"]]]
+            with second.started():
+                if second.cells(cells) is None:
+                    second.probes(wanted, observations)
+            status["probes_again"] = again["stopped"] or "done"
     except DeadKernelError:
         status["stopped"] = status["stopped"] or "the kernel died"
     except Exception as error:  # noqa: BLE001 - the report says what happened; the batch goes on
         status["stopped"] = status["stopped"] or f"{type(error).__name__}: {error}"
     finally:
         watchdog.cancel()
-        finished.set()
-        if km.has_kernel and not killed.is_set():
-            kill("")
     status["seconds"] = round(time.monotonic() - started, 2)
-    if nb.cells and nb.cells[0] is guard:
-        nb.cells.pop(0)
-    nbformat.write(nb, job["notebook_out"])
+    nbformat.write(shown if shown is not None else nb, job["notebook_out"])
+    Path(job["observations_out"]).write_text(json.dumps(observations))
     Path(job["status_out"]).write_text(json.dumps(status))
     return status
+
+
+def _text(output) -> str:
+    """What an output says, as plain text (a probe's record left out)."""
+    if output.output_type == "stream":
+        return output.text
+    if output.output_type == "error":
+        return "\n".join(output.traceback) + "\n"
+    return ""
+
+
+def probe_id(cell) -> str | None:
+    """The grade_id of a test cell (graded, not an answer), else None."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta.get("grade_id") if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution") else None
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ class Settings:
     sandbox: bool = True
     user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
     keep_work: bool = False  # what the kernel writes goes to the job's working copy, kept after grading
-    canary: str = "graded"  # the instructor's solution graded first: of each "graded" assignment, "first", "all", "none"
+    canary: str = "graded"  # the instructor's solution run first (the reference): of each "graded" assignment, or "all"
 
     def isolation(self) -> sandbox.Isolation:
         if not self.sandbox:

@@ -1,4 +1,14 @@
-"""Each test's verdict, decided in the grader from what the kernel printed and raised."""
+"""Each test's verdict, decided in the grader: what phase A showed, and the probe against the reference.
+
+A test earns its points only when (see :mod:`autograder.probe` for why this cannot be forged):
+
+1. its cell ran in phase A and raised nothing, and the notebook was not stopped while it ran;
+2. its probe, run after every cell, recorded the reference's sequence of checks, and each value
+   it recorded relates to the reference's expected value as the test's assertion says.
+
+A test that fails gets an error output saying why in the grader's own words, so that nbgrader
+scores it 0 and the feedback shows the reason; a failed hidden check is named only as hidden.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +17,24 @@ import json
 import nbformat
 
 from autograder.job import Job
+from autograder.probe import compare, notebook_sites
 from autograder.submission import is_test, nbgrader_meta
 
+AGAIN = "when the grader ran this test again, with its hidden checks, "
 
-def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Decide each test from the outside: it passed only if it printed its marker, raised nothing, and the
-    notebook was not stopped while it ran.
 
-    The last condition matters because the marker is in the test's source, which code the test calls can
-    read: such code could print it and end the kernel before the test's checks fail. A test during which the
-    kernel died, or a limit ended the notebook, earns nothing whatever it printed. Tests that failed get an
-    error output saying why, so that nbgrader scores them 0 and the feedback shows the reason.
-    """
+def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.NotebookNode,
+            reference: dict | None, observations: dict) -> nbformat.NotebookNode:
+    """Decide every test of the executed notebook; ``reference`` None judges phase A alone (the canary)."""
     originals = {nbgrader_meta(c)["grade_id"]: c.source for c in source.cells if is_test(c)}
+    sites = notebook_sites(list(originals.values())) if reference is not None else []
     stopped = job.status.get("stopped", "") or ""
     running = job.status.get("cell") if stopped else None  # the cell that was running when the notebook stopped
     for index, cell in enumerate(executed.cells):
         if not is_test(cell):
             continue
         grade_id = nbgrader_meta(cell)["grade_id"]
-        token = job.markers[grade_id]
         cell.source = originals[grade_id]
-        marked = False
-        for output in cell.outputs:
-            if output.output_type == "stream" and token in output.text:
-                marked = True
-                output.text = output.text.replace(token + "\n", "").replace(token, "")
-        cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and not o.text)]
         failed = any(o.output_type == "error" for o in cell.outputs)
         reason = None
         if job.findings:
@@ -42,19 +43,20 @@ def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.Notebook
             cell.outputs = []
         elif index == running:
             reason = f"stopped while this test ran ({stopped}): it earns nothing"
-        elif not failed and not marked:
-            if cell.execution_count is None:
-                reason = f"not run: {stopped or 'the notebook stopped before this test'}"
-            else:
-                reason = "the test did not report completion (its output or the kernel was tampered with)"
+        elif cell.execution_count is None:
+            reason = f"not run: {stopped or 'the notebook stopped before this test'}"
+        elif not failed and reference is not None:
+            outcome = compare(observations.get(grade_id), reference[grade_id], sites)
+            if not outcome.passed:
+                reason = AGAIN + outcome.reason + (f" ({stopped})" if stopped and grade_id not in observations else "")
         if reason:
             cell.outputs.append(nbformat.v4.new_output("error", ename="GradingError", evalue=reason, traceback=[
                 f"GradingError: {reason}"]))
     return executed
 
 
-def judge(job: Job, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Read what the runner left in the job's folder (status, executed notebook) and decide every test.
+def judge(job: Job, source: nbformat.NotebookNode, reference: dict | None) -> nbformat.NotebookNode:
+    """Read what the runner left in the job's folder (status, executed notebook, probes) and decide every test.
 
     A runner that left no status (killed, or it never started) counts as
     stopped; a notebook that never ran is judged from its input, every test unrun.
@@ -63,4 +65,14 @@ def judge(job: Job, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
     job.status = json.loads(status_path.read_text()) if status_path.exists() else {
         "stopped": "the runner did not finish; see runner.log", "seconds": 0}
     out = job.folder / "out.ipynb"
-    return verdict(job, nbformat.read(out if out.exists() else job.folder / "in.ipynb", as_version=4), source)
+    executed = nbformat.read(out if out.exists() else job.folder / "in.ipynb", as_version=4)
+    return verdict(job, executed, source, reference, observations_of(job))
+
+
+def observations_of(job: Job) -> dict:
+    """What the job's probes recorded (grade_id -> events), {} if nothing was."""
+    try:
+        found = json.loads((job.folder / "observations.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

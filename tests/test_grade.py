@@ -22,9 +22,7 @@ def run(tmp_path_factory):
     """Grade the demo class through the command line, as an instructor would."""
     tmp = tmp_path_factory.mktemp("grade")
     workdir = tmp / "work"
-    # One canary: test_the_canary_grades_each_assignment_that_has_submissions covers the default, all of them.
-    assert grade.main(["--workdir", str(workdir), "--cell-timeout", str(CELL_TIMEOUT_S), "--quiet",
-                       "--canary", "first"]) == 0
+    assert grade.main(["--workdir", str(workdir), "--cell-timeout", str(CELL_TIMEOUT_S), "--quiet"]) == 0
     with (workdir / "scores.csv").open() as handle:
         rows = {(row["student"], row["assignment"]): row for row in csv.DictReader(handle)}
     return workdir, rows
@@ -170,7 +168,7 @@ def _submit(tmp_path, student: str, answers: dict, based_on: str = "ada") -> Non
 def test_processes_past_the_memory_limit_together_end_the_submission(tmp_path):
     """Three processes of 350 MiB each: each within the limit of 1024 MiB, together (with the kernel) over it."""
     _submit(tmp_path, "hog", {"list_devices": lambda answer: MEMORY_HOG + answer})
-    settings = Settings(jobs=1, cell_timeout_s=60, memory_mib=1024, progress=False, feedback=False, canary="none")
+    settings = Settings(jobs=1, cell_timeout_s=60, memory_mib=1024, progress=False, feedback=False)
     started = time.monotonic()
     [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                 if r.assignment == "00_environment"]
@@ -213,7 +211,7 @@ def test_disk_processes_and_ipc_folder_are_bounded_for_the_whole_submission(tmp_
     _submit(tmp_path, "hoarder", {"list_devices": lambda answer: answer + "\n" + FILL_DISK_AND_PLANT,
                                   "resolve_device": lambda answer: THREADS_BOMB + answer})
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, disk_mib=32, max_processes=200, progress=False,
-                        feedback=False, canary="none")
+                        feedback=False)
     [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                 if r.assignment == "00_environment"]
     assert "process limit of 200 processes and threads together" in result.note, result.note
@@ -307,7 +305,7 @@ def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys)
                        "--no-feedback", "--memory-limit-mib", "64"])
     said = capsys.readouterr()
     first = said.err.splitlines()[0]
-    assert "First the instructor's solution of each assignment with submissions is graded" in said.out
+    assert "First the instructor's solution of each assignment with submissions runs in the same sandbox" in said.out
     assert code == 3
     assert first.startswith("grading stopped: the instructor's solution of 00_environment/00_environment"), first
     assert not (tmp_path / "work" / "jobs" / "ada").exists(), "no student is graded"
@@ -361,30 +359,3 @@ def test_the_canary_grades_each_assignment_that_has_submissions(tmp_path):
         ("00_environment", 8), ("02_cross_device_errors", 7)}
     checked = sorted(p.name for p in (tmp_path / "work" / "jobs" / "(canary)").iterdir())
     assert checked == ["00_environment", "02_cross_device_errors"], checked
-
-
-FORGED_MARKER = '''\
-import linecache, os, sys, time
-
-def list_devices():
-    # Read the running test's source, print the line it prints when it passes, and end the kernel at once.
-    frame = getattr(sys, "_get" + "frame")(1)
-    while frame is not None:
-        for line in linecache.getlines(frame.f_code.co_filename):
-            if "test passed: " in line:
-                print(line.split("'")[1], flush=True)
-                time.sleep(1)  # let the line reach the grader
-                getattr(os, "_ex" + "it")(0)
-        frame = getattr(frame, "f_" + "back")
-    return []
-'''
-
-
-def test_a_test_during_which_the_kernel_died_earns_nothing(tmp_path):
-    """A submission that prints what a passing test prints and then ends its kernel gets no point for that test."""
-    _submit(tmp_path, "forger", {"list_devices": lambda _: FORGED_MARKER}, based_on="linus")
-    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, canary="none")
-    [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
-                if r.assignment == "00_environment"]
-    assert "the kernel died" in result.note, result.note
-    assert result.score == 0, f"the forged test earned points: {result.score}"

@@ -55,7 +55,7 @@ def submitted(tmp_path_factory) -> Path:
 
 def start(submitted: Path, workdir: Path, mark: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
-               "--jobs", "1", "--canary", "none", "--no-feedback", "--quiet", "--cell-timeout", "120"]
+               "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120"]
     # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to the whole process group.
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

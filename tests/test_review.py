@@ -33,7 +33,7 @@ def graded(tmp_path_factory):
     for student in ("rosa", "vic"):
         (submitted / student / ASSIGNMENT).mkdir(parents=True)
         nbformat.write(nb, submitted / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    code = grade.main(["--submitted", str(submitted), "--workdir", str(workdir), "--canary", "none",
+    code = grade.main(["--submitted", str(submitted), "--workdir", str(workdir),
                        "--no-feedback", "--quiet"])
     assert code == 0
     return workdir

@@ -1,0 +1,657 @@
+"""Tests as probes: each test's verdict is decided in the grader, from values, never by the kernel.
+
+A submission's notebook runs in its kernel in two phases (:mod:`autograder.runner`):
+
+* **A, the notebook**: every cell in order, test cells as the student sees them (their hidden
+  parts taken out). This is the only output anyone is shown: no hidden test is in the kernel
+  while it runs, so nothing a submission prints can quote one.
+* **B, the probes**: after the last cell, each test again, whole (hidden parts included),
+  rewritten by :func:`probe_source`. Its assertions no longer decide anything: each records a
+  value (:mod:`autograder.recorder`) and the run goes on. Output of this phase is never shown.
+
+The rewriting is what makes the verdict the grader's own. A comparison ``assert L == R``, an
+``assert_tensor(A, E, device)``, ``torch.equal(A, E)``, ``torch.allclose(A, E, ...)`` or
+``torch.testing.assert_close(A, E, ...)`` becomes, in a student's kernel, "record L (or A)":
+the expected side R (or E, the device, the tolerances) is *not sent* to the kernel, nor is a
+name bound only to feed it (its assignment keeps any side effect, without the name), nor a
+parameter of the test's own helpers that only feeds it. The same probe runs in the instructor's
+solution (the canary run, :mod:`autograder.canary`) with the expected sides kept: that run
+records both sides, and is the reference. The grader then checks, outside every kernel, that
+the student's value relates to the reference's expected value as the test's assertion says
+(``==``, the checks of ``assert_tensor``, ``torch.equal``, ``allclose`` ...), event by event, in
+the same order. Any other assertion (``is``, ``in``, ``<``, ``isinstance``, a plain condition) is a
+*check*: evaluated in the kernel, recorded as True or False.
+
+What this guarantees: a kernel can record anything it likes, print anything, silence its
+errors, skip its assertions, or end itself, and none of it passes a test: the grader needs the
+reference's sequence of events, and for each value comparison a value it never sent. So a test
+passes only when the submission's code produced, on the test's inputs (the hidden ones
+included), values equal to what the solution's expected values say. What it does not
+guarantee: a check (a True/False condition) can be faked by code that tampers with the kernel;
+every test of the course therefore has at least one value comparison among its hidden checks
+(``tests/test_probe.py`` proves it on the references of every notebook). And where the inputs
+themselves hold the answer (a checkpoint file whose tensors the student must load), producing
+the answer from them is the exercise.
+
+A test counts when its phase-A cell raised nothing *and* its probe matches the reference.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import math
+import pathlib
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from autograder.scan import ipython_free
+
+MIME = "application/vnd.course.probe+json"
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", re.S | re.M)
+
+# The calls whose first argument is the actual value and whose other arguments are the expectation.
+VALUE_CALLS = {"assert_tensor": "tensor", "torch.testing.assert_close": "assert_close",
+               "testing.assert_close": "assert_close", "assert_close": "assert_close"}
+VALUE_ASSERTS = {"torch.equal": "equal", "torch.allclose": "allclose"}
+# Functions that run in other processes (DDP ranks): their assertions stay as written.
+WORKER_RUNNERS = {"run_functions"}
+UNBOUND = "_course_probe_unused"  # what a student's probe binds instead of a loop target that only feeds expectations
+
+
+@dataclass(frozen=True)
+class Site:
+    """One assertion of a test: its number, what kind of comparison, whether it is hidden, and its source."""
+
+    id: int
+    kind: str  # "eq", "tensor", "equal", "allclose", "assert_close" (value comparisons) or "check"
+    hidden: bool
+    text: str
+    actual: str = ""  # a value comparison's actual side, as ast.unparse writes it
+
+
+def visible_source(source: str) -> str:
+    """A test cell's source as the student sees it: its hidden parts taken out."""
+    return HIDDEN.sub("", source)
+
+
+def hidden_lines(source: str) -> set[int]:
+    """The (1-based) line numbers inside the hidden parts of a test cell."""
+    lines, inside = set(), False
+    for number, line in enumerate(source.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("### BEGIN HIDDEN TESTS"):
+            inside = True
+        elif stripped.startswith("### END HIDDEN TESTS"):
+            inside = False
+        elif inside:
+            lines.add(number)
+    return lines
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.insert(0, node.attr)
+        node = node.value
+    return ".".join([node.id, *parts]) if isinstance(node, ast.Name) else ""
+
+
+def _worker_functions(tree: ast.AST) -> set[str]:
+    """Names of the functions a test hands to another process (every name in a ``run_functions`` call)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] in WORKER_RUNNERS:
+            for argument in [*node.args, *(k.value for k in node.keywords)]:
+                names.update(n.id for n in ast.walk(argument) if isinstance(n, ast.Name))
+    return names
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Number the assertions of a test and rewrite them into recorder calls (see the module docstring)."""
+
+    def __init__(self, source: str, recorder: str, reference: bool, first: int = 0):
+        self.source, self.recorder, self.reference, self.first = source, recorder, reference, first
+        self.hidden = hidden_lines(source)
+        self.sites: list[Site] = []
+        self.expected: list[ast.AST] = []  # expected sides and messages: not sent to a student's kernel
+        self.workers: set[str] = set()
+
+    def _site(self, kind: str, node: ast.AST, actual: ast.expr | None = None) -> int:
+        text = (ast.get_source_segment(self.source, node) or ast.unparse(node)).strip()
+        self.sites.append(Site(self.first + len(self.sites), kind, node.lineno in self.hidden, " ".join(text.split()),
+                               ast.unparse(actual) if actual is not None else ""))
+        return self.sites[-1].id
+
+    def _call(self, method: str, *args: ast.expr) -> ast.Call:
+        return ast.Call(func=ast.Attribute(value=ast.Name(self.recorder, ast.Load()), attr=method, ctx=ast.Load()),
+                        args=list(args), keywords=[])
+
+    def _value(self, kind: str, node: ast.AST, actual: ast.expr, expected: ast.expr) -> ast.Call:
+        site = self._site(kind, node, actual)
+        self.expected.append(expected)
+        actual = self.visit(actual)
+        args = [ast.Constant(site), actual] + ([expected] if self.reference else [])
+        return self._call("value", *args)
+
+    def _expectation(self, call: ast.Call, names: tuple[str, ...]) -> ast.expr:
+        """A call's arguments after the first, as a dict the grader reads: {"args": [...], "kwargs": {...}}."""
+        keywords = [k for k in call.keywords if k.arg is not None]
+        return ast.Dict(keys=[ast.Constant("args"), ast.Constant("kwargs")], values=[
+            ast.List(elts=list(call.args[1:]), ctx=ast.Load()),
+            ast.Dict(keys=[ast.Constant(k.arg) for k in keywords], values=[k.value for k in keywords])])
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        if node.name in self.workers:  # runs in another process, where there is no recorder
+            return node
+        return self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Assert(self, node: ast.Assert) -> list[ast.stmt]:
+        if node.msg is not None:
+            self.expected.append(node.msg)
+        parts = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) \
+            else [node.test]
+        statements = []
+        for test in parts:
+            call = None
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+                call = self._value("eq", test, test.left, test.comparators[0])
+            elif isinstance(test, ast.Call) and VALUE_ASSERTS.get(_dotted(test.func)) and test.args \
+                    and not any(k.arg is None for k in test.keywords):
+                call = self._value(VALUE_ASSERTS[_dotted(test.func)], test, test.args[0],
+                                   self._expectation(test, ()))
+            if call is None:
+                site = self._site("check", test)
+                call = self._call("check", ast.Constant(site), self.visit(test))
+            statements.append(ast.copy_location(ast.Expr(call), node))
+        return statements
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        kind = VALUE_CALLS.get(_dotted(node.func))
+        if kind and node.args and not any(k.arg is None for k in node.keywords):
+            return ast.copy_location(self._value(kind, node, node.args[0], self._expectation(node, ())), node)
+        return self.generic_visit(node)
+
+
+def _positions(tree: ast.AST, excluded: list[ast.AST]) -> tuple[set[str], set[str]]:
+    """Names loaded inside the excluded expressions, and names loaded anywhere else."""
+    inside = {id(n) for e in excluded for n in ast.walk(e)}
+    there, elsewhere = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            (there if id(node) in inside else elsewhere).add(node.id)
+    return there, elsewhere
+
+
+class _Unbind(ast.NodeTransformer):
+    """In a student's probe: names that only feed expected sides are never bound (an assignment keeps any side
+    effect, a loop binds a throwaway name instead), and the test's own helpers get None for parameters that
+    only feed expected sides. ``scopes`` maps a function's path in the cell ("" for the cell's top level) to
+    those names."""
+
+    def __init__(self, scopes: dict[str, set[str]], parameters: dict[str, list[tuple[int, str]]]):
+        self.scopes, self.parameters, self.path = scopes, parameters, [""]
+
+    @property
+    def names(self) -> set[str]:
+        return self.scopes.get(self.path[-1], set())
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self.path.append(f"{self.path[-1]}.{node.name}".lstrip("."))
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.path.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        if all(isinstance(t, ast.Name) and t.id in self.names for t in node.targets):
+            if any(isinstance(n, ast.Call) for n in ast.walk(node.value)):  # keep its side effects
+                return ast.copy_location(ast.Expr(self.visit(node.value)), node)
+            return ast.copy_location(ast.Pass(), node)
+        return self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        for target in ast.walk(node.target):  # the loop goes on; its expected-only targets are not bound
+            if isinstance(target, ast.Name) and target.id in self.names:
+                target.id = UNBOUND
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        for index, name in self.parameters.get(_dotted(node.func), []):
+            if index < len(node.args) and not isinstance(node.args[index], ast.Starred):
+                node.args[index] = ast.Constant(None)
+            for keyword in node.keywords:
+                if keyword.arg == name:
+                    keyword.value = ast.Constant(None)
+        return node
+
+
+def _bound_here(body: list[ast.stmt]) -> set[str]:
+    """The names a scope binds itself (its nested functions, classes and comprehensions left out)."""
+    names = set()
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            return
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for statement in body:
+        visit(statement)
+    return names
+
+
+def _functions(node: ast.AST, path: str = ""):
+    """Every function defined in ``node``, with its path of names ("check", "check.helper")."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner = f"{path}.{child.name}".lstrip(".")
+            yield inner, child
+            yield from _functions(child, inner)
+        else:
+            yield from _functions(child, path)
+
+
+def _expected_only(trees: list[ast.AST], analyses: list["_Rewrite"]) -> list[dict[str, set[str]]]:
+    """For each test cell: scope path -> the names bound there that are loaded only on expected sides.
+
+    The cells' top level is one scope across the notebook (a later test may read an earlier one's names)."""
+    excluded = [e for analysis in analyses for e in analysis.expected]
+    bound_top = set().union(*(_bound_here(tree.body) for tree in trees)) if trees else set()
+    there, elsewhere = set(), set()
+    for tree in trees:
+        a, b = _positions(tree, excluded)
+        there |= a
+        elsewhere |= b
+    top = bound_top & (there - elsewhere)
+    scopes = []
+    for tree, analysis in zip(trees, analyses):
+        found = {"": top}
+        for path, function in _functions(tree):
+            if function.name in analysis.workers:
+                continue
+            arguments = function.args
+            bound = _bound_here(function.body) | {a.arg for a in [*arguments.posonlyargs, *arguments.args,
+                                                                   *arguments.kwonlyargs]}
+            inside, outside = _positions(function, excluded)
+            found[path] = bound & (inside - outside)
+        scopes.append(found)
+    return scopes
+
+
+def _expected_parameters(trees: list[ast.AST], scopes: list[dict[str, set[str]]]) -> dict[str, list[tuple[int, str]]]:
+    """For each function the tests define at a cell's top level: its parameters (position, name) used only on
+    expected sides, which a student's probe does not pass."""
+    found = {}
+    for tree, scope in zip(trees, scopes):
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in scope:
+                arguments = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+                dropped = [(i, a) for i, a in enumerate(arguments) if a in scope[node.name]]
+                if dropped:
+                    found[node.name] = dropped
+    return found
+
+
+def _wrap_hidden(body: list[ast.stmt], hidden: set[int], recorder: str, workers: set[str]) -> list[ast.stmt]:
+    """Put each run of hidden statements of ``body`` (and of the bodies inside it) in ``with RECORDER.hidden():``."""
+    out: list[ast.stmt] = []
+    run: list[ast.stmt] = []
+
+    def flush():
+        if run:
+            item = ast.withitem(context_expr=ast.Call(func=ast.Attribute(value=ast.Name(recorder, ast.Load()),
+                                                                         attr="hidden", ctx=ast.Load()),
+                                                      args=[], keywords=[]))
+            out.append(ast.copy_location(ast.With(items=[item], body=list(run)), run[0]))
+            run.clear()
+
+    for statement in body:
+        # A hidden statement is wrapped whole; a class body may hold only definitions; workers run elsewhere.
+        if statement.lineno in hidden or isinstance(statement, ast.ClassDef) or \
+                isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name in workers:
+            pass
+        else:
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(statement, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    setattr(statement, field, _wrap_hidden(inner, hidden, recorder, workers))
+                elif field == "handlers" and inner:
+                    for handler in inner:
+                        handler.body = _wrap_hidden(handler.body, hidden, recorder, workers)
+        worker = isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name in workers
+        if statement.lineno in hidden and not worker:  # a worker's source is sent elsewhere as it stands
+            run.append(statement)
+        else:
+            flush()
+            out.append(statement)
+    flush()
+    return out
+
+
+def notebook_probes(tests: list[str], recorder: str, reference: bool = False) -> tuple[list[str], list[Site]]:
+    """The probes of a notebook's test cells (their sources, in order), and the sites of them all.
+
+    Sites are numbered across the notebook: a helper one test defines and a later test calls records
+    the helper's own sites. ``recorder`` is the name under which :mod:`autograder.recorder` was installed
+    in the kernel's builtins. ``reference=True`` gives the instructor's probes, which record the expected
+    sides too and mark what ran inside the hidden parts; the default gives a student's probes, which never
+    hold an expected side.
+    """
+    local = "_course_probe"  # no leading "__": a class body would mangle it
+    sources = [ipython_free(source) for source in tests]
+    sites: list[Site] = []
+    analyses, trees = [], []
+    for source in sources:
+        workers = _worker_functions(ast.parse(source))
+        analysis = _Rewrite(source, local, reference=True, first=len(sites))  # sees every expected side in place
+        analysis.workers = workers
+        trees.append(analysis.visit(ast.parse(source)))
+        analyses.append(analysis)
+        sites += analysis.sites
+    if not reference:
+        scopes = _expected_only(trees, analyses)
+        parameters = _expected_parameters(trees, scopes)
+        trees = []
+        for source, analysis, scope in zip(sources, analyses, scopes):
+            student = _Rewrite(source, local, reference=False, first=analysis.first)
+            student.workers = analysis.workers
+            tree = student.visit(ast.parse(source))
+            trees.append(_Unbind(scope, parameters).visit(tree))
+    probes = []
+    for tree, analysis in zip(trees, analyses):
+        body = tree.body
+        if reference:
+            body = _wrap_hidden(body, analysis.hidden, local, analysis.workers)
+        handler = ast.ExceptHandler(type=ast.Name("BaseException", ast.Load()), name="_course_probe_error", body=[
+            ast.Expr(ast.Call(func=ast.Attribute(value=ast.Name(local, ast.Load()), attr="raised", ctx=ast.Load()),
+                              args=[ast.Name("_course_probe_error", ast.Load())], keywords=[]))])
+        module = ast.Module(body=[
+            ast.parse(f"{local} = __import__('builtins').__dict__[{recorder!r}]").body[0],
+            ast.parse(f"{local}.begin()").body[0],
+            ast.Try(body=body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[]),
+            ast.parse(f"{local}.end()").body[0],
+        ], type_ignores=[])
+        probes.append(ast.unparse(ast.fix_missing_locations(module)))
+    return probes, sites
+
+
+def probe_source(source: str, recorder: str, reference: bool = False) -> tuple[str, list[Site]]:
+    """The probe of one test cell, alone in its notebook, and its sites (see :func:`notebook_probes`)."""
+    probes, sites = notebook_probes([source], recorder, reference)
+    return probes[0], sites
+
+
+def notebook_sites(tests: list[str]) -> list[Site]:
+    """The sites of a notebook's test cells, numbered across the notebook (see :func:`notebook_probes`)."""
+    return notebook_probes(tests, "_", reference=True)[1]
+
+
+def sites_of(source: str) -> list[Site]:
+    """The sites of a test cell alone in its notebook."""
+    return notebook_sites([source])
+
+
+# ---- values, as the kernel encodes them (autograder/recorder.py) and the grader reads them --------------------
+
+class _Ref:
+    """A value from a kernel that the grader holds by its name only (a device, a dtype, a class)."""
+
+    def __init__(self, kind: str, name: str):
+        self.kind, self.name = kind, name
+
+    def __eq__(self, other):
+        return isinstance(other, _Ref) and (self.kind, self.name) == (other.kind, other.name)
+
+    def __hash__(self):
+        return hash((self.kind, self.name))
+
+    def __repr__(self):
+        return f"{self.kind}({self.name})"
+
+
+class Opaque:
+    """A value the grader cannot compare (an arbitrary object): equal to nothing, itself included."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __eq__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return f"<{self.kind}>"
+
+
+@dataclass
+class TensorValue:
+    plain: bool
+    device: str
+    dtype: str
+    shape: tuple
+    data: object  # a CPU torch.Tensor with the values, or None (no values: meta, or too large: see digest)
+    digest: str | None = None
+
+    def tensor(self):
+        """The values as a CPU tensor, for ``==`` with other values; an Opaque for a subclass or a digest."""
+        return self.data if self.plain and self.data is not None else Opaque("tensor")
+
+
+def decode(value, tensors: bool = False):
+    """A kernel's encoded value as Python objects the grader compares (tensors as :class:`TensorValue`
+    when ``tensors``, else as CPU tensors); nothing here runs code from the kernel."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):  # never produced by the encoder: a forged payload
+        return Opaque("list")
+    if not isinstance(value, dict):
+        return Opaque("value")
+    kind, v = value.get("$"), value.get("v")
+    items = lambda: [decode(item, tensors) for item in (v if isinstance(v, list) else [])]  # noqa: E731
+    try:
+        if kind == "list":
+            return items()
+        if kind == "tuple":
+            return tuple(items())
+        if kind == "set":
+            return set(items())
+        if kind == "frozenset":
+            return frozenset(items())
+        if kind == "dict":
+            pairs = [(decode(k, tensors), decode(x, tensors)) for k, x in v]
+            return OrderedDict(pairs) if value.get("cls") == "collections.OrderedDict" else dict(pairs)
+        if kind == "float":
+            return float(v)
+        if kind == "bytes":
+            return base64.b64decode(v)
+        if kind in ("device", "dtype", "type"):
+            return _Ref(kind, str(v))
+        if kind == "size":
+            import torch
+
+            return torch.Size([int(n) for n in v])
+        if kind == "path":
+            return pathlib.PurePosixPath(str(v))
+        if kind == "tensor":
+            record = _tensor(value)
+            return record if tensors else record.tensor()
+    except (TypeError, ValueError, KeyError, OverflowError, RuntimeError):
+        return Opaque(str(kind))
+    return Opaque(str(kind))
+
+
+def _tensor(value: dict) -> TensorValue:
+    import torch
+
+    shape = tuple(int(n) for n in value["shape"])
+    dtype = getattr(torch, str(value["dtype"]).removeprefix("torch."), None)
+    data = None
+    if value.get("data") is not None and isinstance(dtype, torch.dtype):
+        raw = bytearray(base64.b64decode(value["data"]))
+        count = math.prod(shape)
+        if count == 0:
+            data = torch.empty(shape, dtype=dtype)
+        elif len(raw) == count * torch.empty((), dtype=dtype).element_size():
+            data = torch.frombuffer(raw, dtype=dtype).reshape(shape).clone()
+    return TensorValue(bool(value.get("plain")), str(value["device"]), str(value["dtype"]), shape, data,
+                       value.get("sha256"))
+
+
+# ---- the verdict's comparisons ---------------------------------------------------------------------------------
+
+def holds(kind: str, actual, expected) -> bool:
+    """Whether a recorded actual value passes a site of ``kind`` against the reference's recorded expectation.
+
+    Both are encoded values (see :mod:`autograder.recorder`); any error means no.
+    """
+    try:
+        if kind == "check":
+            return actual is True
+        if kind == "eq":
+            return bool(decode(actual) == decode(expected))
+        got, spec = decode(actual, tensors=True), decode(expected, tensors=True)
+        if not isinstance(got, TensorValue) or not isinstance(spec, dict):
+            return False
+        args, kwargs = list(spec.get("args", [])), dict(spec.get("kwargs", {}))
+        if kind == "tensor":
+            return _assert_tensor(got, *args, **kwargs)
+        want = args[0] if args else None
+        if not isinstance(want, TensorValue) or not got.plain or got.data is None or want.data is None:
+            return False
+        if kind == "equal":
+            return got.device == want.device and _torch().equal(got.data, want.data)
+        if kind == "allclose":
+            return got.device == want.device and bool(_torch().allclose(got.data, want.data, *args[1:], **kwargs))
+        if kind == "assert_close":
+            if kwargs.get("check_device", True) and got.device != want.device:
+                return False
+            kwargs.pop("check_device", None)
+            _torch().testing.assert_close(got.data, want.data, *args[1:], **kwargs)
+            return True
+    except (AssertionError, TypeError, ValueError, RuntimeError, IndexError):
+        return False
+    return False
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _assert_tensor(got: TensorValue, expected=None, device=None) -> bool:
+    """The checks of ``devcourse.grading.assert_tensor``, on recorded values."""
+    if not isinstance(expected, TensorValue) or not got.plain:
+        return False
+    if device is None:
+        want = expected.device
+    elif isinstance(device, _Ref) and device.kind == "device":
+        want = device.name
+    elif isinstance(device, str):
+        want = str(_torch().device(device))
+    else:
+        return False
+    if (got.device, got.dtype, got.shape) != (want, expected.dtype, expected.shape):
+        return False
+    if got.data is not None and expected.data is not None:
+        return _torch().equal(got.data, expected.data)
+    if got.digest or expected.digest:
+        return got.digest == expected.digest
+    return True  # neither has values (meta), as assert_tensor does
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A probe compared with the reference: passed, and if not, the grader's own words for why."""
+
+    passed: bool
+    reason: str = ""
+
+
+def compare(student: dict | None, reference: dict, sites: list[Site]) -> Outcome:
+    """Judge a student's recorded probe against the reference's, site by site, in order.
+
+    The reason is written for the student: it quotes a visible assertion by its source, names a
+    hidden one only as hidden, and never repeats anything the kernel recorded.
+    """
+    if not isinstance(student, dict) or not isinstance(student.get("events"), list):
+        return Outcome(False, "its checks did not finish when the grader ran it again (the kernel stopped, or "
+                              "the test's run was cut short)")
+    events, expected = student["events"], reference["events"]
+    for position, want in enumerate(expected):
+        if position >= len(events):
+            return Outcome(False, "it stopped before its last checks when the grader ran it again")
+        got = events[position]
+        if not isinstance(got, list) or not got:
+            return Outcome(False, "its run recorded something the grader cannot read")
+        if got[0] == "raised":
+            return Outcome(False, f"{_where(sites, want[0])} was not reached: the run raised "
+                                  f"{_exception_name(got)}")
+        if got[0] != want[0]:
+            return Outcome(False, f"{_where(sites, want[0])} was not reached: the test took another path "
+                                  "through its checks")
+        site = _site(sites, want[0])
+        if site is None:
+            return Outcome(False, "the reference recorded a check the grader does not know")
+        actual = got[2] if len(got) > 2 else None
+        expectation = want[3] if len(want) > 3 else None
+        if not holds(site.kind, actual, expectation):
+            return Outcome(False, f"{_where(sites, want[0])} failed")
+    if len(events) > len(expected):
+        extra = events[len(expected)]
+        if isinstance(extra, list) and extra and extra[0] == "raised":
+            return Outcome(False, f"after its last check, the run raised {_exception_name(extra)}")
+        return Outcome(False, "it made more checks than the instructor's solution does")
+    return Outcome(True)
+
+
+def self_check(reference: dict | None, sites: list[Site]) -> str | None:
+    """Why the instructor's own probe does not pass (its expected sides against its own values), or None."""
+    if not isinstance(reference, dict) or not isinstance(reference.get("events"), list):
+        return "its probe did not finish"
+    for event in reference["events"]:
+        if event[0] == "raised":
+            return f"its probe raised {', from '.join(map(str, event[1:4])) or 'an exception'}"
+        site = _site(sites, event[0])
+        if site is None or len(event) < 3:
+            return f"its probe recorded {str(event)[:80]}, which is no check of this notebook"
+        if not holds(site.kind, event[2], event[3] if len(event) > 3 else None):
+            return f"check {site.id} ({site.text[:80]}) does not hold when the grader compares its values"
+    return None
+
+
+_SHOWN_EXCEPTIONS = re.compile(r"^(?:[A-Z][A-Za-z]*(?:Error|Exception|Exit|Interrupt|Failed)|StopIteration)$")
+
+
+def _exception_name(event: list) -> str:
+    """An exception's class name, and its causes', where they look like Python's or PyTorch's own: a
+    submission could name a class after a hidden test's text."""
+    names = [name if isinstance(name, str) and _SHOWN_EXCEPTIONS.match(name) and len(name) <= 40 else "an exception"
+             for name in event[1:4]]
+    return ", from ".join(names) or "an exception"
+
+
+def _site(sites: list[Site], site_id) -> Site | None:
+    return sites[site_id] if isinstance(site_id, int) and not isinstance(site_id, bool) and \
+        0 <= site_id < len(sites) else None
+
+
+def _where(sites: list[Site], site_id: int) -> str:
+    site = _site(sites, site_id)
+    if site is None or site.hidden:
+        return "a hidden check"
+    text = site.text if len(site.text) <= 100 else site.text[:97] + "..."
+    return f"the check `{text}`"

@@ -1,0 +1,155 @@
+"""Kernel-side half of the probes: record what a test's assertions see, and hand it to the grader.
+
+The runner sends this file's source to the kernel with :mod:`autograder.guard`'s and calls
+:func:`install` with a name chosen for the run; each probe (see :mod:`autograder.probe`) then
+calls the recorder under that name. Nothing here decides anything: the kernel is the
+submission's, so the grader trusts none of what is recorded, and compares it, outside the
+kernel, with the instructor's reference. What it records:
+
+* ``value(site, actual[, expected])``: the encoded actual value of a value comparison (the
+  instructor's probe also passes the expected side);
+* ``check(site, passed)``: a condition evaluated here, True or False (False raises
+  ``AssertionError``, as the assertion did);
+* ``raised(error)``: the probe ended with an exception (the class names of it and of its causes);
+* ``hidden()``: a context in which the events are marked as coming from hidden checks.
+
+``end()`` publishes the events as one display output of MIME type
+``application/vnd.course.probe+json``. Values are encoded as JSON: containers with their type,
+tensors with their type, device, dtype, shape and raw bytes (base64), devices, dtypes and classes
+by name, anything else as an opaque object of its class. Nothing is ever unpickled by the grader.
+"""
+
+
+def install(name, publish=None):  # noqa: C901 - one closure keeps the recorder out of every namespace
+    import base64
+    import builtins
+    import collections
+    import contextlib
+    import hashlib
+    import math
+    import pathlib
+    import random
+    import traceback
+
+    import torch
+
+    from devcourse.grading import is_plain_tensor
+
+    mime = "application/vnd.course.probe+json"
+    max_bytes = 32 << 20  # values of one tensor sent in full; a larger one is sent as a digest
+    max_events = 100_000
+    if publish is None:
+        from IPython.display import publish_display_data
+
+        def publish(payload):
+            publish_display_data({mime: payload})
+
+    def qualname(cls):
+        return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', getattr(cls, '__name__', '?'))}"
+
+    def tensor(value):
+        record = {"$": "tensor", "cls": qualname(type(value)), "plain": is_plain_tensor(value),
+                  "device": str(value.device), "dtype": str(value.dtype), "shape": list(value.shape)}
+        if record["plain"] and not value.is_meta and value.layout == torch.strided:
+            with torch._C.DisableTorchFunctionSubclass():
+                flat = value.detach().cpu().contiguous().reshape(-1)
+                raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+            if len(raw) <= max_bytes:
+                record["data"] = base64.b64encode(raw).decode()
+            else:
+                record["sha256"] = hashlib.sha256(raw).hexdigest()
+        return record
+
+    def encode(value, depth=0):
+        if value is None or type(value) in (bool, str, int):
+            return value
+        if type(value) is float:
+            return value if math.isfinite(value) else {"$": "float", "v": repr(value)}
+        if depth > 40:
+            return {"$": "object", "cls": "too deep"}
+        if isinstance(value, torch.Tensor):
+            return tensor(value)
+        if isinstance(value, torch.device):
+            return {"$": "device", "v": str(value)}
+        if isinstance(value, torch.dtype):
+            return {"$": "dtype", "v": str(value)}
+        if isinstance(value, torch.Size):
+            return {"$": "size", "v": [int(n) for n in value]}
+        if isinstance(value, type):
+            return {"$": "type", "v": qualname(value)}
+        if isinstance(value, pathlib.PurePath):
+            return {"$": "path", "v": str(value)}
+        if isinstance(value, (bytes, bytearray)):
+            return {"$": "bytes", "v": base64.b64encode(bytes(value)).decode()}
+        if isinstance(value, dict):
+            pairs = [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in list(value.items())[:100_000]]
+            kind = "collections.OrderedDict" if isinstance(value, collections.OrderedDict) else "dict"
+            return {"$": "dict", "cls": kind, "v": pairs}
+        for kind, types in (("list", list), ("tuple", tuple), ("set", set), ("frozenset", frozenset)):
+            if isinstance(value, types):
+                items = [encode(item, depth + 1) for item in list(value)[:100_000]]
+                if kind in ("set", "frozenset"):
+                    items.sort(key=repr)
+                return {"$": kind, "cls": qualname(type(value)), "v": items}
+        if isinstance(value, (int, float)):  # a subclass (numpy scalars, bool-like ints): its plain value
+            return encode(float(value) if isinstance(value, float) else int(value), depth + 1)
+        return {"$": "object", "cls": qualname(type(value))}
+
+    def safe(value):
+        try:
+            return encode(value)
+        except Exception as error:  # noqa: BLE001 - a value that cannot be read is recorded as such
+            return {"$": "unreadable", "cls": type(error).__name__}
+
+    class Recorder:
+        def __init__(self):
+            self.events, self.depth = [], 0
+
+        def begin(self):
+            """A new probe: no events yet, and the same random numbers in every kernel."""
+            self.events, self.depth = [], 0
+            torch.manual_seed(0)
+            random.seed(0)
+            try:
+                import numpy
+
+                numpy.random.seed(0)
+            except ImportError:
+                pass
+
+        def _add(self, event):
+            if len(self.events) < max_events:
+                self.events.append(event)
+            elif self.events[-1] != ["overflow"]:
+                self.events.append(["overflow"])
+
+        def value(self, site, actual, *expected):
+            self._add([site, self.depth > 0, safe(actual), *(safe(e) for e in expected)])
+
+        def check(self, site, passed):
+            passed = bool(passed)
+            self._add([site, self.depth > 0, passed])
+            if not passed:
+                raise AssertionError(f"check {site} failed")
+
+        @contextlib.contextmanager
+        def hidden(self):
+            self.depth += 1
+            try:
+                yield
+            finally:
+                self.depth -= 1
+
+        def raised(self, error):
+            traceback.print_exception(error)  # for the instructor's log of the probes; never shown to students
+            names, seen = [], set()
+            while error is not None and id(error) not in seen and len(names) < 5:  # the error and what caused it
+                seen.add(id(error))
+                names.append(type(error).__name__)
+                error = error.__cause__ or error.__context__
+            self._add(["raised", *names])
+
+        def end(self):
+            publish({"events": self.events})
+
+    builtins.__dict__[name] = Recorder()

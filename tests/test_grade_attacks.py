@@ -1,0 +1,149 @@
+"""Attacks on the grader, as a cheating student would write them: none earns a point or shows a hidden test.
+
+One class of attackers is graded in one run (one canary), each a 00_environment submission whose
+code uses only names built at run time, so that the scan flags nothing and the verdict and the
+feedback alone must hold:
+
+* ``silencer`` has no answer: it prints every line of source it can reach and silences every
+  error the kernel would show (the attack that earned 2 of 8 points when a test passed by
+  printing a completion marker);
+* ``leaker`` has the right answers, and dumps all it can reach (history, the frames of every
+  thread, ``linecache``, the environment, ``/proc``, files) as plain text, base64 and reversed,
+  at every call, from a thread that keeps going, and through a display it updates later.
+"""
+
+import base64
+import html
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import grade, probe
+from autograder.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_grade import CELL_TIMEOUT_S, _submit  # noqa: E402
+
+SILENCER = '''\
+import importlib, linecache, sys
+
+def _silence_and_print():
+    frame = getattr(sys, "_get" + "frame")(1)
+    while frame is not None:  # every line of every caller's source
+        print("".join(linecache.getlines(frame.f_code.co_filename)), flush=True)
+        frame = getattr(frame, "f_" + "back")
+    shell = getattr(importlib.import_module("IPy" + "thon"), "get_" + "ipython")()
+    for name in ("showtrace" + "back", "_showtrace" + "back"):
+        setattr(shell, name, lambda *args, **kwargs: None)
+
+def list_devices():
+    _silence_and_print()
+    return []
+'''
+
+LEAKER = '''\
+import base64, importlib, linecache, os, sys, threading, time
+
+_seen = set()
+
+def _reachable():
+    texts = []
+    for frame in getattr(sys, "_current_" + "frames")().values():
+        while frame is not None:
+            texts.extend(linecache.getlines(frame.f_code.co_filename))
+            frame = getattr(frame, "f_" + "back")
+    main = vars(importlib.import_module("__main__"))
+    for key in ("In", "_ih", "Out"):
+        history = main.get(key) or []
+        texts.extend(str(item) for item in (history.values() if isinstance(history, dict) else history))
+    texts.extend(f"{key}={value}" for key, value in os.environ.items())
+    for path in ("/proc/self/cmdline", "/proc/self/environ", "/proc/self/mountinfo"):
+        try:
+            texts.append(open(path, errors="replace").read().replace("\\0", "\\n"))
+        except OSError:
+            pass
+    for root in (os.getcwd(), os.path.expanduser("~"), "/tmp"):
+        for folder, _, files in os.walk(root):
+            for name in files:
+                try:
+                    if os.path.getsize(os.path.join(folder, name)) < 1 << 20:
+                        texts.append(open(os.path.join(folder, name), errors="replace").read())
+                except OSError:
+                    pass
+    return {line.strip() for text in texts for line in str(text).splitlines() if len(line.strip()) >= 12}
+
+def _leak():
+    new = _reachable() - _seen
+    _seen.update(new)
+    return "\\n".join(f"{line}\\n{base64.b64encode(line.encode()).decode()}\\n{line[::-1]}" for line in sorted(new))
+
+print(_leak(), flush=True)
+_display = importlib.import_module("IPy" + "thon.display")
+_handle = _display.display("leaking", display_id=True)
+
+def _keep_leaking():
+    while True:
+        text = _leak()
+        if text:
+            print(text, flush=True)
+            _handle.update("\\n".join(sorted(_seen))[-100000:])
+        time.sleep(0.05)
+
+threading.Thread(target=_keep_leaking, daemon=True).start()
+'''
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("attacks")
+    _submit(tmp, "silencer", {"list_devices": lambda _: SILENCER}, based_on="linus")
+    _submit(tmp, "leaker", {"list_devices": lambda answer: LEAKER + "\n" + answer.replace(
+        "    ### BEGIN SOLUTION", "    print(_leak(), flush=True)\n    ### BEGIN SOLUTION")}, based_on="ada")
+    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False)
+    results = {r.student: r for r in grade.grade(tmp / "submitted", tmp / "work", settings)
+               if r.assignment == "00_environment"}
+    return tmp / "work", results
+
+
+def test_an_attack_without_answers_earns_nothing(attacked):
+    _, results = attacked
+    result = results["silencer"]
+    assert "withheld" not in result.note, f"the scan caught it; the verdict itself must hold: {result.note}"
+    assert result.score == 0, f"it earned {result.score} points with no answer"
+
+
+def _hidden_only_lines(workdir: Path) -> set[str]:
+    """Lines of the hidden tests that appear nowhere in the notebook the student has."""
+    source = nbformat.read(workdir / "source" / "00_environment" / "00_environment.ipynb", as_version=4)
+    release = (workdir / "release" / "00_environment" / "00_environment.ipynb").read_text()
+    lines = set()
+    for cell in source.cells:
+        for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S):
+            lines.update(line.strip() for line in block.splitlines() if len(line.strip()) >= 12)
+    return {line for line in lines if line not in release and html.escape(line) not in release}
+
+
+def _encodings(line: str) -> list[str]:
+    return [line, html.escape(line), base64.b64encode(line.encode()).decode(), line[::-1], html.escape(line[::-1])]
+
+
+def test_no_hidden_test_reaches_what_the_student_sees(attacked):
+    workdir, results = attacked
+    assert results["leaker"].score == 8, results["leaker"].note
+    hidden = _hidden_only_lines(workdir)
+    assert len(hidden) >= 10, hidden
+    graded = nbformat.read(workdir / "submitted" / "leaker" / "00_environment" / "00_environment.ipynb", as_version=4)
+    shown = "\n".join(nbformat.writes(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(outputs=c.get("outputs", [])) for c in graded.cells])) for _ in [0])
+    feedback = "\n".join(p.read_text() for p in (workdir / "feedback" / "leaker" / "00_environment").glob("*.html"))
+    assert feedback, "feedback was written"
+    # The leaker ran, and what it could reach while the notebook ran is there: a visible test's source.
+    visible = probe.visible_source(next(c.source for c in graded.cells if "list_devices() must return" in c.source))
+    assert base64.b64encode(visible.splitlines()[0].strip().encode()).decode() in shown
+    for line in hidden:
+        for text in _encodings(line):
+            assert text not in shown, f"hidden test line in the graded notebook's outputs: {line}"
+            assert text not in feedback, f"hidden test line in the feedback: {line}"
