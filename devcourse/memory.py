@@ -9,7 +9,11 @@
   plain ``RuntimeError`` whose message says it ``can't allocate memory``, and
   Apple's MPS one that starts ``MPS backend out of memory``
   (``aten/src/ATen/mps/MPSAllocator.mm``): there is no exception type to
-  catch for those two, so their messages are matched.
+  catch for those two, so their messages are matched. MPS also refuses a
+  request larger than the biggest buffer Metal can make before it tries to
+  allocate, with a ``RuntimeError`` that starts ``Invalid buffer size:``;
+  that counts too, since a smaller batch asks for less. (Read in PyTorch's
+  source; the course has not been run on a Mac.)
 * :class:`MemoryHungry` is a small model whose forward pass really fails to
   allocate when a batch is larger than a limit, on the CPU and on any GPU, and
   which records whether the tensors of a failed attempt were freed before the
@@ -37,6 +41,10 @@ from devcourse.measure import proc_status_mib
 IMPOSSIBLE_BYTES = 2**50
 
 _CPU_OOM_TEXT = ("can't allocate memory", "out of memory")
+# MPSHeapAllocatorImpl::alloc_buffer_block (aten/src/ATen/mps/MPSAllocator.mm) checks every request first:
+# TORCH_CHECK(size < m_max_buffer_size, "Invalid buffer size: ", format_size(size)), where m_max_buffer_size
+# is the device's maxBufferLength. IMPOSSIBLE_BYTES there gives "Invalid buffer size: 1048576.00 GiB".
+_MPS_TOO_LARGE_PREFIX = "Invalid buffer size: "
 
 
 def rss_mib() -> float:
@@ -60,15 +68,19 @@ def is_out_of_memory(exc: BaseException) -> bool:
     ``torch.OutOfMemoryError`` (raised by CUDA's allocator; also reachable as
     ``torch.cuda.OutOfMemoryError``) counts, and so does the ``RuntimeError``
     of PyTorch's CPU allocator (``DefaultCPUAllocator: can't allocate
-    memory``), of MPS (``MPS backend out of memory ...``) or of another
-    backend whose message says ``out of memory``.
-    Any other error, a shape or device mismatch for instance, is not one.
+    memory``), of MPS (``MPS backend out of memory ...``, and ``Invalid
+    buffer size: ...`` for a request over Metal's largest buffer, which MPS
+    refuses before allocating) or of another backend whose message says
+    ``out of memory``. Any other error, a shape or device mismatch for
+    instance, is not one. On a CPU-only machine only the first and the CPU
+    allocator's can really occur; the MPS texts are matched as PyTorch's
+    source writes them.
     """
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     if type(exc) is RuntimeError:
         text = str(exc)
-        return any(part in text for part in _CPU_OOM_TEXT)
+        return text.startswith(_MPS_TOO_LARGE_PREFIX) or any(part in text for part in _CPU_OOM_TEXT)
     return False
 
 
@@ -78,8 +90,10 @@ class MemoryHungry(nn.Module):
     For such a batch, after computing a first activation, the forward pass
     asks its device's allocator for an impossible block
     (:data:`IMPOSSIBLE_BYTES`), so the error is the device's own:
-    ``torch.OutOfMemoryError`` on a GPU, the CPU allocator's
-    ``RuntimeError`` on the CPU. The ``meta`` device allocates nothing and so
+    ``torch.OutOfMemoryError`` on a CUDA GPU, the CPU allocator's
+    ``RuntimeError`` on the CPU, and on a Mac the MPS allocator's
+    ``RuntimeError: Invalid buffer size: ...`` (1 PiB is more than Metal's
+    largest buffer; from PyTorch's source). The ``meta`` device allocates nothing and so
     cannot run out; there the model raises ``torch.OutOfMemoryError`` itself,
     which is the one error that is made up rather than real.
 

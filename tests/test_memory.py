@@ -34,6 +34,11 @@ def test_a_failed_cpu_allocation_counts_as_out_of_memory():
     [
         (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
         (RuntimeError("MPS backend out of memory"), True),
+        # what MPS raises for IMPOSSIBLE_BYTES (MPSAllocator.mm: "Invalid buffer size: ", format_size(size))
+        (RuntimeError("Invalid buffer size: 1048576.00 GiB"), True),
+        (RuntimeError("Invalid buffer size: 1048576.00 GB"), True),  # format_size of older releases
+        (ValueError("Invalid buffer size: 1048576.00 GiB"), False),
+        (RuntimeError("DataLoader: Invalid buffer size for the batch"), False),
         (RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 9x4)"), False),
         (RuntimeError("Expected all tensors to be on the same device"), False),
         (NotImplementedError("out of memory"), False),
