@@ -17,3 +17,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # A student cell may train a small model; 60 s per cell is generous on a laptop.
 c.ExecutePreprocessor.timeout = 60
+
+# Files a notebook writes beside itself when it runs (08's memory picture) are the
+# run's output, not part of the assignment: never copied from solutions/ into course/
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "memory_timeline.png"]

@@ -256,10 +256,30 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> object:
 
 
 def _unsafe_globals(path: Path) -> list[str]:
+    """The globals that the zip checkpoint at ``path`` needs beyond ``weights_only``'s allowlist.
+
+    torch lists them by reading the pickle without running it, and its reader
+    knows only the opcodes of pickle protocol 2, which ``torch.save`` writes by
+    default: a file saved with ``pickle_protocol=4`` or 5 stops it with
+    ``UnpicklingError: Unsupported operand ...``. The list is then unknown and
+    ``[]`` comes back; the refusal stands without it. Any other error goes up,
+    with a note that it came from listing the globals of ``path``.
+    """
     try:
         return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-    except Exception:  # the listing is a courtesy; the refusal stands without it
-        return []
+    except pickle.UnpicklingError as exc:
+        if str(exc).startswith("Unsupported operand"):
+            return []
+        _note(exc, f"while listing the globals that {path} needs")
+        raise
+    except BaseException as exc:  # not handled here: named, and raised again
+        _note(exc, f"while listing the globals that {path} needs")
+        raise
+
+
+def _note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):  # Python 3.11+; on 3.10 the chained exception still shows the refusal
+        exc.add_note(note)
 
 
 def strip_prefixes(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

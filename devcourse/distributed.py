@@ -226,14 +226,17 @@ if __name__ == "__main__":
         }}))
         raise
     _torch.save(_result, _Path({outdir!r}) / f"rank{{_os.environ['RANK']}}.pt")
-    # With gloo, DDP's finished gradient all-reduces are freed by a gloo thread that needs the
-    # GIL; if the interpreter is already shutting down, the process aborts. Free them first.
-    import gc as _gc, time as _time
-    del _result
-    _gc.collect()
-    _time.sleep(0.1)
     if _dist.is_initialized():
         _dist.destroy_process_group()
+    # End without the interpreter's shutdown, as multiprocessing ends its workers: with gloo, the
+    # last all-reduce of a backward pass holds a Python object that a gloo thread drops after the
+    # work is done; dropped while the interpreter shuts down, it aborts the process
+    # ("terminate called without an active exception"). destroy_process_group() does not wait for it.
+    import sys as _sys
+
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    _os._exit(0)
 '''
 
 _PRELUDE = """\
@@ -262,7 +265,10 @@ def write_script(
     finds no accelerator turns on N simulated devices (``sim:0`` ...
     ``sim:N-1``, see :mod:`devcourse.simdevice`) before ``main``: a node of
     N GPUs, as a CPU-only machine can have it. Where there is an accelerator
-    (a GPU box), nothing is turned on.
+    (a GPU box), nothing is turned on. After saving the result the harness
+    leaves the process group, if ``main`` left one open, and ends the process
+    with ``os._exit(0)``, skipping the interpreter's shutdown, where a gloo
+    worker thread can abort the process (07, section 2, says why).
     """
     sources = [textwrap.dedent(inspect.getsource(function)) for function in [*functions, main]]
     harness = _HARNESS.format(main=main.__name__, outdir=str(outdir), simulated=int(simulated_devices))

@@ -194,6 +194,23 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def simulated_mps(available: bool = True) -> Iterator[None]:
+    """Make ``torch.backends.mps`` report an Apple-silicon GPU (or none), for code that discovers devices.
+
+    Inside the block ``torch.backends.mps.is_available()`` and ``is_built()``
+    answer ``available``, as on a Mac with (or without) MPS; ``best_device()``
+    then gives ``mps:0`` on a machine without CUDA. Nothing else is simulated:
+    tensors cannot be created on ``mps`` outside a Mac. Works the same on a
+    CPU-only machine, a GPU machine and a Mac.
+
+    Introduced in 00_environment.
+    """
+    with mock.patch.object(torch.backends.mps, "is_available", lambda: available), \
+            mock.patch.object(torch.backends.mps, "is_built", lambda: available):
+        yield
+
+
+@contextlib.contextmanager
 def recorded_autocast() -> Iterator[list[tuple[str, torch.dtype | None, bool]]]:
     """Record every ``torch.autocast(...)`` made in the block, and stand in for device types without autocast.
 

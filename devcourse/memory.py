@@ -9,13 +9,20 @@
   plain ``RuntimeError`` whose message says it ``can't allocate memory``, and
   Apple's MPS one that starts ``MPS backend out of memory``
   (``aten/src/ATen/mps/MPSAllocator.mm``): there is no exception type to
-  catch for those two, so their messages are matched.
+  catch for those two, so their messages are matched. MPS also refuses a
+  request larger than the biggest buffer Metal can make before it tries to
+  allocate, with a ``RuntimeError`` that starts ``Invalid buffer size:``;
+  that counts too, since a smaller batch asks for less. (Read in PyTorch's
+  source; the course has not been run on a Mac.)
 * :class:`MemoryHungry` is a small model whose forward pass really fails to
   allocate when a batch is larger than a limit, on the CPU and on any GPU, and
   which records whether the tensors of a failed attempt were freed before the
   next call. Tests of out-of-memory handling use it on every device.
 * :func:`memory_profile` records a timeline of allocations with PyTorch's
   profiler, for the memory viewer, without the profiler's own log lines.
+* :func:`held_over_time` and :func:`plot_memory_timeline` turn such timelines
+  into the bytes held after each event and into a PNG picture, which opens
+  anywhere without a network.
 
 Introduced in 08_portable_models_and_memory.
 """
@@ -37,6 +44,10 @@ from devcourse.measure import proc_status_mib
 IMPOSSIBLE_BYTES = 2**50
 
 _CPU_OOM_TEXT = ("can't allocate memory", "out of memory")
+# MPSHeapAllocatorImpl::alloc_buffer_block (aten/src/ATen/mps/MPSAllocator.mm) checks every request first:
+# TORCH_CHECK(size < m_max_buffer_size, "Invalid buffer size: ", format_size(size)), where m_max_buffer_size
+# is the device's maxBufferLength. IMPOSSIBLE_BYTES there gives "Invalid buffer size: 1048576.00 GiB".
+_MPS_TOO_LARGE_PREFIX = "Invalid buffer size: "
 
 
 def rss_mib() -> float:
@@ -60,15 +71,19 @@ def is_out_of_memory(exc: BaseException) -> bool:
     ``torch.OutOfMemoryError`` (raised by CUDA's allocator; also reachable as
     ``torch.cuda.OutOfMemoryError``) counts, and so does the ``RuntimeError``
     of PyTorch's CPU allocator (``DefaultCPUAllocator: can't allocate
-    memory``), of MPS (``MPS backend out of memory ...``) or of another
-    backend whose message says ``out of memory``.
-    Any other error, a shape or device mismatch for instance, is not one.
+    memory``), of MPS (``MPS backend out of memory ...``, and ``Invalid
+    buffer size: ...`` for a request over Metal's largest buffer, which MPS
+    refuses before allocating) or of another backend whose message says
+    ``out of memory``. Any other error, a shape or device mismatch for
+    instance, is not one. On a CPU-only machine only the first and the CPU
+    allocator's can really occur; the MPS texts are matched as PyTorch's
+    source writes them.
     """
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     if type(exc) is RuntimeError:
         text = str(exc)
-        return any(part in text for part in _CPU_OOM_TEXT)
+        return text.startswith(_MPS_TOO_LARGE_PREFIX) or any(part in text for part in _CPU_OOM_TEXT)
     return False
 
 
@@ -78,8 +93,10 @@ class MemoryHungry(nn.Module):
     For such a batch, after computing a first activation, the forward pass
     asks its device's allocator for an impossible block
     (:data:`IMPOSSIBLE_BYTES`), so the error is the device's own:
-    ``torch.OutOfMemoryError`` on a GPU, the CPU allocator's
-    ``RuntimeError`` on the CPU. The ``meta`` device allocates nothing and so
+    ``torch.OutOfMemoryError`` on a CUDA GPU, the CPU allocator's
+    ``RuntimeError`` on the CPU, and on a Mac the MPS allocator's
+    ``RuntimeError: Invalid buffer size: ...`` (1 PiB is more than Metal's
+    largest buffer; from PyTorch's source). The ``meta`` device allocates nothing and so
     cannot run out; there the model raises ``torch.OutOfMemoryError`` itself,
     which is the one error that is made up rather than real.
 
@@ -155,3 +172,51 @@ def memory_profile() -> Iterator[torch.profiler.profile]:
     finally:
         with _error_stream_silenced():
             prof.__exit__(*sys.exc_info())
+
+
+def held_over_time(trace: list[dict]) -> list[int]:
+    """The bytes a snapshot trace holds after each of its entries, oldest first.
+
+    ``trace`` is one device's list of entries (``snapshot["device_traces"][0]``
+    of ``torch.cuda._memory_viz._profile_to_snapshot(prof)``): an ``"alloc"``
+    adds its ``"size"``, a ``"free_completed"`` takes it away; other actions
+    (``"free_requested"``, ``"segment_alloc"`` ...) change nothing. The same on
+    any machine; on a CPU-only one the traces are the CPU allocator's.
+    """
+    held, total = [], 0
+    for entry in trace:
+        if entry["action"] == "alloc":
+            total += entry["size"]
+        elif entry["action"] == "free_completed":
+            total -= entry["size"]
+        held.append(total)
+    return held
+
+
+def plot_memory_timeline(traces: dict[str, list[dict]], path: str | os.PathLike) -> os.PathLike:
+    """Draw each trace's :func:`held_over_time`, in MiB, as one line of a PNG picture at ``path``; return the path.
+
+    ``traces`` maps a label to a trace. The x axis counts the trace's
+    allocation events (the profile records their order, not a clock that
+    means the same on every machine). Uses matplotlib without pyplot, so it
+    touches no global figure state and needs no display: the same on a
+    CPU-only machine, a GPU box or CI. The picture is small (640 x 280 pixels).
+    """
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 3.5), dpi=80)
+    axes = figure.subplots()
+    for label, trace in traces.items():
+        held = [0] + held_over_time(trace)
+        axes.step(range(len(held)), [value / 2**20 for value in held], where="post", label=label)
+    axes.set_xlabel("allocation events, in order")
+    axes.set_ylabel("MiB held")
+    axes.set_title("memory held during the profile")
+    axes.legend()
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path)
+    return path
+

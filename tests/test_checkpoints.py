@@ -220,6 +220,28 @@ def test_unsafe_checkpoint_lists_the_globals_and_runs_none_of_them(tmp_path):
     assert isinstance(err.value.__cause__, pickle.UnpicklingError)
 
 
+def test_unsafe_checkpoint_in_a_pickle_protocol_torch_cannot_list_still_refuses(tmp_path):
+    torch.save(TinyNet(), tmp_path / "p4.pt", pickle_protocol=4)
+    with pytest.raises(pickle.UnpicklingError, match="Unsupported operand"):
+        torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "p4.pt")  # what the loader handles
+    with pytest.raises(ck.UnsafeCheckpoint, match="globals that are not tensors or plain containers") as err:
+        ck.read_checkpoint(tmp_path / "p4.pt")
+    assert err.value.globals_needed == []
+
+
+def test_an_unexpected_error_while_listing_the_globals_goes_up_with_the_refusal(tmp_path, monkeypatch):
+    torch.save(TinyNet(), tmp_path / "whole.pt")
+
+    def vanished(path):
+        raise FileNotFoundError(f"{path} is gone")
+
+    monkeypatch.setattr(torch.serialization, "get_unsafe_globals_in_checkpoint", vanished)
+    with pytest.raises(FileNotFoundError, match="is gone") as err:
+        ck.read_checkpoint(tmp_path / "whole.pt")
+    assert isinstance(err.value.__context__, pickle.UnpicklingError)  # the weights_only refusal it came from
+    assert any("whole.pt" in note for note in getattr(err.value, "__notes__", ["whole.pt"]))
+
+
 def test_a_mismatch_lists_missing_unexpected_and_misshapen_keys_and_loads_nothing(tmp_path):
     ck.make_checkpoint(tmp_path / "c.pt")
 

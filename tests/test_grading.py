@@ -7,6 +7,7 @@ from devcourse.grading import (
     device_matrix,
     has_values,
     simulated_cuda,
+    simulated_mps,
 )
 
 NO_GPU = not torch.cuda.is_available()
@@ -31,6 +32,16 @@ def test_matrix_with_two_gpus_lists_each_real_gpu_and_no_stand_in():
 def test_matrix_with_one_gpu_is_that_gpu():
     with simulated_cuda(1):
         assert [str(d.device) for d in device_matrix("module")] == ["cpu", "cuda:0"]
+
+
+def test_simulated_mps_is_found_by_name_and_given_its_index():
+    from devcourse.devices import best_device
+
+    with simulated_cuda(0), simulated_mps():
+        assert torch.backends.mps.is_available() and torch.backends.mps.is_built()
+        assert best_device() == torch.device("mps", 0)
+    with simulated_mps(False):
+        assert not torch.backends.mps.is_available() and not torch.backends.mps.is_built()
 
 
 def test_matrix_rejects_unknown_kind():

@@ -34,6 +34,11 @@ def test_a_failed_cpu_allocation_counts_as_out_of_memory():
     [
         (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
         (RuntimeError("MPS backend out of memory"), True),
+        # what MPS raises for IMPOSSIBLE_BYTES (MPSAllocator.mm: "Invalid buffer size: ", format_size(size))
+        (RuntimeError("Invalid buffer size: 1048576.00 GiB"), True),
+        (RuntimeError("Invalid buffer size: 1048576.00 GB"), True),  # format_size of older releases
+        (ValueError("Invalid buffer size: 1048576.00 GiB"), False),
+        (RuntimeError("DataLoader: Invalid buffer size for the batch"), False),
         (RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 9x4)"), False),
         (RuntimeError("Expected all tensors to be on the same device"), False),
         (NotImplementedError("out of memory"), False),
@@ -123,3 +128,24 @@ def test_memory_profile_records_allocations_without_the_profilers_log_lines():
     assert "profiler_start" in runs["plain"].stderr  # what the helper is for (fails if torch stops logging it)
     assert "profiler_start" not in runs["quiet"].stderr and "profiler_stop" not in runs["quiet"].stderr
     assert "inside the block, stderr works" in runs["quiet"].stderr
+
+
+def _entry(action, size):
+    return {"action": action, "addr": 0, "size": size}
+
+
+def test_held_over_time_adds_allocs_and_subtracts_completed_frees_only():
+    trace = [_entry("alloc", 100), _entry("alloc", 50), _entry("free_requested", 100), _entry("segment_alloc", 4096),
+             _entry("free_completed", 100), _entry("oom", 0)]
+    assert memory.held_over_time(trace) == [100, 150, 150, 150, 50, 50]
+    assert memory.held_over_time([]) == []
+
+
+def test_plot_memory_timeline_writes_a_png(tmp_path):
+    traces = {"kept": [_entry("alloc", 2**20), _entry("alloc", 2**20)],
+              "freed": [_entry("alloc", 2**20), _entry("free_completed", 2**20)]}
+    path = memory.plot_memory_timeline(traces, tmp_path / "timeline.png")
+    assert path == tmp_path / "timeline.png"
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 100_000
+

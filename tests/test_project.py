@@ -1,6 +1,7 @@
 """The project's own promises: pins agree, course/ and the demo class are generated, not edited."""
 
 import filecmp
+import fnmatch
 import re
 import sys
 from pathlib import Path
@@ -43,9 +44,16 @@ def test_every_assignment_has_a_folder_and_notebook_of_the_same_name():
     assert released == names, "course/ and solutions/ hold different assignments"
 
 
+def _files(root: Path) -> list[Path]:
+    """The files under root, less those nbgrader's CourseDirectory.ignore leaves out (what a run writes beside a notebook)."""
+    ignored = pipeline.course_config().CourseDirectory.ignore
+    return sorted(p.relative_to(root) for p in root.rglob("*")
+                  if p.is_file() and not any(fnmatch.fnmatch(part, pattern)
+                                             for part in p.relative_to(root).parts for pattern in ignored))
+
+
 def _tree_differences(a: Path, b: Path) -> list[str]:
-    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
-    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    files_a, files_b = _files(a), _files(b)
     if files_a != files_b:
         return [f"files differ: {files_a} vs {files_b}"]
     return [str(f) for f in files_a if not filecmp.cmp(a / f, b / f, shallow=False)]
