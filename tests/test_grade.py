@@ -294,6 +294,10 @@ def test_nothing_the_course_teaches_is_flagged():
     assert scan.scan(cells_of("import inspect as look\nframes = look.stack()")) == ["line 2 uses inspect.stack"]
     assert scan.scan(cells_of("from inspect import stack")) == ["line 1 uses inspect.stack"]
     assert scan.scan(cells_of("import torch\ntorch.stack([torch.ones(1)])")) == []
+    assert scan.scan(cells_of("from IPython.display import Image, display")) == []
+    assert scan.scan(cells_of("from IPython import display")) == ["line 1 uses IPython"]
+    assert scan.scan(cells_of("import IPython.display")) == ["line 1 uses IPython.display"]
+    assert scan.scan(cells_of("from IPython.display import Image, get_ipython")) == ["line 1 uses IPython.display"]
 
 
 def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys):
