@@ -7,6 +7,11 @@ feedback alone must hold:
 * ``silencer`` has no answer: it prints every line of source it can reach and silences every
   error the kernel would show (the attack that earned 2 of 8 points when a test passed by
   printing a completion marker);
+* ``forger`` (the demo class's, see ``autograder.demo.FORGER``) has no answer either: its functions
+  return an object that absorbs every use, and a thread of its rewrites the kernel's recorder so
+  that every check records True and every value comparison records the expected side the notebook
+  pairs with the same expression elsewhere; its errors are silenced too (every test passes in the
+  notebook the student sees). The demo class has it hand in every assignment;
 * ``leaker`` has the right answers, and dumps all it can reach (history, the frames of every
   thread, ``linecache``, the environment, ``/proc``, files) as plain text, base64 and reversed,
   at every call, from a thread that keeps going, and through a display it updates later.
@@ -14,7 +19,9 @@ feedback alone must hold:
 
 import base64
 import html
+import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,7 +29,7 @@ import nbformat
 import pytest
 
 from autograder import grade, probe
-from autograder.settings import Settings
+from autograder.settings import DEMO_CLASS, Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_grade import CELL_TIMEOUT_S, _submit  # noqa: E402
@@ -100,6 +107,7 @@ threading.Thread(target=_keep_leaking, daemon=True).start()
 def attacked(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("attacks")
     _submit(tmp, "silencer", {"list_devices": lambda _: SILENCER}, based_on="linus")
+    shutil.copytree(DEMO_CLASS / "forger" / "00_environment", tmp / "submitted" / "forger" / "00_environment")
     _submit(tmp, "leaker", {"list_devices": lambda answer: LEAKER + "\n" + answer.replace(
         "    ### BEGIN SOLUTION", "    print(_leak(), flush=True)\n    ### BEGIN SOLUTION")}, based_on="ada")
     settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False)
@@ -108,11 +116,24 @@ def attacked(tmp_path_factory):
     return tmp / "work", results
 
 
-def test_an_attack_without_answers_earns_nothing(attacked):
-    _, results = attacked
-    result = results["silencer"]
-    assert "withheld" not in result.note, f"the scan caught it; the verdict itself must hold: {result.note}"
-    assert result.score == 0, f"it earned {result.score} points with no answer"
+@pytest.mark.parametrize("student", ["silencer", "forger"])
+def test_an_attack_without_answers_earns_nothing(attacked, student):
+    workdir, results = attacked
+    result = results[student]
+    assert "withheld" not in result.note, f"the scan caught {student}; the verdict itself must hold: {result.note}"
+    assert result.score == 0, f"{student} earned {result.score} points with no answer"
+    if student == "forger":  # the attack ran as meant: no error shown, every probe forged
+        graded = nbformat.read(workdir / "submitted" / student / "00_environment" / "00_environment.ipynb",
+                               as_version=4)
+        tests = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade") and
+                 not c.metadata["nbgrader"].get("solution")]
+        shown = [o.ename for c in tests for o in c.get("outputs", []) if o.output_type == "error"]
+        assert shown == ["GradingError"] * len(tests), shown
+        forged = json.loads((workdir / "jobs" / student / "00_environment" / "00_environment" /
+                             "observations.json").read_text())
+        assert len(forged) == 8 and all(event[2] is True for probe_record in forged.values()
+                                        for event in probe_record["events"] if len(event) == 3 and
+                                        isinstance(event[2], bool))
 
 
 def _hidden_only_lines(workdir: Path) -> set[str]:
