@@ -33,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import canary, sandbox
+from autograder import canary, cgroups, sandbox
 from autograder.feedback import hidden_lines, write_feedback
 from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.job import RUNNERS, Job, RunContext, course_imports, execute, prepare
@@ -169,7 +169,9 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
     imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
     read_only = sandbox.python_paths()
 
-    run = RunContext(settings, settings.isolation(), "_grader_" + secrets.token_hex(8), ipc_root, imports, read_only)
+    run = RunContext(settings, settings.isolation(), "_grader_" + secrets.token_hex(8), ipc_root, imports, read_only,
+                     cgroups.find())
+    cgroups.sweep(run.cgroups)  # what runners killed outright left behind
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
     chosen = names if settings.canary == "all" else [
         name for name in names if any((submitted / student / name).is_dir() for student in students)]
@@ -252,6 +254,7 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                 (workdir / "jobs" / student).rmdir()  # if no other assignment of theirs is there
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
     pool.shutdown(wait=True)
+    cgroups.sweep(run.cgroups)
     state["finished"] = True
     write_state(workdir, state)
 

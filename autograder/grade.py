@@ -54,7 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-from autograder import sandbox
+from autograder import cgroups, sandbox
 from autograder.batch import INTERRUPTS, GradingStopped, grade
 from autograder.canary import CanaryFailed
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
                                                              settings.cell_timeout_s,
                                                              0 if settings.keep_work else settings.disk_mib,
-                                                             settings.max_processes))]
+                                                             settings.max_processes, cgroups.find().describe()))]
     checked_first = {"graded": "of each assignment with submissions", "all": "of every assignment"}[settings.canary]
     # It runs before the progress bar starts: say what the wait is for.
     header.append(f"First the instructor's solution {checked_first} runs in the same sandbox "

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import probe, sandbox
+from autograder import cgroups, probe, sandbox
 from autograder.pipeline import ROOT, tool_env
 from autograder.scan import ipython_free, scan
 from autograder.settings import Settings
@@ -114,6 +114,7 @@ class RunContext:
     ipc_root: Path  # the kernels' IPC folders are made in it
     imports: dict[str, dict[str, str]]  # assignment -> notebook -> the source's import lines (course_imports)
     read_only: list[str]  # the folders Python imports from
+    cgroups: cgroups.Cgroups = cgroups.Cgroups(0, reason="not asked for")  # where each sandbox gets a cgroup
 
 
 def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
@@ -153,7 +154,7 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
         "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
         "guard_name": guard_name, "recorder_name": recorder_name, "probes": probes,
         "observations_out": str(job.folder / "observations.json"), "probes_log": str(job.folder / "probes.log"),
-        "sandbox": spec.__dict__,
+        "sandbox": spec.__dict__, "cgroups": {"version": run.cgroups.version, "parents": run.cgroups.parents},
     }
     if spec.as_nobody:
         for path in (work, ipc, *work.rglob("*")):

@@ -303,11 +303,24 @@ def _init(spec: dict, command: list[str]) -> int:
     return _wait_for(kernel)
 
 
+def join_cgroups(paths: list[str]) -> None:
+    """Put this process into the cgroups whose ``cgroup.procs`` files are ``paths``; what it starts later
+    is in them too (:mod:`autograder.cgroups`)."""
+    for path in paths:
+        with open(path, "w") as handle:
+            handle.write(str(os.getpid()))
+
+
 def launch(spec_path: str, parent: int, command: list[str]) -> int:
     """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left alone."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # until the sandbox exists: just go
     die_with_parent(parent, signal.SIGTERM)
     spec = json.loads(Path(spec_path).read_text())
+    try:  # first: every process of the sandbox is in its cgroup
+        join_cgroups(spec.get("cgroup_procs", []))
+    except OSError as error:
+        print(f"sandbox: cannot join its cgroup: {error}", file=sys.stderr, flush=True)
+        return 126
     if spec["namespaces"]:
         try:
             _enter_namespaces(spec["user_namespace"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import signal
@@ -43,7 +44,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat  # noqa: E402
 
-from autograder import launcher, probe, sandbox
+from autograder import cgroups, launcher, probe, sandbox
 
 GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
 RECORDER_SOURCE = (Path(__file__).with_name("recorder.py")).read_text()
@@ -182,7 +183,17 @@ class Session:
     def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str):
         from nbclient import NotebookClient
 
-        self.job, self.spec, self.status = job, spec, status
+        self.job, self.status = job, status
+        self.group = None
+        found = job.get("cgroups") or {}
+        if found.get("version"):
+            try:  # Linux enforces the limits too; the watch below stays as it is
+                self.group = cgroups.Group.create(cgroups.Cgroups(found["version"], found["parents"]),
+                                                  spec.memory_mib, spec.max_processes)
+                spec = dataclasses.replace(spec, cgroup_procs=self.group.joins)
+            except OSError as error:
+                status["cgroup"] = f"no cgroup: {error}"
+        self.spec = spec
         ipc = Path(job["ipc_dir"])
         self.km = _kernel_manager_class()(transport="ipc", ip=str(ipc / prefix),
                                           connection_file=str(ipc / f"{prefix}-kernel.json"))
@@ -219,12 +230,34 @@ class Session:
                 except OSError:
                     pass
 
+    def _out_of_memory(self) -> str | None:
+        """The note when Linux's out-of-memory killer ended a process in the sandbox's cgroup, else None."""
+        if self.group is None or not self.group.oom_kills():
+            return None
+        return (f"memory limit of {self.spec.memory_mib} MiB for all its processes together (Linux ended a process "
+                "of it at the limit)")
+
+    def _died(self) -> None:
+        self.status["stopped"] = self.status["stopped"] or self._out_of_memory() or "the kernel died"
+
+    def _over(self) -> str | None:
+        """The note of the cgroup's limit this sandbox reached, if one was (checked after every cell too)."""
+        if self.group is None:
+            return None
+        if self.group.refused_forks():  # the sandbox is ended, as the count in the watch would end it
+            return f"process limit of {self.spec.max_processes} processes and threads together (Linux refused more)"
+        return self._out_of_memory()
+
     def _watch(self) -> None:
         spec = self.spec
         while not self.finished.wait(0.25):
             process = getattr(self.km.provisioner, "process", None) if self.km.provisioner else None
             if process is None or self.killed.is_set():
                 continue
+            over = self._over()
+            if over:
+                self.kill(over)
+                return
             used, tasks = tree_usage(process.pid)
             if spec.memory_mib and used > spec.memory_mib:
                 self.kill(f"memory limit of {spec.memory_mib} MiB for all its processes together ({used:.0f} MiB in use)")
@@ -255,6 +288,8 @@ class Session:
             self.finished.set()
             if self.km.has_kernel and not self.killed.is_set():
                 self.kill("")
+            if self.group is not None:
+                self.group.remove()
 
     def execute(self, cell, index: int, store_history: bool = True) -> bool:
         """Run one cell; False when the notebook stopped (a limit, the kernel died)."""
@@ -268,8 +303,11 @@ class Session:
             self.kill(f"time limit of {self.job['cell_timeout_s']:g} s per cell")
             return False
         except DeadKernelError:
-            self.status["stopped"] = self.status["stopped"] or "the kernel died"
+            self._died()
             return False
+        over = self._over()  # the cell that reached a limit is where the notebook stops, however quick it was
+        if over:
+            self.kill(over)
         return not self.killed.is_set()
 
     def cells(self, cells: list) -> int | None:
@@ -348,7 +386,7 @@ def run(job: dict) -> dict:
                     second.probes(wanted, observations)
             status["probes_again"] = again["stopped"] or "done"
     except DeadKernelError:
-        status["stopped"] = status["stopped"] or "the kernel died"
+        now["session"]._died()
     except Exception as error:  # noqa: BLE001 - the report says what happened; the batch goes on
         status["stopped"] = status["stopped"] or f"{type(error).__name__}: {error}"
     finally:

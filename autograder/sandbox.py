@@ -69,9 +69,13 @@ class Isolation:
     user_namespace: bool = False  # True: a grader that is not root, in a user namespace of its own
 
     def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float,
-                 disk_mib: int = DISK_LIMIT_MIB, max_processes: int = MAX_PROCESSES) -> list[str]:
+                 disk_mib: int = DISK_LIMIT_MIB, max_processes: int = MAX_PROCESSES,
+                 cgroups: str = "") -> list[str]:
+        """The report's lines on the limits; ``cgroups`` says whether Linux enforces them too
+        (:meth:`autograder.cgroups.Cgroups.describe`)."""
+        by_linux = f", {cgroups}" if cgroups else ""
         memory = (f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes together "
-                  "(watched by the grader, Linux)" if memory_mib else "off (--memory-limit-mib 0)")
+                  f"(watched by the grader, Linux){by_linux}" if memory_mib else "off (--memory-limit-mib 0)")
         lines = [
             f"wall time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook (kernel killed)",
             f"memory: enforced, {memory}",
@@ -87,8 +91,8 @@ class Isolation:
         if self.namespaces:
             who = ("in a user namespace, without capabilities" if self.user_namespace else "runs as nobody")
             count = (f"at most {max_processes} processes and threads together (counted by the grader"
-                     f"{', and the PID namespace' + chr(39) + 's pid_max' if per_namespace_pid_max() else ''}), "
-                     if max_processes else "")
+                     f"{', and the PID namespace' + chr(39) + 's pid_max' if per_namespace_pid_max() else ''}"
+                     f"{by_linux}), " if max_processes else "")
             lines += [
                 "network: enforced, loopback only (network namespace)",
                 "files: enforced, own working copy only; Python environment and devcourse read-only "
@@ -156,6 +160,7 @@ class Spec:
     read_write: list[str] = field(default_factory=list)
     uid: int = NOBODY
     gid: int = NOBODY
+    cgroup_procs: list[str] = field(default_factory=list)  # the launcher joins these cgroups first
 
     def __post_init__(self):
         if self.user_namespace:  # only the grader's own user id exists in its user namespace, as 0

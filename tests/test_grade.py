@@ -10,7 +10,7 @@ import time
 import nbformat
 import pytest
 
-from autograder import demo, grade, pipeline, sandbox, scan, submission
+from autograder import cgroups, demo, grade, pipeline, sandbox, scan, submission
 from autograder.settings import DEMO_CLASS, Settings
 from autograder.job import strict_comparisons
 
@@ -93,6 +93,7 @@ def test_report_names_devices_and_limits(run):
     assert "wall time: enforced" in report and "memory: enforced" in report
     isolation = sandbox.probe()
     assert ("network: enforced" in report) == isolation.namespaces
+    assert cgroups.find().describe() in report, "the report says whether Linux enforces the limits in cgroups"
     assert rows["ada", "00_environment"]["devices"].startswith("cpu")
     assert (workdir / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder import cgroups
 from autograder.demo import SUBMITTED
 from autograder.runner import RUN_MARKER, processes_of
 
@@ -118,3 +119,12 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
     assert "earlier run" in rows["ada"]["note"], rows["ada"]
     assert rows["slow"]["score"] not in ("", None), rows["slow"]
     assert live_marked(mark) == []
+    # Runners killed outright (the SIGKILL and SIGTERM cases) left their sandboxes' cgroups: a run sweeps them.
+    assert stale_cgroups() == [], "a cgroup of a runner that is gone is still there"
+
+
+def stale_cgroups() -> list[str]:
+    """The sandboxes' cgroups whose runner is gone."""
+    found = cgroups.find()
+    return [str(folder) for parent in set(found.parents.values()) for folder in Path(parent).glob(cgroups.PREFIX + "*")
+            if not Path(f"/proc/{folder.name[len(cgroups.PREFIX):].split('-')[0]}").exists()]

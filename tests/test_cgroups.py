@@ -1,0 +1,98 @@
+"""autograder.cgroups on this machine's real cgroups: Linux's own memory and process limits for a sandbox.
+
+Which version the grader uses depends on the machine. On one where the grader runs as root with
+cgroup v1's memory and pids hierarchies (a CI runner, a container), these tests use them for real;
+a machine that offers the grader no cgroups is checked for saying why.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import cgroups, launcher
+
+FOUND = cgroups.find()
+
+
+def test_the_decision_is_cgroups_where_linux_gives_them_or_a_reason():
+    writable_v1 = os.geteuid() == 0 and os.access("/sys/fs/cgroup/memory", os.W_OK) and \
+        os.access("/sys/fs/cgroup/pids", os.W_OK)
+    if writable_v1:
+        assert FOUND.version in (1, 2), FOUND.reason
+    if FOUND.version == 0:
+        assert FOUND.reason and FOUND.describe() == f"no cgroup: {FOUND.reason}"
+    else:
+        assert set(FOUND.parents) == {"memory", "pids"} and f"cgroup v{FOUND.version}" in FOUND.describe()
+
+
+def test_a_v2_hierarchy_without_the_controllers_is_refused_with_its_reason():
+    mounts = [point for point, kind, _ in cgroups._mounts() if kind == "cgroup2"]
+    if not mounts:
+        pytest.skip("no cgroup v2 hierarchy on this machine")
+    here = Path(mounts[0]) / cgroups._own().get("", "/").lstrip("/")
+    offered = set((here / "cgroup.controllers").read_text().split())
+    found = cgroups._v2(mounts[0], cgroups._own().get("", "/"))
+    if not {"memory", "pids"} <= offered:
+        assert found.version == 0 and "offers no memory and pids controllers" in found.reason
+
+
+needs_cgroups = pytest.mark.skipif(FOUND.version == 0, reason=f"no cgroups for the grader here: {FOUND.reason}")
+
+
+def _in_group(group: cgroups.Group, code: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run ``code`` in a Python process that first joins ``group``, as the sandbox's launcher does."""
+    prelude = f"import sys; sys.path.insert(0, {str(Path(launcher.__file__).parent)!r}); import launcher; " \
+              f"launcher.join_cgroups({group.joins!r})\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=timeout)
+
+
+@needs_cgroups
+def test_past_the_memory_limit_linux_ends_a_process_and_the_group_counts_it():
+    group = cgroups.Group.create(FOUND, memory_mib=64, max_processes=100)
+    try:
+        done = _in_group(group, "block = bytearray(256 << 20)\nprint('allocated')")
+        assert done.returncode == -9 and "allocated" not in done.stdout, (done.returncode, done.stderr[-300:])
+        assert group.oom_kills() == 1
+        fine = _in_group(group, "block = bytearray(16 << 20)\nprint('allocated')")
+        assert fine.returncode == 0 and "allocated" in fine.stdout
+    finally:
+        group.remove()
+    assert not any(folder.exists() for folder in group.folders)
+
+
+@needs_cgroups
+def test_past_the_process_limit_new_threads_fail_and_the_group_counts_them():
+    group = cgroups.Group.create(FOUND, memory_mib=0, max_processes=8)
+    try:
+        done = _in_group(group, """
+import threading
+stop, started, refused = threading.Event(), 0, 0
+for _ in range(20):
+    try:
+        threading.Thread(target=stop.wait, daemon=True).start()
+        started += 1
+    except RuntimeError:
+        refused += 1
+stop.set()
+print(started, refused)
+""")
+        started, refused = map(int, done.stdout.split())
+        assert started < 8 and refused > 0 and started + refused == 20, done.stdout
+        assert group.refused_forks() >= refused
+    finally:
+        group.remove()
+
+
+@needs_cgroups
+def test_removing_a_group_ends_what_is_left_in_it():
+    group = cgroups.Group.create(FOUND, memory_mib=256, max_processes=100)
+    prelude = f"import sys; sys.path.insert(0, {str(Path(launcher.__file__).parent)!r}); import launcher; " \
+              f"launcher.join_cgroups({group.joins!r}); import time; print('in', flush=True); time.sleep(60)"
+    process = subprocess.Popen([sys.executable, "-c", prelude], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "in"
+    group.remove()
+    assert process.wait(timeout=10) == -9
+    assert not any(folder.exists() for folder in group.folders)
