@@ -199,6 +199,14 @@ def rank_errors(folder: str | Path) -> str:
     return "\n".join(lines) + "\n\nthe run: "
 
 
+def _gloo_did_not_connect(errors: str) -> bool:
+    """Whether a run failed because gloo's processes could not connect to each other while the process group
+    was made: a rare failure of gloo itself on one machine (PyTorch's own tests meet it, pytorch#53270), which
+    :func:`run_functions` meets with a second run, not any code of the run's own."""
+    first = errors.split("\n\nthen ", 1)[0]
+    return "Gloo connectFullMesh failed" in first and "init_process_group" in first
+
+
 def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
@@ -295,15 +303,24 @@ def run_functions(
     tensors, numbers, strings and containers; tensors on a simulated device
     come back on the CPU. ``outdir`` is an existing folder the ranks run in
     and may write to, kept afterwards; by default a temporary folder is used
-    and removed.
+    and removed. A run whose processes could not connect while making the
+    process group (gloo's rare failure, :func:`_gloo_did_not_connect`) runs
+    once more.
     """
     with contextlib.ExitStack() as stack:
         folder = Path(outdir) if outdir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-")))
         script = write_script(folder / "run.py", functions, main, folder, simulated_devices)
-        try:
-            run = start_ranks(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
-        except DistributedRunError as failure:
-            raise DistributedRunError(rank_errors(folder) + str(failure)) from None
+        for attempt in (1, 2):
+            try:
+                run = start_ranks(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
+                break
+            except DistributedRunError as failure:
+                errors = rank_errors(folder)
+                if attempt == 1 and _gloo_did_not_connect(errors):
+                    for stale in folder.glob("rank*.*"):
+                        stale.unlink()
+                    continue
+                raise DistributedRunError(errors + str(failure)) from None
         world_size = nproc_per_node * nnodes
         missing = [r for r in range(world_size) if not (folder / f"rank{r}.pt").exists()]
         if missing:

@@ -172,3 +172,31 @@ def test_sync_batchnorm_on_simulated_devices_sees_the_whole_batch():
         torch.testing.assert_close(result["running_var"], net[1].running_var)
         # DDP averages the two ranks' gradients of their own shares of the loss
         torch.testing.assert_close(result["grad"], net[0].weight.grad / 2)
+
+
+def init_process_group(outdir):
+    """Stands in for torch.distributed's, failing as gloo's connect does, on the first run only."""
+    attempts = sorted(outdir.glob("attempt-*"))
+    (outdir / f"attempt-{len(attempts)}-{os.environ['RANK']}").write_text("")
+    if not any(path.name.startswith("attempt-0-") for path in attempts):
+        raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:226")
+
+
+def connects_on_the_second_run(outdir):
+    init_process_group(outdir)
+    return int(os.environ["RANK"])
+
+
+def fails_its_own_way(outdir):
+    (outdir / f"ran-{os.environ['RANK']}-{len(list(outdir.glob('ran-*')))}").write_text("")
+    raise ValueError("the answer is wrong")
+
+
+def test_a_run_whose_ranks_could_not_connect_runs_once_more_and_no_other_failure_does(tmp_path):
+    first, second = tmp_path / "gloo", tmp_path / "own"
+    first.mkdir()
+    second.mkdir()
+    assert run_functions([init_process_group], connects_on_the_second_run, outdir=first, timeout_s=60) == [0, 1]
+    with pytest.raises(DistributedRunError, match="ValueError: the answer is wrong"):
+        run_functions([], fails_its_own_way, outdir=second, timeout_s=60)
+    assert len(list(second.glob("ran-*"))) == 2, "one run of two ranks: not run again"
