@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +110,20 @@ def test_feedback_has_no_hidden_tests(run):
         assert "simulated_cuda(8)" not in text, page  # a line of a hidden test of notebook 01
     mallory = (workdir / "feedback" / "mallory" / "01_device_placement" / "01_device_placement.html").read_text()
     assert "own == or !=" in mallory
+
+
+def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_failed_exercise(run):
+    workdir, _ = run
+    pages = list((workdir / "feedback").rglob("*.html"))
+    for page in pages:
+        text = page.read_text()
+        assert "\x1b[" not in text and "\\u001b[" not in text and "[0;31m" not in text, page
+        for path in (str(workdir), str(pipeline.ROOT), "/tmp/", "site-packages"):
+            assert path not in text, (page, path)
+    empty = (workdir / "feedback" / "linus" / "02_cross_device_errors" / "02_cross_device_errors.html")
+    failed = re.findall(r"Failed: (Exercise \d+ \(\d+ points?\): [^<]*?) -- this test \((\w+)\) is worth", 
+                        empty.read_text()) if empty.exists() else []
+    assert failed, "no failed test names its exercise"
 
 
 @pytest.mark.skipif(not sandbox.probe().namespaces, reason="needs the sandbox's namespaces (Linux)")

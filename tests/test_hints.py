@@ -1,0 +1,143 @@
+"""Feedback that teaches: each error kind the course teaches, raised by a student's answer in a real kernel,
+gets its hint, its exercise and points, and a traceback with the student's frames only."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder import hints
+from autograder.feedback import redact
+from autograder.pipeline import solution_path
+
+# kind -> an answer a student could write that raises that error; the test cell calls answer().
+ANSWERS = {
+    "same-device": """
+        def answer():
+            model = nn.Linear(3, 2).to(sim1)
+            return model(torch.ones(1, 3))  # the input stayed on the CPU
+    """,
+    "cuda-on-cpu": """
+        def answer():
+            tagged_save({"w": torch.ones(2)}, "saved_on_gpu.pt", saved_on="cuda:0")
+            return torch.load("saved_on_gpu.pt")  # no map_location on a machine without CUDA
+    """,
+    "dtype": """
+        def answer():
+            return nn.Linear(3, 2).half()(torch.ones(1, 3))  # float16 weights, float32 input
+    """,
+    "prefix": """
+        def answer():
+            model = nn.Linear(3, 2)
+            saved = {"module." + name: value for name, value in model.state_dict().items()}  # from DDP
+            return model.load_state_dict(saved)
+    """,
+    "keys": """
+        def answer():
+            return nn.Linear(3, 2).load_state_dict({"weight": torch.ones(2, 3)})  # the bias is missing
+    """,
+    "weights-only": """
+        class Settings:
+            lr = 0.1
+
+        def answer():
+            torch.save({"settings": Settings()}, "with_object.pt")
+            return torch.load("with_object.pt")
+    """,
+    "autocast": """
+        def answer():
+            with torch.autocast(device_type=sim1):  # a device, not its type
+                return torch.ones(2)
+    """,
+    "out-of-memory": """
+        def answer():
+            simdevice.set_memory_budget(sim1, 2**20)
+            try:
+                return torch.empty(2**20, device=sim1)  # 4 MiB on a 1 MiB device
+            finally:
+                simdevice.set_memory_budget(sim1, None)
+    """,
+}
+
+
+def _notebook() -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        import devcourse.simdevice as simdevice
+        from devcourse.checkpoints import tagged_save
+        sim0, sim1 = simdevice.enable(2)
+    """)))
+    for number, (kind, answer) in enumerate(ANSWERS.items(), start=1):
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"## Exercise {number} (2 points): {kind}"))
+        nb.cells.append(nbformat.v4.new_code_cell(textwrap.dedent(answer).replace("def answer", f"def answer_{number}")))
+        test = nbformat.v4.new_code_cell(f"answer_{number}()")
+        test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": f"test_{number}",
+                                     "points": 2, "schema_version": 3}
+        nb.cells.append(test)
+    return nb
+
+
+@pytest.fixture(scope="module")
+def taught(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hints")
+    nb = _notebook()
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    return hints.teach(redact(nb, set()), "99_hints"), folder
+
+
+@pytest.mark.parametrize("number,kind", list(enumerate(ANSWERS, start=1)))
+def test_each_error_kind_gets_its_hint_exercise_and_points(taught, number, kind):
+    nb, folder = taught
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"test_{number}")
+    errors = [o for o in cell.outputs if o.output_type == "error"]
+    assert len(errors) == 1, f"{kind}: the answer raised nothing"
+    lines = errors[0].traceback
+    assert lines[0].startswith(f"Failed: Exercise {number} (2 points): {kind} -- this test (test_{number}) "
+                               "is worth 2 points"), lines[0]
+    assert any(line.startswith("Cell In[") for line in lines), lines  # the student's own frames
+    shown = "\n".join(lines)
+    assert "\x1b[" not in shown and "site-packages" not in shown and str(folder) not in shown, shown
+    assert not re.search(r"(^|[\s(])/(usr|tmp|work|home|root|opt)/", shown), shown
+    said = [o for o in cell.outputs if o.output_type == "display_data"]
+    assert len(said) == 1, f"{kind}: no hint for {errors[0].ename}: {errors[0].evalue}"
+    hint = next(h for h in hints.HINTS if h.kind == kind)
+    assert hint.says in said[0].data["text/plain"], said[0].data["text/plain"]
+
+
+def test_library_frames_are_counted_not_shown(taught):
+    nb, _ = taught
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_3")  # inside nn.Linear
+    lines = cell.outputs[0].traceback
+    assert any(re.search(r"\.\.\. \d+ frames? inside torch", line) for line in lines), lines
+    assert not any("linear.py" in line for line in lines), lines
+
+
+def test_an_unknown_error_gets_no_hint():
+    assert hints.hint_for("ZeroDivisionError", "division by zero") is None
+    assert hints.hint_for("RuntimeError", "\x1b[1mMissing key(s) in state_dict\x1b[0m: \"bias\"").kind == "keys"
+
+
+def test_scrubbed_paths_keep_the_library_path_and_drop_the_machine():
+    text = "File /srv/x/.venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:134, and /tmp/j/ab/saved.pt"
+    assert hints.scrub_paths(text) == "File torch/nn/modules/linear.py:134, and saved.pt"
+
+
+def test_every_hint_names_a_section_its_notebook_has():
+    for hint in hints.HINTS:
+        nb = nbformat.read(solution_path(hint.notebook), as_version=4)
+        assert hint.section in hints.sections(nb), (hint.kind, hint.notebook, hint.section)
+
+
+def test_a_hint_in_its_own_notebook_links_to_the_section():
+    hint = next(h for h in hints.HINTS if h.kind == "weights-only")
+    nb = nbformat.read(solution_path(hint.notebook), as_version=4)
+    page = hints._hint_html(hint, hint.notebook, hints.sections(nb))
+    assert 'href="#2.-Why-weights_only=True:-a-pickle-can-run-code"' in page
+    assert "href" not in hints._hint_html(hint, "02_cross_device_errors", set())
