@@ -9,7 +9,7 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser postgres lab grade test mistakes course execute both-ways clean gpu-check gpu-torch wheels
+.PHONY: help install browser postgres lab lab-plugin grade test mistakes course execute both-ways clean gpu-check gpu-torch wheels
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
@@ -23,6 +23,7 @@ help:
 	@echo "make both-ways  every solution passes its tests, every student version none"
 	@echo "make gpu-check  on a CUDA machine: notebooks, grading, DDP, AMP and loading on the GPU -> docs/gpu-report.md"
 	@echo "make wheels     download the packages gpu-check needs (all but torch) into wheels/, for a GPU box without network"
+	@echo "make lab-plugin rebuild the students' Lab plugin for Validate (needs node and npm)"
 	@echo "make clean      remove build output (keeps .venv)"
 
 install: $(READY)
@@ -37,9 +38,17 @@ LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # The students' Lab: no formgrader, course list or "Create assignment" (jupyter/student-lab).
 STUDENT_LAB := $(CURDIR)/jupyter/student-lab
+# Its data folder holds the prebuilt Lab plugin that adds hidden checks' points to Validate's message.
 lab: $(READY)
 	JUPYTER_CONFIG_PATH="$(STUDENT_LAB)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+	JUPYTER_PATH="$(STUDENT_LAB)/data$(if $(JUPYTER_PATH),:$(JUPYTER_PATH))" \
 	  $(BIN)/jupyter lab --ServerApp.root_dir=course $(LAB_FLAGS)
+
+# Rebuild that plugin from jupyter/student-lab/validate-hint (needs node and npm; its output is committed,
+# so students and CI never need them).
+lab-plugin: $(READY)
+	cd $(STUDENT_LAB)/validate-hint && npm install --no-audit --no-fund && \
+	  npx build-labextension --core-path "$$($(CURDIR)/$(BIN)/python -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
 
 grade: $(READY)
 	$(BIN)/python -m autograder.grade

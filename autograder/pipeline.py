@@ -125,6 +125,24 @@ def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) 
                 ],
                 cwd=ROOT, env=tool_env(), check=True,
             )
+            mark_hidden_checks(release_dir / name / f"{name}.ipynb", solution_path(name))
+
+
+def mark_hidden_checks(released: Path, solution: Path) -> None:
+    """Mark each test cell of a student version whose solution has hidden checks (the mark only).
+
+    ``metadata["course"]["hidden_checks"]`` is what Validate reads to tell a student how many points hidden
+    checks are worth (:mod:`devcourse.validation`); nbgrader's checksums do not cover metadata.
+    """
+    from autograder.submission import is_test, nbgrader_meta  # it imports this module
+
+    hidden = {nbgrader_meta(cell)["grade_id"] for cell in nbformat.read(solution, as_version=4).cells
+              if is_test(cell) and "### BEGIN HIDDEN TESTS" in cell.source}
+    nb = nbformat.read(released, as_version=4)
+    for cell in nb.cells:
+        if is_test(cell) and nbgrader_meta(cell)["grade_id"] in hidden:
+            cell.metadata["course"] = {"hidden_checks": True}
+    nbformat.write(nb, released)
 
 
 def student_version(solution: Path, destination: Path) -> None:

@@ -35,6 +35,7 @@ import pytest
 
 from autograder.runner import alive
 from autograder.sandbox import tethered
+from devcourse import validation
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the course's own environment (.venv/bin under make)
@@ -53,7 +54,8 @@ SETTINGS = {
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
 }
 CELLS = ".jp-NotebookPanel .jp-Notebook .jp-Cell"
-STUDENT_LAB = ROOT / "jupyter" / "student-lab"  # make lab puts it first on JUPYTER_CONFIG_PATH
+STUDENT_LAB = ROOT / "jupyter" / "student-lab"  # make lab puts it first on JUPYTER_CONFIG_PATH, its data on JUPYTER_PATH
+COURSE = ROOT / "course"
 SECOND = 1000  # Playwright counts in milliseconds
 
 
@@ -103,6 +105,7 @@ def start_lab(home: Path) -> tuple[subprocess.Popen, Lab]:
         path.write_text(json.dumps(values))
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # kernels and nbgrader's validator: this Python
     env["JUPYTER_CONFIG_PATH"] = str(STUDENT_LAB)
+    env["JUPYTER_PATH"] = str(STUDENT_LAB / "data")  # the prebuilt plugin for Validate's message
 
     port, token = _free_port(), secrets.token_hex(24)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -329,6 +332,8 @@ def validate(notebook: Notebook) -> tuple[str, list[str]]:
     page.locator(".jp-Toolbar .validate-button").click()
     dialog = page.locator(".jp-Dialog")
     dialog.get_by_text("Validation Results").wait_for(timeout=120 * SECOND)
+    if dialog.locator(".validation-success").count():  # the course's plugin adds what hidden checks are worth
+        dialog.locator(".course-hidden-points").wait_for(timeout=10 * SECOND)
     text = dialog.locator(".jp-Dialog-body").inner_text()
     page.screenshot(path=page.artifacts / f"validate-{len(list(page.artifacts.glob('validate-*')))}.png")
     dialog.get_by_role("button", name="Ok").click()
@@ -502,7 +507,11 @@ def test_student_types_the_answers_validates_and_sees_a_broken_answer_named(page
     saved = notebook.saved()
     for grade_id, (answered, _) in solutions.items():
         assert saved.cells[notebook.index_of(grade_id)].source == answered, f"{grade_id} is not what was typed"
-    assert text.strip() == "Success! Your notebook passes all the tests.", text
+    success, *hidden = [line for line in text.strip().splitlines() if line.strip()]
+    assert success == "Success! Your notebook passes all the tests.", text
+    expected = validation.message(nbformat.read(COURSE / "02_cross_device_errors" / "02_cross_device_errors.ipynb", 4))
+    assert [line.strip() for line in hidden] == [line.strip() for line in expected], text
+    assert hidden[0].startswith("When graded, hidden checks also run") and "Exercise " in hidden[1], text
 
     # The lesson's classic slip: the label made from the data.
     right = "return data.to(device, non_blocking=True), label.to(device, non_blocking=True)"

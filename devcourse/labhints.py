@@ -1,0 +1,50 @@
+"""The students' Lab: the server side of the hidden-points lines under Validate's "Success!".
+
+A Jupyter server extension (turned on by ``jupyter/student-lab``'s server
+configuration) with one request, ``GET course/hidden-points?path=NOTEBOOK``:
+it reads the notebook below the server's root and answers
+``{"lines": [...]}``, the lines of :func:`devcourse.validation.message`
+(which exercises have tests that run hidden checks when graded, and their
+points; never the checks). The Lab plugin ``course-validate-hint`` (built
+from ``jupyter/student-lab/validate-hint``) adds them to nbgrader's success
+dialog. It runs nothing of the notebook and needs no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from devcourse.validation import message
+
+
+class HiddenPointsHandler(JupyterHandler):
+    @web.authenticated
+    def get(self) -> None:
+        root = Path(self.settings["server_root_dir"]).expanduser().resolve()
+        target = (root / self.get_argument("path")).resolve()
+        if not target.is_relative_to(root) or target.suffix != ".ipynb":
+            raise web.HTTPError(403, "only notebooks below the Lab's root folder")
+        if not target.is_file():
+            raise web.HTTPError(404, f"no notebook at {self.get_argument('path')}")
+        try:
+            nb = nbformat.read(target, as_version=4)
+        except (OSError, ValueError) as error:
+            raise web.HTTPError(400, f"not a readable notebook: {error}") from error
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"lines": message(nb)}))
+
+
+def _jupyter_server_extension_points() -> list[dict]:
+    return [{"module": "devcourse.labhints"}]
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    web_app = serverapp.web_app
+    route = url_path_join(web_app.settings["base_url"], "course", "hidden-points")
+    web_app.add_handlers(".*$", [(route, HiddenPointsHandler)])

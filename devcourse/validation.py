@@ -1,0 +1,115 @@
+"""Validate a notebook and say what its hidden checks are worth, without showing them.
+
+nbgrader's Validate runs the tests a student can see and says "Success!" when
+they pass, but when the notebook is graded some tests also run hidden checks
+(other inputs, other devices), so a notebook that validates can still lose
+points. The student versions in ``course/`` mark each test cell that has
+hidden checks with ``metadata["course"]["hidden_checks"] = true`` (written by
+the course's build from the instructor's notebooks; only the mark, never the
+checks). This module reads the marks:
+
+- :func:`hidden_points` lists, per exercise, the points of its tests that run
+  hidden checks when graded;
+- ``python -m devcourse.validation NOTEBOOK`` runs nbgrader's own validation
+  (the same as the Validate button, on the CPU or whatever device the
+  notebook picks), prints its result, and after a success prints those points;
+- the students' Lab shows the same lines under Validate's "Success!" (its
+  server side is :mod:`devcourse.labhints`).
+
+Nothing here needs a GPU: it reads notebook metadata and runs nbgrader.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+MARK = "course"
+EXERCISE = re.compile(r"^#{1,3}\s+(Exercise\s+\d+\b.*?)\s*$", re.M)
+SECTION = re.compile(r"^#{1,2}\s+\S", re.M)
+
+
+def exercise_of(nb) -> dict[int, str | None]:
+    """Cell index -> the title of the ``## Exercise N (...)`` heading above it, None outside exercises."""
+    titles, current = {}, None
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "markdown":
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            found = EXERCISE.search(source)
+            if found:
+                current = found.group(1)
+            elif SECTION.search(source):
+                current = None  # a section that is not an exercise
+        titles[index] = current
+    return titles
+
+
+def _grading(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def hidden_points(nb) -> list[tuple[str, float, int]]:
+    """(exercise, points, tests) for each exercise with tests that run hidden checks when graded."""
+    titles, found = exercise_of(nb), {}
+    for index, cell in enumerate(nb["cells"]):
+        meta = _grading(cell)
+        if meta.get("grade") and not meta.get("solution") and cell.get("metadata", {}).get(MARK, {}).get(
+                "hidden_checks"):
+            title = titles[index] or "tests outside an exercise"
+            points, tests = found.get(title, (0.0, 0))
+            found[title] = (points + float(meta.get("points", 0)), tests + 1)
+    return [(title, points, tests) for title, (points, tests) in found.items()]
+
+
+def total_points(nb) -> float:
+    return sum(float(_grading(c).get("points", 0)) for c in nb["cells"]
+               if _grading(c).get("grade") and not _grading(c).get("solution"))
+
+
+def message(nb) -> list[str]:
+    """The lines shown after a successful validation: what hidden checks are worth, per exercise."""
+    found = hidden_points(nb)
+    if not found:
+        return ["No test of this notebook has hidden checks: what you validated is what is graded."]
+    at_stake = sum(points for _, points, _ in found)
+    lines = [f"When graded, hidden checks also run (other inputs, other devices): {at_stake:g} of "
+             f"{total_points(nb):g} points depend on them as well as on the tests you see."]
+    for title, points, tests in found:
+        lines.append(f"  {title}: {points:g} point{'' if points == 1 else 's'} "
+                     f"in {tests} test{'' if tests == 1 else 's'}")
+    lines.append("Passing Validate does not guarantee those points: make each answer correct in general.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Validate each notebook named; exit 1 if one fails its visible tests."""
+    import nbformat
+    from nbgrader.apps import NbGrader
+    from nbgrader.validator import Validator
+
+    paths = argv if argv is not None else sys.argv[1:]
+    if not paths:
+        print("usage: python -m devcourse.validation NOTEBOOK.ipynb [...]", file=sys.stderr)
+        return 2
+    class Remembering(Validator):  # nbgrader's own printout, and its results to decide on
+        def validate(self, filename):
+            self.results = super().validate(filename)
+            return self.results
+
+    app = NbGrader()
+    app.load_config_file()
+    failed = 0
+    for path in paths:
+        validator = Remembering(config=app.config)
+        validator.validate_and_print(str(Path(path)))
+        if validator.results:  # failed, changed or type_changed cells
+            failed += 1
+            continue
+        for line in message(nbformat.read(path, as_version=4)):
+            print(line)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
