@@ -28,13 +28,13 @@ from dataclasses import dataclass
 import nbformat
 
 from autograder.submission import is_test, nbgrader_meta
+from devcourse.validation import exercise_of  # the exercise heading above each cell, as Validate names it
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # An absolute path of the machine that ran the notebook: keep what follows site-packages/ (torch/nn/...),
 # else only the file's name.
 PATH = re.compile(r"(?<![\w.:/])/(?:[\w.+~-]+/)+([\w.+~-]+)")
 CELL_FRAME = re.compile(r"^(Cell In\[\d+\]|Input In \[\d+\]|<ipython-input-)")
-EXERCISE = re.compile(r"^#{1,3}\s+(Exercise\s+\d+\b.*)$", re.M)
 HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*$", re.M)
 
 
@@ -131,21 +131,6 @@ def student_frames(traceback: list[str]) -> tuple[list[str], int]:
         else:
             left_out += 1
     return kept, left_out
-
-
-def exercise_of(nb: nbformat.NotebookNode) -> dict[int, str]:
-    """Cell index -> the title of the exercise heading above it ("Exercise 2 (3 points): ..."), if any."""
-    titles, current = {}, None
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "markdown":
-            found = EXERCISE.search(cell.source)
-            heading = HEADING.search(cell.source)
-            if found:
-                current = found.group(1).strip()
-            elif heading and len(heading.group(1)) <= 2:
-                current = None  # a new section that is not an exercise
-        titles[index] = current
-    return titles
 
 
 def sections(nb: nbformat.NotebookNode) -> set[str]:

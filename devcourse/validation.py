@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print("usage: python -m devcourse.validation NOTEBOOK.ipynb [...]", file=sys.stderr)
         return 2
+
     class Remembering(Validator):  # nbgrader's own printout, and its results to decide on
         def validate(self, filename):
             self.results = super().validate(filename)
@@ -102,11 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for path in paths:
         validator = Remembering(config=app.config)
-        validator.validate_and_print(str(Path(path)))
+        try:
+            nb = nbformat.read(path, as_version=4)
+            validator.validate_and_print(str(Path(path)))
+        except (OSError, ValueError) as error:  # no such file, not JSON, not a notebook
+            print(f"{path}: cannot validate: {type(error).__name__}: {error}", file=sys.stderr)
+            failed += 1
+            continue
         if validator.results:  # failed, changed or type_changed cells
             failed += 1
             continue
-        for line in message(nbformat.read(path, as_version=4)):
+        for line in message(nb):
             print(line)
     return 1 if failed else 0
 

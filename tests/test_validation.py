@@ -79,3 +79,14 @@ def test_a_failing_notebook_gets_nbgraders_errors_and_no_promise(tmp_path):
     assert "The following cell failed" in done.stdout and "AssertionError" in done.stdout
     assert "hidden checks" not in done.stdout
     assert str(ROOT) not in done.stderr  # no traceback of the command itself
+
+
+def test_a_missing_or_broken_notebook_gets_a_line_each(tmp_path):
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("not a notebook")
+    done = subprocess.run([sys.executable, "-m", "devcourse.validation", str(broken), str(tmp_path / "gone.ipynb")],
+                          cwd=tmp_path, env=tool_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"{broken}: cannot validate: NotJSONError" in done.stderr, done.stderr
+    assert f"{tmp_path / 'gone.ipynb'}: cannot validate: FileNotFoundError" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
