@@ -32,6 +32,7 @@ from torch import nn
 
 from devcourse.devices import best_device
 from devcourse.measure import peak_rss_mib, run_child, synchronize
+from devcourse import progress
 
 MODES = ("fp32", "bf16", "fp16")
 
@@ -90,10 +91,10 @@ def compare_precision(
     device: torch.device | str | None = None, steps: int = 20, width: int = 512, batch: int = 256,
     modes: tuple[str, ...] = MODES,
 ) -> list[PrecisionResult]:
-    """Train in each mode in its own process and return what each measured."""
+    """Train in each mode in its own process and return what each measured; a bar shows the modes done."""
     device = str(torch.device(device) if device is not None else best_device())
     results = []
-    for mode in modes:
+    for mode in progress.steps(modes, f"training in {', '.join(modes)} on {device}"):
         out = run_child("devcourse.ampbench", [mode, device, str(steps), str(width), str(batch)])
         results.append(PrecisionResult(mode, device, out["ms_per_step"], out["peak_mib"], out["last_loss"]))
     return results
