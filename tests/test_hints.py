@@ -141,3 +141,26 @@ def test_a_hint_in_its_own_notebook_links_to_the_section():
     page = hints._hint_html(hint, hint.notebook, hints.sections(nb))
     assert 'href="#2.-Why-weights_only=True:-a-pickle-can-run-code"' in page
     assert "href" not in hints._hint_html(hint, "02_cross_device_errors", set())
+
+
+def test_a_crashed_rank_keeps_its_rank_exception_and_traceback_in_the_feedback():
+    """07: run_functions raises DistributedRunError whose message starts with the crashing rank's own error."""
+    message = ("rank 1 raised ValueError: a batch of 3 rows is not what rank 1 expected\n\n"
+               "Traceback (most recent call last):\n"
+               '  File "/tmp/ddp-run-x1y2/run.py", line 41, in train_step\n'
+               "    raise ValueError(...)\n"
+               "ValueError: a batch of 3 rows is not what rank 1 expected\n\n"
+               "the run: rank 1 exited with code 1")
+    nb = nbformat.v4.new_notebook()
+    test = nbformat.v4.new_code_cell("check_on_devices(check_training)")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "ddp_trains",
+                                 "points": 2, "schema_version": 3}
+    test.outputs = [nbformat.v4.new_output("error", ename="DistributedRunError", evalue=message, traceback=[
+        "\x1b[31m----\x1b[39m", "\x1b[31mDistributedRunError\x1b[39m    Traceback (most recent call last)",
+        "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[40]\x1b[39m\x1b[32m, line 1\x1b[39m\n----> 1 check_on_devices(...)\n",
+        f"\x1b[31mDistributedRunError\x1b[39m: {message}"])]
+    nb.cells = [nbformat.v4.new_markdown_cell("## Exercise 3 (2 points): train with DDP"), test]
+    shown = "\n".join(hints.teach(nb, "07_multi_device_training").cells[1].outputs[0].traceback)
+    assert "DistributedRunError: rank 1 raised ValueError: a batch of 3 rows" in shown, shown
+    assert 'File "run.py", line 41, in train_step' in shown and "/tmp/" not in shown, shown
+    assert shown.startswith("Failed: Exercise 3 (2 points): train with DDP"), shown
