@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from devcourse import progress
 from devcourse.measure import AnonPeak, anon_rss_mib, peak_rss_mib, run_child
 
 STRATEGIES = ("plain", "mmap", "meta_assign", "devcourse")
@@ -131,11 +132,15 @@ def measure(strategy: str, path: Path, layers: int, device: str = "cpu", timeout
 
 
 def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES, device: str = "cpu") -> list[Measurement]:
-    """Write a checkpoint of about ``size_mib`` MiB and measure each strategy loading it onto ``device``."""
+    """Write a checkpoint of about ``size_mib`` MiB and measure each strategy loading it onto ``device``.
+
+    Each strategy loads in a process of its own; a bar shows the strategies done.
+    """
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "wide.pt"
         write_checkpoint(path, size_mib)
-        return [measure(s, path, layers_for(size_mib), device) for s in strategies]
+        return [measure(s, path, layers_for(size_mib), device)
+                for s in progress.steps(strategies, f"loading {size_mib} MiB {len(strategies)} ways")]
 
 
 def format_table(measurements: list[Measurement]) -> str:
