@@ -124,6 +124,10 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
     failed = re.findall(r"Failed: (Exercise \d+ \(\d+ points?\): [^<]*?) -- this test \((\w+)\) is worth", 
                         empty.read_text()) if empty.exists() else []
     assert failed, "no failed test names its exercise"
+    # grace keeps Standardize's statistics in plain attributes: on sim:1 they meet the input from the CPU
+    grace = (workdir / "feedback" / "grace" / "02_cross_device_errors" / "02_cross_device_errors.html").read_text()
+    assert "Two tensors on different devices met in one operation" in grace, "no hint for a cross-device error"
+    assert 'href="#1.-Reproduce-the-error"' in grace and 'id="1.-Reproduce-the-error"' in grace
 
 
 @pytest.mark.skipif(not sandbox.probe().namespaces, reason="needs the sandbox's namespaces (Linux)")
