@@ -9,11 +9,12 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser postgres lab lab-plugin grade test mistakes course execute both-ways clean gpu-check gpu-torch wheels
+.PHONY: help install browser postgres lab lab-plugin grade export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
 	@echo "make grade      autograde the demo class and print the score table"
+	@echo "make export-grades  the last grading's scores: nbgrader's CSV, and Canvas's and Moodle's import CSVs"
 	@echo "make test       the whole test suite (what CI runs)"
 	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 7 minutes)"
 	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
@@ -52,6 +53,16 @@ lab-plugin: $(READY)
 
 grade: $(READY)
 	$(BIN)/python -m autograder.grade
+
+# The last make grade's gradebook as nbgrader's CSV and as Canvas's and Moodle's import shapes
+# (autograder/lms.py), into GRADES_DIR. GRADEBOOK=postgresql://... reads another gradebook.
+GRADES_DIR ?= build/grade
+GRADEBOOK ?= sqlite:///$(abspath $(GRADES_DIR))/gradebook.db
+export-grades: $(READY)
+	$(BIN)/python -m nbgrader export --CourseDirectory.db_url=$(GRADEBOOK) --to=$(GRADES_DIR)/grades.csv
+	for lms in canvas moodle; do \
+	  $(BIN)/python -m nbgrader export --exporter=autograder.lms.LmsExportPlugin --LmsExportPlugin.lms=$$lms \
+	    --CourseDirectory.db_url=$(GRADEBOOK) --to=$(GRADES_DIR)/grades-$$lms.csv || exit 1; done
 
 # Two tests need Debian packages: the browser tests drive Debian's Chromium through
 # Playwright, which downloads no browser of its own (CHROMIUM=/path/to/chromium uses
