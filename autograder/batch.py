@@ -36,6 +36,7 @@ import nbformat
 from autograder import canary, cgroups, sandbox
 from autograder.feedback import hidden_lines, write_feedback
 from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.intake import RENAMED
 from autograder.job import RUNNERS, Job, RunContext, course_imports, execute, prepare
 from autograder.pipeline import SOLUTIONS, assignments, course_config
 from autograder.report import Progress, devices_text
@@ -94,6 +95,17 @@ class Interrupts:
 
 INTERRUPTS = Interrupts()
 STATE = "state.json"
+
+
+def submitted_notebook(folder: Path, notebook: str) -> Path | None:
+    """``folder/<notebook>.ipynb``, else the newest copy an LMS or a browser renamed (``<notebook> (1).ipynb``,
+    ``<notebook>-2.ipynb``), else None."""
+    exact = folder / f"{notebook}.ipynb"
+    if exact.is_file():
+        return exact
+    copies = [path for path in folder.glob("*.ipynb") if path.is_file()
+              and (match := RENAMED.match(path.stem)) and match.group("stem") == notebook]
+    return max(copies, key=lambda path: (path.stat().st_mtime, path.name), default=None)
 
 
 def fingerprint(root: Path, recursive: bool = False) -> str:
@@ -193,10 +205,12 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
             state.setdefault("withheld", {}).pop(f"{student}/{name}", None)  # graded afresh below
             others = {a: ids for a, ids in grade_ids.items() if a != name}
             for notebook, source in sources[name].items():
-                path = folder / f"{notebook}.ipynb"
-                if not path.is_file():
+                path = submitted_notebook(folder, notebook)
+                if path is None:
                     notes.setdefault((student, name), []).append(f"{notebook}.ipynb missing: 0 points for it")
                     continue
+                if path.name != f"{notebook}.ipynb":
+                    notes.setdefault((student, name), []).append(f"graded {path.name} as {notebook}.ipynb")
                 try:
                     nb = read_submission(path, grade_ids_of(source), others)
                 except SubmissionError as error:

@@ -1,0 +1,71 @@
+"""Submissions downloaded from an LMS: an nbgrader collector plugin that reads Canvas's and Moodle's file names.
+
+``nbgrader zip_collect ASSIGNMENT`` unpacks what an instructor put in
+``downloaded/ASSIGNMENT/archive/`` and asks a collector plugin, for each
+file, whose it is and which notebook it is. nbgrader's own plugin needs a
+regular expression the instructor writes; this one knows the names the two
+LMSs give (``nbgrader_config.py`` selects it with
+``c.ZipCollectApp.collector_plugin``):
+
+- Canvas, "Download Submissions": ``<lastfirst>_<user id>_<submission id>_<file>``,
+  with ``_LATE`` after the name for a submission after the due date, for
+  example ``hoppergrace_LATE_12345_678901_00_environment.ipynb``;
+- Moodle, "Download all submissions": a folder per student,
+  ``<Full Name>_<participant id>_assignsubmission_file_/<file>``, or, with
+  "Download submissions in folders" off, that prefix before the file name.
+
+The student id is the LMS's number for the student (Canvas's user id,
+Moodle's participant id): use those as nbgrader's student ids, or the
+LMS export (:mod:`autograder.lms`) cannot be matched back. A copy the LMS or
+the student's browser renamed, ``00_environment (1).ipynb`` or
+``00_environment-1.ipynb``, is the notebook ``00_environment.ipynb``.
+
+Neither LMS puts the submission time in the file name, so files collected
+this way have no timestamp and nbgrader applies no late penalty to them;
+Canvas's ``_LATE`` mark is logged. Lateness is then the LMS's to apply, or
+the course uses nbgrader's exchange, which keeps each submission's time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from nbgrader.plugins import FileNameCollectorPlugin
+
+CANVAS = re.compile(r"^(?P<name>[^_]+?)(?P<late>_LATE)?_(?P<student_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)$")
+MOODLE = re.compile(r"^(?P<full_name>.+?)_(?P<student_id>\d+)_assign(?:submission|feedback)_[a-z]+_(?P<file>.*)$")
+RENAMED = re.compile(r"^(?P<stem>.+?)(?: \(\d+\)|-\d+)$")
+
+
+def parse(path: str) -> dict[str, str] | None:
+    """{'student_id', 'file_id', 'late'} from an LMS's name for a downloaded file, or None if it is neither's."""
+    name, folder = os.path.basename(path), os.path.basename(os.path.dirname(path))
+    found = CANVAS.match(name) or MOODLE.match(name)
+    file = found.group("file") if found else None
+    if not found or not file:  # Moodle's folder per student: the prefix is the folder's name
+        found = MOODLE.match(folder + ("" if folder.endswith("_") else "_"))
+        file = name if found else None
+    if not found or not file:
+        return None
+    stem, ext = os.path.splitext(file)
+    renamed = RENAMED.match(stem)
+    late = "late" if "late" in found.groupdict() and found.group("late") else ""
+    return {"student_id": found.group("student_id"), "file_id": (renamed.group("stem") if renamed else stem) + ext,
+            "late": late}
+
+
+class LmsCollectorPlugin(FileNameCollectorPlugin):
+    """Canvas's and Moodle's download names -> the student's LMS id and the course's notebook name."""
+
+    def collect(self, submitted_file: str) -> dict | None:
+        if os.path.splitext(submitted_file)[1] not in self.valid_ext:
+            return None
+        info = parse(submitted_file)
+        if info is None:
+            self.log.warning("Not a Canvas or Moodle submission name, skipped: %s", submitted_file)
+            return None
+        if info.pop("late"):
+            self.log.warning("Canvas marks %s late; the name holds no time, so no late penalty applies here",
+                             os.path.basename(submitted_file))
+        return info
