@@ -15,10 +15,10 @@ import nbformat
 
 from autograder.gradebook import last_line
 from autograder.hints import strip_ansi, teach
+from autograder.probe import HIDDEN
 from autograder.submission import is_test
 
 
-HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", re.S | re.M)
 
 
 def hidden_lines(source: nbformat.NotebookNode) -> set[str]:

@@ -50,9 +50,8 @@ def parse(path: str) -> dict[str, str] | None:
         return None
     stem, ext = os.path.splitext(file)
     renamed = RENAMED.match(stem)
-    late = "late" if "late" in found.groupdict() and found.group("late") else ""
     return {"student_id": found.group("student_id"), "file_id": (renamed.group("stem") if renamed else stem) + ext,
-            "late": late}
+            "late": "late" if found.groupdict().get("late") else ""}
 
 
 class LmsCollectorPlugin(FileNameCollectorPlugin):

@@ -134,10 +134,11 @@ def mark_hidden_checks(released: Path, solution: Path) -> None:
     ``metadata["course"]["hidden_checks"]`` is what Validate reads to tell a student how many points hidden
     checks are worth (:mod:`devcourse.validation`); nbgrader's checksums do not cover metadata.
     """
+    from autograder.probe import HIDDEN
     from autograder.submission import is_test, nbgrader_meta  # it imports this module
 
     hidden = {nbgrader_meta(cell)["grade_id"] for cell in nbformat.read(solution, as_version=4).cells
-              if is_test(cell) and "### BEGIN HIDDEN TESTS" in cell.source}
+              if is_test(cell) and HIDDEN.search(cell.source)}
     nb = nbformat.read(released, as_version=4)
     for cell in nb.cells:
         if is_test(cell) and nbgrader_meta(cell)["grade_id"] in hidden:

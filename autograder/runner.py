@@ -230,12 +230,17 @@ class Session:
                 except OSError:
                     pass
 
+    def _memory_limit(self, why: str) -> str:
+        return f"memory limit of {self.spec.memory_mib} MiB for all its processes together ({why})"
+
+    def _process_limit(self, why: str) -> str:
+        return f"process limit of {self.spec.max_processes} processes and threads together ({why})"
+
     def _out_of_memory(self) -> str | None:
         """The note when Linux's out-of-memory killer ended a process in the sandbox's cgroup, else None."""
         if self.group is None or not self.group.oom_kills():
             return None
-        return (f"memory limit of {self.spec.memory_mib} MiB for all its processes together (Linux ended a process "
-                "of it at the limit)")
+        return self._memory_limit("Linux ended a process of it at the limit")
 
     def _died(self) -> None:
         self.status["stopped"] = self.status["stopped"] or self._out_of_memory() or "the kernel died"
@@ -245,7 +250,7 @@ class Session:
         if self.group is None:
             return None
         if self.group.refused_forks():  # the sandbox is ended, as the count in the watch would end it
-            return f"process limit of {self.spec.max_processes} processes and threads together (Linux refused more)"
+            return self._process_limit("Linux refused more")
         return self._out_of_memory()
 
     def _watch(self) -> None:
@@ -260,10 +265,10 @@ class Session:
                 return
             used, tasks = tree_usage(process.pid)
             if spec.memory_mib and used > spec.memory_mib:
-                self.kill(f"memory limit of {spec.memory_mib} MiB for all its processes together ({used:.0f} MiB in use)")
+                self.kill(self._memory_limit(f"{used:.0f} MiB in use"))
                 return
             if spec.max_processes and tasks > spec.max_processes:
-                self.kill(f"process limit of {spec.max_processes} processes and threads together ({tasks} running)")
+                self.kill(self._process_limit(f"{tasks} running"))
                 return
             if spec.disk_mib and spec.namespaces:
                 written = disk_used_mib(process.pid)
