@@ -9,11 +9,13 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser postgres lab lab-plugin grade export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels
+.PHONY: help install browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
 	@echo "make grade      autograde the demo class and print the score table"
+	@echo "make course-dir DIR=...  a course directory for a term: nbgrader's layout, assignments released, a gradebook"
+	@echo "                [EXCHANGE=folder] [DB_URL=postgresql://...] [DUE='00_environment=2026-09-07 17:00 UTC']"
 	@echo "make export-grades  the last grading's scores: nbgrader's CSV, and Canvas's and Moodle's import CSVs"
 	@echo "make test       the whole test suite (what CI runs)"
 	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 7 minutes)"
@@ -53,6 +55,12 @@ lab-plugin: $(READY)
 
 grade: $(READY)
 	$(BIN)/python -m autograder.grade
+
+# A term's course directory (autograder/course.py; docs/instructors.md walks through a term).
+course-dir: $(READY)
+	@test -n "$(DIR)" || { echo "make course-dir needs DIR=/path/to/new/folder"; exit 2; }
+	$(BIN)/python -m autograder.course init "$(DIR)" $(if $(EXCHANGE),--exchange "$(EXCHANGE)") \
+	  $(if $(DB_URL),--db-url "$(DB_URL)") $(if $(DUE),--due "$(DUE)")
 
 # The last make grade's gradebook as nbgrader's CSV and as Canvas's and Moodle's import shapes
 # (autograder/lms.py), into GRADES_DIR. GRADEBOOK=postgresql://... reads another gradebook.

@@ -21,3 +21,8 @@ c.ExecutePreprocessor.timeout = 60
 # Files a notebook writes beside itself when it runs (08's memory picture) are the
 # run's output, not part of the assignment: never copied from solutions/ into course/
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "memory_timeline.png"]
+
+# Late work: 10% of a notebook's score per started day past the assignment's due date, all of it after
+# ten days (autograder/late.py). Due dates live in the gradebook; the submission time is timestamp.txt.
+c.AssignLatePenalties.plugin_class = "autograder.late.PercentPerDay"
+c.PercentPerDay.percent_per_day = 10.0

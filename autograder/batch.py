@@ -35,12 +35,14 @@ import nbformat
 
 from autograder import canary, cgroups, sandbox
 from autograder.feedback import hidden_lines, write_feedback
-from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.course import is_course_dir
+from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
+                                  nbgrader_api)
 from autograder.intake import RENAMED
 from autograder.job import RUNNERS, Job, RunContext, course_imports, execute, prepare
-from autograder.pipeline import SOLUTIONS, assignments, course_config
+from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
-from autograder.settings import DEMO_CLASS, WORKDIR, Result, Settings
+from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
 from autograder.submission import SubmissionError, grade_ids_of, read_submission
 from autograder.verdict import judge
 
@@ -93,6 +95,10 @@ class Interrupts:
                 raise KeyboardInterrupt
 
 
+class ChoiceError(ValueError):
+    """An assignment or student chosen that is not there, or no submissions to grade; the message says which."""
+
+
 INTERRUPTS = Interrupts()
 STATE = "state.json"
 
@@ -108,28 +114,28 @@ def submitted_notebook(folder: Path, notebook: str) -> Path | None:
     return max(copies, key=lambda path: (path.stat().st_mtime, path.name), default=None)
 
 
-def fingerprint(root: Path, recursive: bool = False) -> str:
-    """A hash of the notebooks in ``root`` (and below it, if ``recursive``), names included.
+def fingerprint(root: Path, recursive: bool = False, notebooks_only: bool = False) -> str:
+    """A hash of the files in ``root`` (and below it, if ``recursive``), names included.
 
-    Of a submission folder: a re-run grades a changed submission again. Of the
-    solutions (recursive): a stopped run is resumed only for the same course.
+    Of a submission folder (every file): a re-run grades a changed submission
+    again. Of the course's source (recursive, notebooks only): a changed
+    course is graded afresh.
     """
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.ipynb") if recursive else root.glob("*.ipynb")):
+    paths = root.rglob("*") if recursive else root.glob("*")
+    for path in sorted(p for p in paths if p.is_file() and (p.suffix == ".ipynb" or not notebooks_only)):
         if ".ipynb_checkpoints" not in path.parts:
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
 def read_state(workdir: Path) -> dict | None:
-    """The state an interrupted run left in ``workdir``, if it can be resumed; else None."""
+    """What earlier runs in ``workdir`` graded (``state.json``), or None."""
     try:
         state = json.loads((workdir / STATE).read_text())
     except (OSError, ValueError):
         return None
-    if state.get("finished") or state.get("course") != fingerprint(SOLUTIONS, recursive=True):
-        return None
-    return state
+    return state if isinstance(state, dict) and isinstance(state.get("graded"), dict) else None
 
 
 def write_state(workdir: Path, state: dict) -> None:
@@ -138,45 +144,104 @@ def write_state(workdir: Path, state: dict) -> None:
     temporary.replace(workdir / STATE)  # atomic: a run stopped here leaves the old state or the new one
 
 
-def grade(submitted: Path = DEMO_CLASS, workdir: Path = WORKDIR, settings: Settings | None = None) -> list[Result]:
-    """Autograde every ``submitted/<student>/<assignment>/`` folder; return one Result per pair.
+def take_in(intake: Path, workdir: Path) -> None:
+    """Copy each ``intake/<student>/<assignment>/`` folder into ``workdir/submitted/`` where it differs."""
+    for folder in sorted(intake.glob("*/*")):
+        if not folder.is_dir() or folder.name.startswith(".") or folder.parent.name.startswith("."):
+            continue
+        target = workdir / "submitted" / folder.parent.name / folder.name
+        if target.is_dir() and fingerprint(target, recursive=True) == fingerprint(folder, recursive=True):
+            continue
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(folder, target, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
 
-    A student who handed nothing in for an assignment gets ``score=None`` and
-    a note; a notebook that cannot be graded (corrupt, from another
-    assignment) gets a note with the reason, and the batch goes on.
+
+def open_workdir(workdir: Path, intake: Path | None) -> dict:
+    """Ready ``workdir`` for a run; return its state.
+
+    A course directory (:mod:`autograder.course`) is never emptied: its
+    ``source/`` is the instructor's, and when it changed every submission is
+    graded again. Any other work folder mirrors ``solutions/`` and one
+    submissions folder; it is emptied first when either differs from its last run's.
     """
-    settings = settings or Settings()
-    submitted, workdir = Path(submitted).resolve(), Path(workdir).resolve()
+    course_dir = is_course_dir(workdir)
+    source = workdir / "source" if course_dir else SOLUTIONS
+    course = fingerprint(source, recursive=True, notebooks_only=True)
     state = read_state(workdir)
-    if state is None:  # a fresh run
+    if not course_dir and (state is None or state.get("course") != course
+                           or state.get("intake") != (str(intake) if intake else None)):
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.mkdir(parents=True)
         shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        (workdir / "submitted").mkdir()
-        state = {"course": fingerprint(SOLUTIONS, recursive=True), "finished": False, "graded": {}}
-        write_state(workdir, state)
+        state = None
+    if state is None or state.get("course") != course:
+        state = {"course": course, "intake": str(intake) if intake else None, "finished": True, "graded": {},
+                 "generated": {}, "rows": {}, **{key: state[key] for key in ("withheld", "reviewed") if state and key in state}}
+    if state.get("finished", True):  # a new run, not the resumption of a stopped one: references are made afresh
+        shutil.rmtree(workdir / "reference", ignore_errors=True)
+    state["finished"] = False
+    (workdir / "submitted").mkdir(exist_ok=True)
+    if intake is not None:
+        take_in(intake, workdir)
+    write_state(workdir, state)
+    return state
+
+
+def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR, settings: Settings | None = None) -> list[Result]:
+    """Autograde every ``submitted/<student>/<assignment>/`` folder not graded yet; return one Result per pair.
+
+    ``submitted`` is copied into ``workdir/submitted/`` first; None grades what
+    a course directory's ``submitted/`` holds (``nbgrader collect``). What an
+    earlier run graded and has not changed since is not graded again
+    (``settings.regrade`` grades the chosen submissions anyway);
+    ``settings.assignments`` and ``settings.students`` choose. A student who
+    handed nothing in for an assignment gets ``score=None`` and a note; a
+    notebook that cannot be graded (corrupt, from another assignment) gets a
+    note with the reason, and the batch goes on.
+    """
+    settings = settings or Settings()
+    workdir = Path(workdir).resolve()
+    intake = Path(submitted).resolve() if submitted is not None else None
+    if intake is None and not is_course_dir(workdir):
+        raise ChoiceError(f"{workdir} is not a course directory: name the submissions folder")
+    state = open_workdir(workdir, intake)
+    due = settings.due if settings.due is not None else DEMO_DUE if intake == DEMO_CLASS.resolve() else {}
     RUNNERS.stopping.clear()
     db_url = gradebook_url(settings, workdir)
     with grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root, \
             GradebookLock(db_url) as lock:
         os.chmod(ipc_root, 0o755)
-        return _grade_in(submitted, workdir, db_url, settings, Path(ipc_root), lock, state)
+        return _grade_in(workdir, db_url, settings, Path(ipc_root), lock, state, due)
 
 
-def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
-              lock: GradebookLock, state: dict) -> list[Result]:
+def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
+              lock: GradebookLock, state: dict, due: dict[str, str]) -> list[Result]:
     from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.utils import parse_utc
 
     api = nbgrader_api(workdir, db_url)
-    names = assignments()
+    course_id = config_of(workdir).CourseDirectory.course_id
+    submitted = workdir / "submitted"
+    names = sorted(p.name for p in (workdir / "source").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+    unknown = sorted(set(settings.assignments or ()) - set(names))
+    if unknown:
+        raise ChoiceError(f"no assignment named {', '.join(unknown)} in {workdir / 'source'}")
     sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
     for name in names:
-        with INTERRUPTS.holding(), lock.held():
-            outcome = api.generate_assignment(name, force=True)
-        if not outcome["success"]:
-            raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
+        source_print = fingerprint(workdir / "source" / name, recursive=True)
+        if state["generated"].get(name) != source_print or not (workdir / "release" / name).is_dir():
+            with INTERRUPTS.holding(), lock.held():
+                outcome = api.generate_assignment(name, force=True)
+            if not outcome["success"]:
+                raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
+            state["generated"][name] = source_print
         sources[name] = {p.stem: nbformat.read(p, as_version=4) for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
+    if due:
+        with INTERRUPTS.holding(), lock.held(), Gradebook(db_url, course_id) as gradebook:
+            for name, when in due.items():
+                gradebook.update_or_create_assignment(name, duedate=parse_utc(when))
+    write_state(workdir, state)
     grade_ids = {a: set().union(*(grade_ids_of(nb) for nb in nbs.values())) for a, nbs in sources.items()}
     imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
     read_only = sandbox.python_paths()
@@ -185,40 +250,56 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                      cgroups.find())
     cgroups.sweep(run.cgroups)  # what runners killed outright left behind
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
-    chosen = names if settings.canary == "all" else [
-        name for name in names if any((submitted / student / name).is_dir() for student in students)]
-    references = canary.references([(name, notebook, nb) for name in chosen for notebook, nb in sources[name].items()],
-                                   workdir, run)
+    unknown = sorted(set(settings.students or ()) - set(students))
+    if unknown:
+        raise ChoiceError(f"no submissions of {', '.join(unknown)} in {submitted}")
+    chosen_students = [s for s in students if not settings.students or s in settings.students]
+    chosen_names = [n for n in names if not settings.assignments or n in settings.assignments]
     notes: dict[tuple[str, str], list[str]] = {}
-    jobs: dict[tuple[str, str], list[Job]] = {}
-    job_files: list[tuple[Job, Path]] = []
-    earlier: set[tuple[str, str]] = set()  # graded by an earlier, interrupted run, unchanged since
+    earlier: set[tuple[str, str]] = set()  # graded by an earlier run, unchanged since
+    todo: list[tuple[str, str]] = []
     for student in students:
         for name in names:
             folder = submitted / student / name
             if not folder.is_dir():
                 notes[student, name] = ["not submitted"]
-                continue
-            if state["graded"].get(f"{student}/{name}") == fingerprint(folder):
+            elif (student in chosen_students and name in chosen_names
+                  and (settings.regrade or state["graded"].get(f"{student}/{name}") != fingerprint(folder, recursive=True))):
+                todo.append((student, name))
+            elif f"{student}/{name}" in state["graded"]:
                 earlier.add((student, name))
+            else:
+                notes[student, name] = ["not graded yet"]
+    canary_names = names if settings.canary == "all" else sorted({name for _, name in todo})
+    references = canary.references([(name, notebook, nb) for name in canary_names
+                                    for notebook, nb in sources[name].items()], workdir, run)
+    jobs: dict[tuple[str, str], list[Job]] = {}
+    job_files: list[tuple[Job, Path]] = []
+    for student, name in todo:
+        folder = submitted / student / name
+        state["graded"].pop(f"{student}/{name}", None)
+        state["rows"].pop(f"{student}/{name}", None)
+        state.setdefault("withheld", {}).pop(f"{student}/{name}", None)  # graded afresh below
+        state.setdefault("reviewed", {}).pop(f"{student}/{name}", None)
+        shutil.rmtree(workdir / EXECUTED / student / name, ignore_errors=True)
+        shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
+        others = {a: ids for a, ids in grade_ids.items() if a != name}
+        for notebook, source in sources[name].items():
+            path = submitted_notebook(folder, notebook)
+            if path is None:
+                notes.setdefault((student, name), []).append(f"{notebook}.ipynb missing: 0 points for it")
                 continue
-            state.setdefault("withheld", {}).pop(f"{student}/{name}", None)  # graded afresh below
-            others = {a: ids for a, ids in grade_ids.items() if a != name}
-            for notebook, source in sources[name].items():
-                path = submitted_notebook(folder, notebook)
-                if path is None:
-                    notes.setdefault((student, name), []).append(f"{notebook}.ipynb missing: 0 points for it")
-                    continue
-                if path.name != f"{notebook}.ipynb":
-                    notes.setdefault((student, name), []).append(f"graded {path.name} as {notebook}.ipynb")
-                try:
-                    nb = read_submission(path, grade_ids_of(source), others)
-                except SubmissionError as error:
-                    notes.setdefault((student, name), []).append(f"not graded: {error}")
-                    continue
-                job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
-                job_files.append((job, prepare(job, source, nb, folder, run)))
-                jobs.setdefault((student, name), []).append(job)
+            if path.name != f"{notebook}.ipynb":
+                notes.setdefault((student, name), []).append(f"graded {path.name} as {notebook}.ipynb")
+            try:
+                nb = read_submission(path, grade_ids_of(source), others)
+            except SubmissionError as error:
+                notes.setdefault((student, name), []).append(f"not graded: {error}")
+                continue
+            job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
+            job_files.append((job, prepare(job, source, nb, folder, run)))
+            jobs.setdefault((student, name), []).append(job)
+    write_state(workdir, state)
 
     hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
     progress = Progress(len(job_files), settings.progress)
@@ -231,9 +312,12 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
             job = futures[future]
             pair = (job.student, job.assignment)
             executed = judge(job, sources[job.assignment][job.notebook], references[job.assignment][job.notebook])
-            target = workdir / "submitted" / job.student / job.assignment
+            target = workdir / EXECUTED / job.student / job.assignment
             target.mkdir(parents=True, exist_ok=True)
             nbformat.write(executed, target / f"{job.notebook}.ipynb")
+            for kept in SUBMISSION_FILES:  # the submission's time (late penalty) and nbgrader's feedback key
+                if (submitted / job.student / job.assignment / kept).is_file():
+                    shutil.copy2(submitted / job.student / job.assignment / kept, target / kept)
             if job.status.get("stopped"):
                 notes.setdefault(pair, []).append(f"{job.notebook}: stopped, {job.status['stopped']}")
             if job.status.get("disk_full"):
@@ -251,10 +335,16 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
                         outcome = api.autograde(job.assignment, job.student, force=True, create=True)
                     if outcome["success"]:
                         graded.add(pair)
-                        state["graded"][f"{job.student}/{job.assignment}"] = fingerprint(submitted / job.student / job.assignment)
-                        write_state(workdir, state)
+                        key = f"{job.student}/{job.assignment}"
+                        if key in state.get("withheld", {}):
+                            with lock.held():
+                                flag_for_review(db_url, course_id, pair, state["withheld"][key])
                         if settings.feedback:
                             write_feedback(api, workdir, pair, hidden[job.assignment], notes)
+                        state["graded"][key] = fingerprint(submitted / job.student / job.assignment, recursive=True)
+                        state["rows"][key] = {"note": "; ".join(notes.get(pair, [])),
+                                              "seconds": round(sum(j.status.get("seconds", 0) for j in jobs[pair]), 1)}
+                        write_state(workdir, state)
                     else:
                         notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
             progress.step(f"{job.student}/{job.assignment}")
@@ -274,25 +364,61 @@ def _grade_in(submitted: Path, workdir: Path, db_url: str, settings: Settings, i
 
     devices = devices_text()
     results = []
-    with Gradebook(db_url, course_config().CourseDirectory.course_id) as gradebook:
+    with Gradebook(db_url, course_id) as gradebook:
         for student in students:
             for name in names:
                 max_score = gradebook.find_assignment(name).max_score
-                pair_notes = notes.get((student, name), [])
+                pair, key = (student, name), f"{student}/{name}"
+                pair_notes = notes.get(pair, [])
+                seconds = sum(j.status.get("seconds", 0) for j in jobs.get(pair, []))
+                if pair in earlier:
+                    row = state["rows"].get(key, {})
+                    pair_notes = [row["note"]] if row.get("note") else []
+                    pair_notes.append("graded by an earlier run" + (
+                        ", changed since" if state["graded"][key] != fingerprint(submitted / student / name,
+                                                                                   recursive=True) else ""))
+                    seconds = row.get("seconds", 0.0)
                 score = None
-                if (student, name) in graded:
+                if pair in graded:
                     try:
-                        score = gradebook.find_submission(name, student).score
+                        submission = gradebook.find_submission(name, student)
+                        score = submission.score
+                        if submission.late_submission_penalty:
+                            pair_notes = [*pair_notes, f"late by {late_text(submission.total_seconds_late)}: "
+                                                       f"-{submission.late_submission_penalty:g} points"]
                     except MissingEntry:
                         pair_notes = [*pair_notes, "not graded: no submission in the gradebook"]
-                if (student, name) in earlier:
-                    pair_notes = [*pair_notes, "graded by an earlier run that was stopped"]
-                ran = any(j.status.get("seconds") for j in jobs.get((student, name), []))
-                seconds = sum(j.status.get("seconds", 0) for j in jobs.get((student, name), []))
-                withheld = f"{student}/{name}" in state.get("withheld", {}) and (student, name) in graded
+                ran = any(j.status.get("seconds") for j in jobs.get(pair, []))
+                withheld = key in state.get("withheld", {}) and pair in graded
                 if withheld:
-                    pair_notes = [*pair_notes, f"review: python -m autograder.review {student}/{name} --release "
-                                               "(or --confirm)"]
+                    pair_notes = [*pair_notes, f"review: python -m autograder.review {key} --release "
+                                               "(or --confirm), or in formgrader"]
                 results.append(Result(student, name, score, max_score, "; ".join(pair_notes),
                                       devices if ran else "", round(seconds, 1), withheld=withheld))
     return results
+
+
+SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")
+
+
+def late_text(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours / 24:.1f} days" if hours >= 24 else f"{hours:.1f} hours"
+
+
+def flag_for_review(db_url: str, course_id: str, pair: tuple[str, str], findings: dict[str, list[str]]) -> None:
+    """Show a withheld submission in formgrader as needing manual grading, with the scan's findings as comments."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    student, name = pair
+    with Gradebook(db_url, course_id) as gradebook:
+        for notebook, found in findings.items():
+            try:
+                graded = gradebook.find_submission_notebook(notebook, name, student)
+            except MissingEntry:
+                continue
+            for grade in graded.grades:
+                grade.needs_manual_grade = True
+            for comment in graded.comments[:1]:
+                comment.manual_comment = "Score withheld by the grader for review: " + "; ".join(found[:3])
+        gradebook.db.commit()

@@ -66,3 +66,62 @@ def write_feedback(api, workdir: Path, pair: tuple[str, str], hidden: set[str], 
             path.write_text(text)
     if not outcome["success"]:
         notes.setdefault(pair, []).append("no feedback: " + last_line(outcome.get("error") or outcome.get("log")))
+
+
+def regenerate(course: Path, assignment: str, students: list[str] | None = None) -> dict[tuple[str, str], list[str]]:
+    """Feedback again for an assignment of a course directory, with the gradebook's scores as they are now.
+
+    For after a review in formgrader: nbgrader's feedback shows the scores and
+    comments formgrader saved, and the errors are taught as in the grader's own
+    feedback. Returns notes per (student, assignment) that got none.
+    """
+    from autograder.course import CourseError, is_course_dir
+    from autograder.gradebook import grading_environment, nbgrader_api
+
+    course = Path(course).resolve()
+    if not is_course_dir(course):
+        raise CourseError(f"{course} is not a course directory (no nbgrader_config.py)")
+    source = course / "source" / assignment
+    if not source.is_dir():
+        raise CourseError(f"no assignment named {assignment} in {course / 'source'}")
+    graded = sorted(p.parent.name for p in (course / "autograded").glob(f"*/{assignment}") if p.is_dir())
+    unknown = sorted(set(students or ()) - set(graded))
+    if unknown:
+        raise CourseError(f"{', '.join(unknown)} has no graded {assignment} in {course / 'autograded'}")
+    hidden = set().union(*(hidden_lines(nbformat.read(p, as_version=4)) for p in source.glob("*.ipynb")))
+    notes: dict[tuple[str, str], list[str]] = {}
+    with grading_environment():
+        api = nbgrader_api(course)
+        for student in students or graded:
+            write_feedback(api, course, (student, assignment), hidden, notes)
+    return notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from autograder.course import CourseError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m autograder.feedback",
+        description="Make an assignment's feedback again in a course directory, with the scores and comments "
+                    "formgrader holds now; then nbgrader release_feedback sends it.")
+    parser.add_argument("course", type=Path, help="the course directory")
+    parser.add_argument("assignment")
+    parser.add_argument("--student", action="append", help="only this student (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        notes = regenerate(args.course, args.assignment, args.student)
+    except CourseError as error:
+        print(f"feedback: {error}", file=sys.stderr)
+        return 2
+    for (student, name), lines in sorted(notes.items()):
+        print(f"{student} {name}: " + "; ".join(lines), file=sys.stderr)
+    made = sorted((args.course / "feedback").glob(f"*/{args.assignment}/*.html"))
+    print(f"Feedback for {args.assignment}: {len(made)} page(s) in {args.course / 'feedback'}")
+    return 1 if notes else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -55,8 +55,9 @@ import time
 from pathlib import Path
 
 from autograder import cgroups, sandbox
-from autograder.batch import INTERRUPTS, GradingStopped, grade
+from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
 from autograder.canary import CanaryFailed
+from autograder.course import CourseError, is_course_dir, parse_due
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
 from autograder.job import RUNNERS
@@ -69,10 +70,25 @@ __all__ = ["grade", "main"]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder.grade", description=__doc__.split("\n\n")[0],
                                      epilog="Writes report.txt, scores.csv, scores.png and feedback/ in the work folder.")
-    parser.add_argument("--submitted", type=Path, default=DEMO_CLASS,
-                        help="folder of <student>/<assignment>/ submissions (default: the demo class)")
+    parser.add_argument("--course", type=Path, metavar="DIR",
+                        help="a course directory (python -m autograder.course init): grade what its submitted/ "
+                             "holds (nbgrader collect, zip_collect) into its gradebook; nothing in it is emptied")
+    parser.add_argument("--submitted", type=Path, default=None,
+                        help="folder of <student>/<assignment>/ submissions, copied into the work folder's "
+                             "submitted/ first (default: the demo class, or none with --course)")
     parser.add_argument("--workdir", type=Path, default=WORKDIR,
-                        help="scratch folder for this run, emptied first (default: build/grade)")
+                        help="work folder without --course, emptied when the course or the submissions folder "
+                             "differ from its last run's (default: build/grade)")
+    parser.add_argument("--assignment", action="append", default=[], metavar="NAME",
+                        help="grade only this assignment (repeatable; default: all)")
+    parser.add_argument("--student", action="append", default=[], metavar="ID",
+                        help="grade only this student (repeatable; default: all)")
+    parser.add_argument("--regrade", action="store_true",
+                        help="grade the chosen submissions again even if unchanged since an earlier run graded "
+                             "them (by default only new or changed submissions are graded)")
+    parser.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
+                        help="record an assignment's due date first, e.g. 01_device_placement='2026-10-05 17:00 UTC' "
+                             "(repeatable; the demo class has its own)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="notebooks graded at once (default: one per core, here %(default)s)")
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, metavar="SECONDS",
@@ -102,20 +118,31 @@ def main(argv: list[str] | None = None) -> int:
                              "does not hold) after grading; by default it is removed once the notebook is graded")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    if not args.submitted.is_dir():
+    if args.course is not None:
+        if not is_course_dir(args.course):
+            parser.error(f"{args.course} is not a course directory: make one with python -m autograder.course init")
+        args.workdir = args.course
+    elif args.submitted is None:
+        args.submitted = DEMO_CLASS
+    if args.submitted is not None and not args.submitted.is_dir():
         parser.error(f"no submissions folder at {args.submitted}")
+    try:
+        due = parse_due(args.due) if args.due else None
+    except CourseError as error:
+        parser.error(str(error))
     settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                         memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
                         max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
                         progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
-                        keep_work=args.keep_work)
+                        keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
+                        regrade=args.regrade, due=due)
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)
         if problem:
             parser.exit(2, f"cannot open the gradebook at {shown_url(db_url)}: {problem}\n")
     isolation = settings.isolation()
-    header = [f"Grading {args.submitted} with {settings.jobs} notebook(s) at a time.",
+    header = [f"Grading {args.submitted or args.course / 'submitted'} with {settings.jobs} notebook(s) at a time.",
               f"Gradebook: {shown_url(db_url)}",
               f"Devices every submission is checked on: {devices_text()}", "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
@@ -133,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with INTERRUPTS.installed():
             results = grade(args.submitted, args.workdir, settings)
+    except ChoiceError as error:
+        print(f"grade: {error}", file=sys.stderr, flush=True)
+        return 2
     except CanaryFailed as failure:
         print(str(failure), file=sys.stderr, flush=True)
         return 3

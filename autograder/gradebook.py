@@ -19,18 +19,34 @@ from autograder.pipeline import course_config, tool_env
 from autograder.settings import GRADEBOOK_ENV, Settings
 
 
-def nbgrader_api(workdir: Path, db_url: str):
+EXECUTED = "executed"  # the grader's executed notebooks, which nbgrader's autograde reads (not the submissions)
+
+
+def config_of(workdir: Path):
+    """The nbgrader settings of a work folder: a course directory's own ``nbgrader_config.py``
+    (:mod:`autograder.course`), else the course repository's."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if (Path(workdir) / "nbgrader_config.py").is_file():
+        return PyFileConfigLoader("nbgrader_config.py", path=str(Path(workdir).resolve())).load_config()
+    return course_config()
+
+
+def nbgrader_api(workdir: Path, db_url: str | None = None):
+    """nbgrader's API on a work folder, for the grader: ``autograde`` reads the executed notebooks
+    (``executed/``), and neither clears nor runs them; every other folder is nbgrader's usual one."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, DeduplicateIds, LimitOutput,
                                         OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
     from traitlets.config import Config
 
-    config = course_config()
+    config = config_of(workdir)
     overrides = Config()
-    overrides.CourseDirectory.root = str(workdir)
+    overrides.CourseDirectory.root = str(Path(workdir).resolve())
     overrides.CourseDirectory.source_directory = "source"
     overrides.CourseDirectory.release_directory = "release"
-    overrides.CourseDirectory.db_url = db_url
+    overrides.CourseDirectory.submitted_directory = EXECUTED
+    overrides.CourseDirectory.db_url = db_url or config.CourseDirectory.db_url
     # The notebooks arrive executed by the sandboxed runner: nbgrader must neither clear nor re-run them.
     overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
     overrides.Autograde.autograde_preprocessors = [LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
@@ -90,8 +106,13 @@ class GradebookLock:
 
 
 def gradebook_url(settings: Settings, workdir: Path) -> str:
-    """``--db-url``, else ``$COURSE_GRADEBOOK_URL``, else nbgrader's SQLite file in the work folder."""
-    return settings.db_url or os.environ.get(GRADEBOOK_ENV) or f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
+    """``--db-url``, else ``$COURSE_GRADEBOOK_URL``, else a course directory's own gradebook, else nbgrader's
+    SQLite file in the work folder."""
+    if settings.db_url or os.environ.get(GRADEBOOK_ENV):
+        return settings.db_url or os.environ[GRADEBOOK_ENV]
+    if (Path(workdir) / "nbgrader_config.py").is_file():
+        return config_of(workdir).CourseDirectory.db_url
+    return f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
 
 
 def shown_url(url: str) -> str:

@@ -30,7 +30,7 @@ import nbformat
 
 from autograder.batch import STATE, write_state
 from autograder.canary import reference_of
-from autograder.gradebook import GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.gradebook import EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.job import Job
 from autograder.settings import WORKDIR, Settings
 from autograder.verdict import judge
@@ -51,8 +51,6 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
     """Judge the pair's tests without the scan's findings, record the scores; return the new score."""
     from nbgrader.api import Gradebook
 
-    from autograder.pipeline import course_config
-
     state = _state(workdir)
     pair = f"{student}/{assignment}"
     if pair not in state.get("withheld", {}):
@@ -64,12 +62,12 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
             raise ReviewError(f"the job folder of {pair}/{notebook} or its reference is gone; grade it again")
         job = Job(student, assignment, notebook, folder, findings=[])
         source = nbformat.read(workdir / "source" / assignment / f"{notebook}.ipynb", as_version=4)
-        nbformat.write(judge(job, source, reference), workdir / "submitted" / student / assignment / f"{notebook}.ipynb")
+        nbformat.write(judge(job, source, reference), workdir / EXECUTED / student / assignment / f"{notebook}.ipynb")
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
         outcome = nbgrader_api(workdir, db_url).autograde(assignment, student, force=True, create=True)
     if not outcome["success"]:
         raise ReviewError(f"nbgrader could not grade {pair}: " + last_line(outcome.get("error") or outcome.get("log")))
-    with Gradebook(db_url, course_config().CourseDirectory.course_id) as gradebook:
+    with Gradebook(db_url, config_of(workdir).CourseDirectory.course_id) as gradebook:
         score = gradebook.find_submission(assignment, student).score
     _decide(workdir, state, pair, "released", f"{score:g}", f"withheld, then released after review")
     return score

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 
 from autograder import sandbox
-from autograder.pipeline import ROOT
+from autograder.pipeline import ROOT, assignments
 
 DEMO_CLASS = ROOT / "autograder" / "demo_class" / "submitted"
 
@@ -19,6 +20,11 @@ TIME_LIMIT_S = 600.0
 MEMORY_LIMIT_MIB = 4096
 
 GRADEBOOK_ENV = "COURSE_GRADEBOOK_URL"
+
+# The demo class's due dates (UTC), for its work folder's gradebook; one of its submissions is late.
+# Weekly from 2026-09-07, 17:00 UTC.
+DEMO_DUE = {name: (datetime(2026, 9, 7, 17, tzinfo=timezone.utc) + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
+            for number, name in enumerate(assignments())}
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,10 @@ class Settings:
     user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
     keep_work: bool = False  # what the kernel writes goes to the job's working copy, kept after grading
     canary: str = "graded"  # the instructor's solution run first (the reference): of each "graded" assignment, or "all"
+    assignments: tuple[str, ...] = ()  # grade only these assignments (none named: all)
+    students: tuple[str, ...] = ()  # grade only these students (none named: all)
+    regrade: bool = False  # grade the chosen submissions even if an earlier run graded them unchanged
+    due: dict[str, str] | None = None  # due dates to record (None: the demo class's for the demo class, else none)
 
     def isolation(self) -> sandbox.Isolation:
         if not self.sandbox:

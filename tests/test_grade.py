@@ -155,7 +155,7 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
     results = {r.student: r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                if r.assignment == "00_environment"}
     assert (results["ada"].score, results["eve"].score) == (8, 0)
-    eve = nbformat.read(tmp_path / "work" / "submitted" / "eve" / "00_environment" / "00_environment.ipynb",
+    eve = nbformat.read(tmp_path / "work" / "executed" / "eve" / "00_environment" / "00_environment.ipynb",
                         as_version=4)
     printed = "".join(o.get("text", "") for c in eve.cells for o in c.get("outputs", []))
     assert "files found" in printed and "cannot patch the course's code" in printed
@@ -237,7 +237,7 @@ def test_disk_processes_and_ipc_folder_are_bounded_for_the_whole_submission(tmp_
     assert "process limit of 200 processes and threads together" in result.note, result.note
     assert "filled the disk limit of 32 MiB" in result.note, result.note
     assert result.score == 2, "the two tests of list_devices ran before the limit ended the kernel"
-    graded = (tmp_path / "work" / "submitted" / "hoarder" / "00_environment" / "00_environment.ipynb").read_text()
+    graded = (tmp_path / "work" / "executed" / "hoarder" / "00_environment" / "00_environment.ipynb").read_text()
     assert "IPC folder: Read-only file system" in graded and "disk: No space left on device" in graded
     left = [p.name for p in tmp_path.rglob("*") if p.name.startswith(("fill-", "planted"))]
     assert left == [], left

@@ -132,7 +132,7 @@ def test_an_attack_without_answers_earns_nothing(attacked, student):
     assert "withheld" not in result.note, f"the scan caught {student}; the verdict itself must hold: {result.note}"
     assert result.score == 0, f"{student} earned {result.score} points with no answer"
     if student == "forger":  # the attack ran as meant: no error shown, every probe forged
-        graded = nbformat.read(workdir / "submitted" / student / "00_environment" / "00_environment.ipynb",
+        graded = nbformat.read(workdir / "executed" / student / "00_environment" / "00_environment.ipynb",
                                as_version=4)
         tests = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade") and
                  not c.metadata["nbgrader"].get("solution")]
@@ -165,7 +165,7 @@ def test_no_hidden_test_reaches_what_the_student_sees(attacked):
     assert results["leaker"].score == 8, results["leaker"].note
     hidden = _hidden_only_lines(workdir)
     assert len(hidden) >= 10, hidden
-    graded = nbformat.read(workdir / "submitted" / "leaker" / "00_environment" / "00_environment.ipynb", as_version=4)
+    graded = nbformat.read(workdir / "executed" / "leaker" / "00_environment" / "00_environment.ipynb", as_version=4)
     shown = "\n".join(nbformat.writes(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell(outputs=c.get("outputs", [])) for c in graded.cells])) for _ in [0])
     feedback = "\n".join(p.read_text() for p in (workdir / "feedback" / "leaker" / "00_environment").glob("*.html"))

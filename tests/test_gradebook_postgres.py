@@ -227,7 +227,7 @@ def test_student_kernel_cannot_reach_the_gradebook_server(server, tmp_path):
     workdir = tmp_path / "work"
     assert grade.main(["--submitted", str(submitted), "--workdir", str(workdir), "--db-url", server["url"],
                        "--quiet", "--no-feedback", "--jobs", "1"]) == 0
-    executed = nbformat.read(workdir / "submitted" / "intruder" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    executed = nbformat.read(workdir / "executed" / "intruder" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "no way through" in printed and "REACHED THE GRADEBOOK" not in printed
 

@@ -1,0 +1,173 @@
+"""The instructor's course directory: made once per term, then every nbgrader command and the grader use it.
+
+``python -m autograder.course init DIR`` (``make course-dir DIR=...``) lays
+out what nbgrader expects, and what the grader adds::
+
+    DIR/nbgrader_config.py   the course's nbgrader settings (course id, stubs, late policy), this folder's paths,
+                             the gradebook's URL and the exchange's folder
+    DIR/source/NAME/         the instructor's notebooks, copied from solutions/ (edit them here for this term)
+    DIR/release/NAME/        the student versions, made by nbgrader generate_assignment
+    DIR/gradebook.db         nbgrader's gradebook (SQLite), unless --db-url names a PostgreSQL database
+    DIR/exchange/            nbgrader's exchange for students on this machine, unless --exchange names another
+
+Later, as nbgrader lays them out: ``submitted/`` (``nbgrader collect`` or
+``zip_collect``, with each ``timestamp.txt``), ``autograded/`` and
+``feedback/`` (``python -m autograder.grade --course DIR``), and the
+grader's own ``executed/``, ``jobs/``, ``reference/``, ``state.json``,
+``report.txt`` and ``scores.csv``. The grader never empties a course
+directory: grading again grades what is new or changed (see
+:mod:`autograder.batch`). Due dates are kept in the gradebook:
+``--due NAME=WHEN`` here, ``python -m autograder.course due DIR NAME=WHEN``
+later, or nbgrader's ``nbgrader db assignment add NAME --duedate WHEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from autograder.pipeline import SOLUTIONS, assignments, course_config
+
+CONFIG = "nbgrader_config.py"
+# Paths and the gradebook are this folder's own; everything else is the course's policy, from the repository.
+OWN = {("CourseDirectory", name) for name in ("root", "source_directory", "release_directory", "db_url")}
+
+
+class CourseError(Exception):
+    """A course directory that cannot be made or used; the message says why."""
+
+
+def is_course_dir(folder: Path) -> bool:
+    return (Path(folder) / CONFIG).is_file()
+
+
+def config_text(db_url: str | None, exchange: str | None, course_id: str | None) -> str:
+    """The course directory's nbgrader_config.py: the course's policy, then this folder's own settings."""
+    policy = course_config()
+    lines = ['"""nbgrader settings of this course directory (written by python -m autograder.course init).',
+             "",
+             "Paths are relative to this file's folder, so the folder can be moved. Run nbgrader and",
+             "formgrader from this folder.", '"""', "", "import os", "", "c = get_config()  # noqa: F821", "",
+             "# The course's policy (stubs, time limits, late penalty), as the course repository sets it."]
+    for section in sorted(policy):
+        for name, value in sorted(policy[section].items()):
+            if (section, name) in OWN or (section, name) == ("CourseDirectory", "course_id") and course_id:
+                continue
+            lines.append(f"c.{section}.{name} = {value!r}")
+    lines += ["", "# This course directory.",
+              "HERE = os.path.dirname(os.path.abspath(__file__))",
+              "c.CourseDirectory.root = HERE",
+              'c.CourseDirectory.source_directory = "source"',
+              'c.CourseDirectory.release_directory = "release"']
+    if course_id:
+        lines.append(f"c.CourseDirectory.course_id = {course_id!r}")
+    lines.append(f"c.CourseDirectory.db_url = {db_url!r}" if db_url else
+                 'c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")')
+    lines += ["# Where students fetch assignments and submit them; on a shared JupyterHub, a folder every",
+              "# student can write to (nbgrader's default is /srv/nbgrader/exchange).",
+              f"c.Exchange.root = {exchange!r}" if exchange else 'c.Exchange.root = os.path.join(HERE, "exchange")']
+    return "\n".join(lines) + "\n"
+
+
+def parse_due(items: list[str]) -> dict[str, str]:
+    """``NAME=WHEN`` pairs (WHEN as nbgrader reads it, e.g. ``2026-10-05 17:00 UTC``) -> {name: when}."""
+    from nbgrader.utils import parse_utc
+
+    due = {}
+    for item in items:
+        name, _, when = item.partition("=")
+        if not name or not when:
+            raise CourseError(f"a due date is NAME=WHEN, e.g. 01_device_placement='2026-10-05 17:00 UTC'; got {item!r}")
+        try:
+            parse_utc(when)
+        except (ValueError, OverflowError) as error:
+            raise CourseError(f"cannot read the due date {when!r} of {name}: {error}") from None
+        due[name] = when
+    return due
+
+
+def set_due(folder: Path, due: dict[str, str], db_url: str | None = None) -> None:
+    """Record due dates in the course directory's gradebook (the late penalty counts from them)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import parse_utc
+
+    from autograder.gradebook import config_of, grading_environment
+
+    config = config_of(folder)
+    known = {p.name for p in (Path(folder) / "source").iterdir() if p.is_dir()}
+    unknown = sorted(set(due) - known)
+    if unknown:
+        raise CourseError(f"no assignment named {', '.join(unknown)} in {folder}/source")
+    with grading_environment(), Gradebook(db_url or config.CourseDirectory.db_url,
+                                          config.CourseDirectory.course_id) as gradebook:
+        for name, when in due.items():
+            gradebook.update_or_create_assignment(name, duedate=parse_utc(when))
+
+
+def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = None, exchange: str | None = None,
+         course_id: str | None = None) -> list[str]:
+    """Make a course directory in ``folder`` (absent or empty) with every assignment released; return their names."""
+    from autograder.gradebook import gradebook_problem, grading_environment, nbgrader_api
+
+    folder = Path(folder).resolve()
+    if is_course_dir(folder):
+        raise CourseError(f"{folder} is a course directory already; its gradebook and submissions are kept")
+    if folder.exists() and any(folder.iterdir()):
+        raise CourseError(f"{folder} is not empty: make the course directory in a new folder")
+    if db_url and (problem := gradebook_problem(db_url)):
+        raise CourseError(f"cannot open the gradebook at {db_url.split('@')[-1]}: {problem}")
+    folder.mkdir(parents=True, exist_ok=True)
+    names = assignments()
+    try:
+        shutil.copytree(SOLUTIONS, folder / "source", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
+        (folder / CONFIG).write_text(config_text(db_url, exchange, course_id))
+        with grading_environment():
+            api = nbgrader_api(folder)
+            for name in names:
+                outcome = api.generate_assignment(name, force=True)
+                if not outcome["success"]:
+                    raise CourseError(f"nbgrader could not release {name}: {outcome.get('error') or outcome.get('log')}")
+        set_due(folder, due or {}, db_url)
+    except BaseException:
+        (folder / CONFIG).unlink(missing_ok=True)  # not a course directory: init can be run again
+        raise
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.course", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    make = commands.add_parser("init", help="make a course directory with every assignment released")
+    make.add_argument("folder", type=Path, help="a new or empty folder")
+    make.add_argument("--db-url", help="the gradebook, e.g. postgresql://user:password@host/db "
+                                       "(default: SQLite, gradebook.db in the folder)")
+    make.add_argument("--exchange", help="nbgrader's exchange folder (default: exchange/ in the folder)")
+    make.add_argument("--course-id", help=f"nbgrader's course id (default: {course_config().CourseDirectory.course_id})")
+    make.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
+                      help="an assignment's due date, e.g. 01_device_placement='2026-10-05 17:00 UTC' (repeatable)")
+    later = commands.add_parser("due", help="set due dates in a course directory's gradebook")
+    later.add_argument("folder", type=Path)
+    later.add_argument("due", nargs="+", metavar="NAME=WHEN")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "init":
+            names = init(args.folder, args.db_url, parse_due(args.due), args.exchange, args.course_id)
+            print(f"Course directory {args.folder.resolve()}: {len(names)} assignments in source/ and release/.")
+            print("Next: nbgrader release_assignment NAME (from that folder), then collect, then "
+                  f"python -m autograder.grade --course {args.folder}")
+        else:
+            if not is_course_dir(args.folder):
+                raise CourseError(f"{args.folder} is not a course directory (no {CONFIG})")
+            set_due(args.folder, parse_due(args.due))
+            print(f"Due dates set: {', '.join(args.due)}")
+    except CourseError as error:
+        print(f"course: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
