@@ -4,6 +4,7 @@ import csv
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -128,6 +129,88 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
     grace = (workdir / "feedback" / "grace" / "02_cross_device_errors" / "02_cross_device_errors.html").read_text()
     assert "Two tensors on different devices met in one operation" in grace, "no hint for a cross-device error"
     assert 'href="#1.-Reproduce-the-error"' in grace and 'id="1.-Reproduce-the-error"' in grace
+
+
+def _table_dump(workdir) -> dict[str, list[tuple]]:
+    """Every row of every table of the work folder's gradebook, sorted."""
+    with sqlite3.connect(workdir / "gradebook.db") as db:
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {table: sorted(db.execute(f"SELECT * FROM {table}"), key=repr) for table in tables}
+
+
+def _pair_rows(workdir) -> dict[tuple[str, str], list[tuple]]:
+    """Each (student, assignment)'s grades and comments, by cell, without the rows' ids."""
+    query = """SELECT sa.student_id, a.name, nb.name, bc.name, g.auto_score, g.manual_score, g.needs_manual_grade,
+                      c.auto_comment, c.manual_comment, sa.timestamp, sn.late_submission_penalty
+               FROM grade g JOIN submitted_notebook sn ON g.notebook_id = sn.id
+               JOIN submitted_assignment sa ON sn.assignment_id = sa.id JOIN assignment a ON sa.assignment_id = a.id
+               JOIN notebook nb ON sn.notebook_id = nb.id JOIN base_cell bc ON g.cell_id = bc.id
+               LEFT JOIN comment c ON c.notebook_id = sn.id AND c.cell_id = g.cell_id"""
+    rows: dict[tuple[str, str], list[tuple]] = {}
+    with sqlite3.connect(workdir / "gradebook.db") as db:
+        for row in db.execute(query):
+            rows.setdefault(row[:2], []).append(row[2:])
+    return {pair: sorted(cells, key=repr) for pair, cells in rows.items()}
+
+
+def test_grading_again_grades_nothing_and_a_regrade_replaces_only_its_own_rows(run):
+    workdir, rows = run
+    before, pairs = _table_dump(workdir), _pair_rows(workdir)
+    feedback = {p: p.read_bytes() for p in (workdir / "feedback").rglob("*.html")}
+    started = time.monotonic()
+    assert grade.main(["--workdir", str(workdir), "--quiet"]) == 0
+    assert time.monotonic() - started < 60, "the second run graded again"
+    assert _table_dump(workdir) == before, "grading again changed the gradebook"
+    with (workdir / "scores.csv").open() as handle:
+        again = {(row["student"], row["assignment"]): row for row in csv.DictReader(handle)}
+    assert {k: r["score"] for k, r in again.items()} == {k: r["score"] for k, r in rows.items()}
+    assert "graded by an earlier run" in again["ada", "00_environment"]["note"]
+    assert {p: p.read_bytes() for p in (workdir / "feedback").rglob("*.html")} == feedback
+
+    # Spoil one cell's score of ada's 00 and one of mia's 03: the regrade of ada's 00 mends its own only.
+    pick = """SELECT g.id, g.auto_score FROM grade g JOIN submitted_notebook sn ON g.notebook_id = sn.id
+              JOIN submitted_assignment sa ON sn.assignment_id = sa.id JOIN assignment a ON sa.assignment_id = a.id
+              WHERE sa.student_id = ? AND a.name = ? AND g.auto_score > 0 ORDER BY g.id LIMIT 1"""
+    with sqlite3.connect(workdir / "gradebook.db") as db:
+        spoilt = [db.execute(pick, pair).fetchone() for pair in (("ada", "00_environment"),
+                                                                 ("mia", "03_saving_and_loading"))]
+        db.executemany("UPDATE grade SET auto_score = -1 WHERE id = ?", [(i,) for i, _ in spoilt])
+    try:
+        assert grade.main(["--workdir", str(workdir), "--quiet", "--regrade", "--student", "ada",
+                           "--assignment", "00_environment", "--cell-timeout", str(CELL_TIMEOUT_S)]) == 0
+        after = _pair_rows(workdir)
+        mia = after.pop(("mia", "03_saving_and_loading"))
+        assert after == {p: r for p, r in pairs.items() if p != ("mia", "03_saving_and_loading")}
+        assert sum(cell[2] == -1 for cell in mia) == 1, "the regrade of ada's 00 touched mia's 03"
+    finally:
+        with sqlite3.connect(workdir / "gradebook.db") as db:  # the other tests read the gradebook as graded
+            db.executemany("UPDATE grade SET auto_score = ? WHERE id = ? AND auto_score = -1",
+                           [(score, i) for i, score in spoilt])
+    assert _pair_rows(workdir) == pairs
+    with (workdir / "scores.csv").open() as handle:
+        notes = {(row["student"], row["assignment"]): row["note"] for row in csv.DictReader(handle)}
+    assert "earlier run" not in notes["ada", "00_environment"] and "earlier run" in notes["ada", "01_device_placement"]
+
+
+def test_a_late_submission_carries_its_penalty_into_nbgraders_export_and_the_lms_one(run):
+    workdir, rows = run
+    grace = rows["grace", "02_cross_device_errors"]
+    assert re.search(r"late by 1\.1 days: -0\.4 points", grace["note"]), grace["note"]
+    db = f"--CourseDirectory.db_url=sqlite:///{workdir / 'gradebook.db'}"
+    exports = {}
+    for name, options in (("nbgrader", []), ("canvas", ["--exporter=autograder.lms.LmsExportPlugin",
+                                                          "--LmsExportPlugin.lms=canvas"])):
+        done = subprocess.run([sys.executable, "-m", "nbgrader", "export", db, f"--to={workdir / name}.csv",
+                               *options], cwd=workdir, env=pipeline.tool_env(), capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        with open(workdir / f"{name}.csv", newline="") as handle:
+            exports[name] = list(csv.DictReader(handle))
+    [row] = [r for r in exports["nbgrader"] if (r["student_id"], r["assignment"]) == ("grace", "02_cross_device_errors")]
+    assert (float(row["raw_score"]), float(row["late_submission_penalty"]), float(row["score"])) == (2.0, 0.4, 1.6)
+    on_time = [r for r in exports["nbgrader"] if r["student_id"] == "ada"]
+    assert on_time and all(float(r["late_submission_penalty"]) == 0 for r in on_time)
+    [canvas] = [r for r in exports["canvas"] if r["SIS Login ID"] == "grace"]
+    assert float(canvas["02_cross_device_errors"]) == 1.6
 
 
 @pytest.mark.skipif(not sandbox.probe().namespaces, reason="needs the sandbox's namespaces (Linux)")
