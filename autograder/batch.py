@@ -408,17 +408,24 @@ def late_text(seconds: float) -> str:
 
 def flag_for_review(db_url: str, course_id: str, pair: tuple[str, str], findings: dict[str, list[str]]) -> None:
     """Show a withheld submission in formgrader as needing manual grading, with the scan's findings as comments."""
+    mark_review(db_url, course_id, pair, {notebook: "Score withheld by the grader for review: " + "; ".join(found[:3])
+                                          for notebook, found in findings.items()}, needs_manual_grade=True)
+
+
+def mark_review(db_url: str, course_id: str, pair: tuple[str, str], comments: dict[str, str],
+                needs_manual_grade: bool) -> None:
+    """Set the formgrader flag of each named notebook's grades, and its first cell's comment to ``comments[notebook]``."""
     from nbgrader.api import Gradebook, MissingEntry
 
     student, name = pair
     with Gradebook(db_url, course_id) as gradebook:
-        for notebook, found in findings.items():
+        for notebook, text in comments.items():
             try:
                 graded = gradebook.find_submission_notebook(notebook, name, student)
             except MissingEntry:
                 continue
             for grade in graded.grades:
-                grade.needs_manual_grade = True
+                grade.needs_manual_grade = needs_manual_grade
             for comment in graded.comments[:1]:
-                comment.manual_comment = "Score withheld by the grader for review: " + "; ".join(found[:3])
+                comment.manual_comment = text
         gradebook.db.commit()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.batch import STATE, write_state
+from autograder.batch import STATE, mark_review, write_state
 from autograder.canary import reference_of
 from autograder.gradebook import EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.job import Job
@@ -69,20 +69,25 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
         raise ReviewError(f"nbgrader could not grade {pair}: " + last_line(outcome.get("error") or outcome.get("log")))
     with Gradebook(db_url, config_of(workdir).CourseDirectory.course_id) as gradebook:
         score = gradebook.find_submission(assignment, student).score
-    _decide(workdir, state, pair, "released", f"{score:g}", f"withheld, then released after review")
+    _decide(workdir, state, pair, "released", f"{score:g}", "withheld, then released after review", db_url)
     return score
 
 
-def confirm(workdir: Path, student: str, assignment: str) -> None:
+def confirm(workdir: Path, student: str, assignment: str, db_url: str) -> None:
     """Keep the withheld score at 0 and record the decision."""
     state = _state(workdir)
     pair = f"{student}/{assignment}"
     if pair not in state.get("withheld", {}):
         raise ReviewError(f"{pair} has no withheld score in {workdir}")
-    _decide(workdir, state, pair, "confirmed", "0", "withheld, confirmed after review: 0 points")
+    _decide(workdir, state, pair, "confirmed", "0", "withheld, confirmed after review: 0 points", db_url)
 
 
-def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, note: str) -> None:
+def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, note: str, db_url: str) -> None:
+    """Record the decision in state.json, scores.csv and the gradebook (formgrader no longer lists it as to grade)."""
+    student, assignment = pair.split("/", 1)
+    with grading_environment(), GradebookLock(db_url) as lock, lock.held():
+        mark_review(db_url, config_of(workdir).CourseDirectory.course_id, (student, assignment),
+                    {notebook: f"Score {note}." for notebook in state["withheld"][pair]}, needs_manual_grade=False)
     state.setdefault("reviewed", {})[pair] = decision
     state["withheld"].pop(pair)
     write_state(workdir, state)
@@ -91,7 +96,6 @@ def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, no
         return
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    student, assignment = pair.split("/", 1)
     for row in rows:
         if (row["student"], row["assignment"]) == (student, assignment):
             row["score"], row["note"] = score, note
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             score = release(workdir, student, assignment, gradebook_url(Settings(db_url=args.db_url), workdir))
             print(f"{args.pair}: released, {score:g} points")
         else:
-            confirm(workdir, student, assignment)
+            confirm(workdir, student, assignment, gradebook_url(Settings(db_url=args.db_url), workdir))
             print(f"{args.pair}: confirmed, 0 points")
     except ReviewError as error:
         print(f"review: {error}", file=sys.stderr)

@@ -45,6 +45,20 @@ def test_a_withheld_score_shows_as_withheld_with_the_command_to_review_it(graded
         assert rows[student]["score"] == "withheld", rows[student]
         assert "get_objects" in rows[student]["note"] and "autograder.review" in rows[student]["note"]
     assert "withheld/8" in (graded / "report.txt").read_text()
+    for student in ("rosa", "vic"):  # formgrader lists it as needing manual grading, the finding as a comment
+        flags, comments = _formgrader_view(graded, student)
+        assert flags and all(flags), flags
+        assert any("withheld by the grader for review" in c and "get_objects" in c for c in comments), comments
+
+
+def _formgrader_view(workdir: Path, student: str) -> tuple[list[bool], list[str]]:
+    """What formgrader shows of a student's notebook: each grade's needs-manual-grade flag, the manual comments."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gradebook:
+        notebook = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
+        return ([g.needs_manual_grade for g in notebook.grades],
+                [c.manual_comment for c in notebook.comments if c.manual_comment])
 
 
 def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
@@ -54,6 +68,10 @@ def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
     rows = _scores(graded)
     assert rows["rosa"]["score"] == "8" and "released" in rows["rosa"]["note"], rows["rosa"]
     assert rows["vic"]["score"] == "0" and "confirmed" in rows["vic"]["note"], rows["vic"]
+    for student, decision in (("rosa", "released"), ("vic", "confirmed")):
+        flags, comments = _formgrader_view(graded, student)
+        assert flags and not any(flags), "a decided score is still listed as needing manual grading"
+        assert any(decision in c for c in comments) and not any("for review" in c for c in comments), comments
     # decided once: a second decision, or one about a score that was never withheld, is refused
     assert review.main(["rosa/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 2
     assert "no withheld score" in capsys.readouterr().err
