@@ -72,7 +72,13 @@ def config_text(db_url: str | None, exchange: str | None, course_id: str | None)
 
 
 def parse_due(items: list[str]) -> dict[str, str]:
-    """``NAME=WHEN`` pairs (WHEN as nbgrader reads it, e.g. ``2026-10-05 17:00 UTC``) -> {name: when}."""
+    """``NAME=WHEN`` pairs -> {name: when}; WHEN as nbgrader reads it (``2026-10-05 17:00 UTC``), or ``now``.
+
+    ``now`` is this moment to the microsecond, as nbgrader stamps a submission:
+    what was handed in before it is on time, what comes after is late.
+    """
+    from datetime import datetime, timezone
+
     from nbgrader.utils import parse_utc
 
     due = {}
@@ -80,6 +86,8 @@ def parse_due(items: list[str]) -> dict[str, str]:
         name, _, when = item.partition("=")
         if not name or not when:
             raise CourseError(f"a due date is NAME=WHEN, e.g. 01_device_placement='2026-10-05 17:00 UTC'; got {item!r}")
+        if when.strip().lower() == "now":
+            when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
         try:
             parse_utc(when)
         except (ValueError, OverflowError) as error:
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="an assignment's due date, e.g. 01_device_placement='2026-10-05 17:00 UTC' (repeatable)")
     later = commands.add_parser("due", help="set due dates in a course directory's gradebook")
     later.add_argument("folder", type=Path)
-    later.add_argument("due", nargs="+", metavar="NAME=WHEN")
+    later.add_argument("due", nargs="+", metavar="NAME=WHEN", help="WHEN as in init, or now (closes it this moment)")
     args = parser.parse_args(argv)
     try:
         if args.command == "init":
@@ -161,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if not is_course_dir(args.folder):
                 raise CourseError(f"{args.folder} is not a course directory (no {CONFIG})")
-            set_due(args.folder, parse_due(args.due))
-            print(f"Due dates set: {', '.join(args.due)}")
+            due = parse_due(args.due)
+            set_due(args.folder, due)
+            print("Due: " + ", ".join(f"{name} {when}" for name, when in due.items()))
     except CourseError as error:
         print(f"course: {error}", file=sys.stderr)
         return 2

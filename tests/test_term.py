@@ -1,0 +1,253 @@
+"""docs/instructors.md, played: an instructor and two students, from release to export, every command as written.
+
+Each fenced ``bash`` block of the page names who runs it (``instructor``,
+``student=alice``, ``formgrader`` ...). The test runs them in order, each in a
+fresh ``bash`` that first runs the page's ``settings`` block with this
+checkout's paths put in (and temporary folders for the course directory and
+the exchange), as that person: each has a home folder of their own, so
+nbgrader's per-user state is theirs. Between blocks it does what the page
+says happens by hand (the students answer: alice with ada's notebook from the
+demo class, bob with margaret's, which earns 5 of 8; the instructor changes
+one of bob's scores in formgrader, in Chromium) and checks what each step
+left: two grading runs with identical gradebooks, bob's late penalty and his
+changed score in nbgrader's export and the LMS ones, feedback in each
+student's folder.
+
+Needs what the browser tests need (``make browser``). Screenshots and the
+server's log go to ``build/browser/test_term/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from autograder.demo import SUBMITTED
+from autograder.pipeline import ROOT, course_config
+from autograder.sandbox import tethered
+from test_browser import ARTIFACTS, SECOND, _free_port, _tail, browser, stop_lab  # noqa: F401 (browser: a fixture)
+
+DOC = ROOT / "docs" / "instructors.md"
+BLOCK = re.compile(r"^```bash (?P<who>[^\n]+)\n(?P<body>.*?)^```\s*$", re.M | re.S)
+SETTING = re.compile(r"^(?P<name>[A-Z_]+)=(?P<value>\S+)\s*(#.*)?$")
+ASSIGNMENT = "00_environment"
+ANSWERS = {"alice": "ada", "bob": "margaret"}  # who answers like whom in the demo class
+ARTIFACT_DIR = ARTIFACTS / "test_term"
+
+
+def doc_blocks() -> list[tuple[str, str]]:
+    return [(m["who"].strip(), m["body"]) for m in BLOCK.finditer(DOC.read_text())]
+
+
+class Term:
+    """The people of the walk-through, each with a home folder, and the page's settings with this machine's paths."""
+
+    def __init__(self, folder: Path, settings: str):
+        self.folder = folder
+        self.course = folder / "course"
+        self.exchange = folder / "exchange"
+        values = {"REPO": str(ROOT), "COURSE": str(self.course), "EXCHANGE": str(self.exchange)}
+        lines, seen = [], set()
+        for line in settings.splitlines():
+            match = SETTING.match(line.strip())
+            if match and match["name"] in values:
+                line = f"{match['name']}={shlex.quote(values[match['name']])}"
+            if match:
+                seen.add(match["name"])
+                if match["name"] == "COURSE_ID":
+                    self.course_id = match["value"]
+            lines.append(line)
+        assert seen == {"REPO", "COURSE", "EXCHANGE", "COURSE_ID"}, f"the settings block sets {sorted(seen)}"
+        self.settings = "\n".join(lines)
+        if not (ROOT / ".venv" / "bin" / "activate").is_file():
+            pytest.fail("the page activates the course's environment: run `make install` first", pytrace=False)
+
+    def home(self, who: str) -> Path:
+        home = self.folder / "home" / who
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+
+    def env(self, who: str) -> dict[str, str]:
+        """A login of ``who``: their own home, no Jupyter, make or virtual environment settings of this process."""
+        keep = {k: v for k, v in os.environ.items()
+                if not k.startswith(("JUPYTER", "JPY_", "MAKE", "MFLAGS", "VIRTUAL_ENV", "PYTEST", "COURSE_"))}
+        bin_dir = str(ROOT / ".venv" / "bin")
+        keep["PATH"] = os.pathsep.join(p for p in keep.get("PATH", "").split(os.pathsep) if p != bin_dir)
+        return {**keep, "HOME": str(self.home(who)), "USER": who, "LOGNAME": who}
+
+    def script(self, body: str) -> str:
+        return "set -euo pipefail\n" + self.settings + "\n" + body
+
+    def run(self, who: str, body: str) -> str:
+        done = subprocess.run(["bash", "-c", self.script(body)], cwd=self.home(who), env=self.env(who),
+                              capture_output=True, text=True, timeout=900)
+        output = done.stdout + done.stderr
+        (ARTIFACT_DIR / "commands.log").open("a").write(f"--- {who}:\n{body}\n{output}\n")
+        assert done.returncode == 0, f"{who}'s block failed ({done.returncode}):\n{body}\n{output[-4000:]}"
+        return output
+
+
+def gradebook_rows(course: Path) -> dict[str, list[tuple]]:
+    with sqlite3.connect(course / "gradebook.db") as db:
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {table: sorted(db.execute(f"SELECT * FROM {table}"), key=repr) for table in tables}
+
+
+def bob_grades(course: Path) -> list[tuple]:
+    """(submitted notebook id, cell name, auto score, manual score, max score) of each of bob's grades."""
+    query = """SELECT sn.id, bc.name, g.auto_score, g.manual_score, gc.max_score FROM grade g
+               JOIN submitted_notebook sn ON g.notebook_id = sn.id JOIN submitted_assignment sa ON sn.assignment_id = sa.id
+               JOIN base_cell bc ON g.cell_id = bc.id JOIN grade_cells gc ON gc.id = g.cell_id
+               WHERE sa.student_id = 'bob' ORDER BY bc.name"""
+    with sqlite3.connect(course / "gradebook.db") as db:
+        return list(db.execute(query))
+
+
+def _total(score: float) -> str:
+    """The total as nbgrader's feedback page prints it."""
+    return f"{ASSIGNMENT} (Score: {round(score, 2)} / 8.0)"
+
+
+def csv_rows(path: Path) -> list[dict]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def review_in_formgrader(term: Term, body: str, browser) -> float:  # noqa: F811 (the fixture)
+    """Start the page's formgrader command, give bob full credit for one failed test there; return his new raw score."""
+    lines = body.strip().splitlines()
+    assert lines[-1] == "jupyter lab", "the formgrader block ends with the command that starts JupyterLab"
+    port, token = _free_port(), secrets.token_hex(24)
+    flags = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+             f"--IdentityProvider.token={token}"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    script = term.script("\n".join(lines[:-1] + ["exec jupyter lab " + " ".join(flags)]))
+    log_path = ARTIFACT_DIR / "formgrader.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(tethered(["bash", "-c", script], signal.SIGTERM), cwd=term.home("instructor"),
+                                  env=term.env("instructor"), stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, f"JupyterLab exited:\n{_tail(log_path)}"
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"JupyterLab did not answer within 60 s:\n{_tail(log_path)}"
+                time.sleep(0.2)
+        failed = [g for g in bob_grades(term.course) if g[2] < g[4]]
+        assert failed, "bob failed no test: nothing to review"
+        notebook_id, cell, auto_score, _, max_score = failed[0]
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        context.set_default_timeout(30 * SECOND)
+        page = context.new_page()
+        requests = ARTIFACT_DIR / "formgrader-requests.log"
+        page.on("request", lambda r: requests.open("a").write(f"{r.method} {r.url}\n"))
+        try:
+            page.goto(f"{url}/login")  # the instructor logs in with the server's token, as a browser asks for it
+            page.locator("#password_input").fill(token)
+            page.locator("#password_input").press("Enter")
+            page.wait_for_url("**/lab**")
+            page.goto(f"{url}/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
+            with page.expect_response(lambda r: "/formgrader/api/grades?" in r.url):
+                page.locator(f'a[href$="/formgrader/submissions/{notebook_id}"]:visible').click()
+            score = page.locator(f"input.score#{cell}[placeholder]")  # formgrader's script has taken the field over
+            score.wait_for()
+            with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT") as saved:
+                score.fill(f"{max_score:g}")
+                score.press("Tab")
+            assert saved.value.ok, saved.value.status
+        finally:
+            page.screenshot(path=ARTIFACT_DIR / "formgrader.png")
+            context.close()
+    finally:
+        stop_lab(server)
+    manual = {g[1]: g[3] for g in bob_grades(term.course)}
+    assert manual[cell] == max_score, "formgrader's score is not in the gradebook"
+    return sum(g[3] if g[3] is not None else g[2] for g in bob_grades(term.course))
+
+
+def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path, browser):  # noqa: F811 (the fixture)
+    shutil.rmtree(ARTIFACT_DIR, ignore_errors=True)
+    ARTIFACT_DIR.mkdir(parents=True)
+    blocks = doc_blocks()
+    assert blocks[0][0] == "settings", "the page starts with its settings"
+    term = Term(tmp_path, blocks[0][1])
+    assert term.course_id == course_config().CourseDirectory.course_id, "the page's course id is not the course's"
+    course = term.course
+    grading_runs, bob_raw, done = [], None, []
+    for who, body in blocks[1:]:
+        if who == "formgrader":
+            bob_raw = review_in_formgrader(term, body, browser)
+            done.append("formgrader")
+            continue
+        assert who == "instructor" or who.removeprefix("student=") in ANSWERS, f"who runs this block? {who}"
+        output = term.run("instructor" if who == "instructor" else who.removeprefix("student="), body)
+        student = who.removeprefix("student=") if who.startswith("student=") else None
+        if "make course-dir" in body:
+            assert (course / "nbgrader_config.py").is_file() and (course / "release" / ASSIGNMENT).is_dir()
+        elif "student import" in body:
+            with sqlite3.connect(course / "gradebook.db") as db:
+                assert dict(db.execute("SELECT id, email FROM student")) == {
+                    "alice": "alice@example.edu", "bob": "bob@example.edu"}
+        elif "release_assignment" in body:
+            assert (term.exchange / term.course_id / "outbound" / ASSIGNMENT).is_dir()
+        elif "fetch_assignment" in body:
+            fetched = term.home(student) / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+            assert fetched.is_file(), output
+            # The student answers in JupyterLab and saves: here, a demo student's answers are saved over it.
+            shutil.copy(SUBMITTED / ANSWERS[student] / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", fetched)
+        elif re.search(r"nbgrader submit\b", body):
+            assert list((term.exchange / term.course_id / "inbound").glob(f"{student}+{ASSIGNMENT}+*"))
+        elif "autograder.course due" in body:
+            assert ASSIGNMENT in output
+        elif "nbgrader collect" in body:
+            for name in ANSWERS:
+                assert (course / "submitted" / name / ASSIGNMENT / "timestamp.txt").is_file()
+        elif "autograder.grade" in body:
+            grading_runs.append((gradebook_rows(course), sorted(
+                (p, p.read_bytes()) for p in (course / "feedback").rglob("*.html"))))
+            rows = {r["student"]: r for r in csv_rows(course / "scores.csv") if r["assignment"] == ASSIGNMENT}
+            assert (rows["alice"]["score"], rows["bob"]["score"]) == ("8", "5"), rows
+            assert re.search(r"late by [\d.]+ (hours|days): -0\.5 points", rows["bob"]["note"]), rows["bob"]
+            assert "late" not in rows["alice"]["note"]
+            assert "alice" in output and "bob" in output, "the table is not printed"
+        elif "autograder.feedback" in body:
+            page = (course / "feedback" / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+            assert bob_raw is not None and _total(bob_raw - 0.5) in page, "bob's feedback lacks formgrader's score"
+            assert "Late submission penalty (Score: -0.5)" in page
+        elif "fetch_feedback" in body:
+            [page] = (term.home(student) / ASSIGNMENT / "feedback").glob(f"*/{ASSIGNMENT}.html")
+            assert f"{ASSIGNMENT}.html" in output
+            if student == "bob":
+                assert _total(bob_raw - 0.5) in page.read_text()
+            assert "BEGIN HIDDEN TESTS" not in page.read_text()
+        elif "nbgrader export" in body:
+            [bob] = [r for r in csv_rows(course / "grades.csv") if (r["student_id"], r["assignment"]) == ("bob", ASSIGNMENT)]
+            assert (float(bob["raw_score"]), float(bob["late_submission_penalty"])) == (bob_raw, 0.5), bob
+            assert float(bob["score"]) == bob_raw - 0.5
+            [canvas] = [r for r in csv_rows(course / "grades-canvas.csv") if r["SIS Login ID"] == "bob"]
+            [moodle] = [r for r in csv_rows(course / "grades-moodle.csv") if r["Email address"] == "bob@example.edu"]
+            assert float(canvas[ASSIGNMENT]) == float(moodle[ASSIGNMENT]) == bob_raw - 0.5
+            [alice] = [r for r in csv_rows(course / "grades.csv")
+                       if (r["student_id"], r["assignment"]) == ("alice", ASSIGNMENT)]
+            assert (float(alice["score"]), float(alice["late_submission_penalty"])) == (8.0, 0.0)
+        done.append(body)
+    assert len(done) == len(blocks) - 1
+    assert len(grading_runs) == 2, "the page grades twice"
+    assert grading_runs[0] == grading_runs[1], "grading again changed the gradebook or the feedback"
+    assert bob_raw is not None and bob_raw > 5, "the page has no review in formgrader"
