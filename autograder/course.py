@@ -132,6 +132,8 @@ def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = N
         shutil.copytree(SOLUTIONS, folder / "source", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
         (folder / CONFIG).write_text(config_text(db_url, exchange, course_id))
+        if db_url:  # it may hold the database's password: the instructor's to read alone
+            (folder / CONFIG).chmod(0o600)
         with grading_environment():
             api = nbgrader_api(folder)
             for name in names:

@@ -23,7 +23,7 @@ import nbformat
 import pytest
 
 from autograder import demo, grade, sandbox
-from autograder.gradebook import GradebookLock
+from autograder.gradebook import GradebookLock, grading_environment
 from autograder.pipeline import course_config
 from autograder.runner import alive
 from autograder.settings import DEMO_CLASS, GRADEBOOK_ENV
@@ -190,6 +190,24 @@ def test_report_names_the_gradebook_without_its_password(server, graded):
         report = (tmp / name / "work" / "report.txt").read_text()
         assert f"127.0.0.1:{server['port']}/gradebook" in report
         assert PASSWORD not in report and PASSWORD not in outputs[name]
+
+
+def test_a_course_directory_keeps_its_gradebook_in_postgresql(server, tmp_path):
+    import psycopg
+    from nbgrader.api import Gradebook
+
+    from autograder import course
+
+    with psycopg.connect(server["url"].replace("/gradebook", "/postgres"), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE term")
+    url = server["url"].replace("/gradebook", "/term")
+    folder = tmp_path / "course"
+    assert course.main(["init", str(folder), "--db-url", url, "--due", f"{ASSIGNMENT}=2026-09-07 17:00 UTC"]) == 0
+    assert not (folder / "gradebook.db").exists()
+    assert (folder / "nbgrader_config.py").stat().st_mode & 0o077 == 0, "the password is readable by others"
+    with grading_environment(), Gradebook(url, course_config().CourseDirectory.course_id) as book:
+        assert {a.name for a in book.assignments} == {p.name for p in (folder / "source").iterdir()}
+        assert str(book.find_assignment(ASSIGNMENT).duedate) == "2026-09-07 17:00:00"
 
 
 def test_unreachable_gradebook_is_a_clear_error_before_grading(tmp_path, capsys):
