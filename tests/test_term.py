@@ -28,6 +28,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -37,7 +38,7 @@ import pytest
 from autograder.demo import SUBMITTED
 from autograder.pipeline import ROOT, course_config
 from autograder.sandbox import tethered
-from test_browser import ARTIFACTS, SECOND, _free_port, _tail, browser, stop_lab  # noqa: F401 (browser: a fixture)
+from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, _free_port, _tail, stop_lab
 
 DOC = ROOT / "docs" / "instructors.md"
 BLOCK = re.compile(r"^```bash (?P<who>[^\n]+)\n(?P<body>.*?)^```\s*$", re.M | re.S)
@@ -125,7 +126,61 @@ def csv_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def review_in_formgrader(term: Term, body: str, browser) -> float:  # noqa: F811 (the fixture)
+def _in_its_own_thread(function, *args) -> None:
+    """Run ``function`` in a new thread and raise what it raised.
+
+    Playwright's synchronous API refuses a thread with a running asyncio loop,
+    which a test run earlier in the same process may have left in this one.
+    """
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            function(*args)
+        except BaseException as error:  # handed to the test's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+def _give_full_credit(url: str, token: str, notebook_id: str, cell: str, max_score: float) -> None:
+    """In Chromium: log in, open formgrader's page of the submission, give ``cell`` its full points."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: run `make browser`", pytrace=False)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
+        context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+        context.set_default_timeout(30 * SECOND)
+        page = context.new_page()
+        requests = ARTIFACT_DIR / "formgrader-requests.log"
+        page.on("request", lambda r: requests.open("a").write(f"{r.method} {r.url}\n"))
+        try:
+            page.goto(f"{url}/login")  # the instructor logs in with the server's token, as a browser asks for it
+            page.locator("#password_input").fill(token)
+            page.locator("#password_input").press("Enter")
+            page.wait_for_url("**/lab**")
+            page.goto(f"{url}/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
+            with page.expect_response(lambda r: "/formgrader/api/grades?" in r.url):
+                page.locator(f'a[href$="/formgrader/submissions/{notebook_id}"]:visible').click()
+            score = page.locator(f"input.score#{cell}[placeholder]")  # formgrader's script has taken the field over
+            score.wait_for()
+            with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT") as saved:
+                score.fill(f"{max_score:g}")
+                score.press("Tab")
+            assert saved.value.ok, saved.value.status
+        finally:
+            page.screenshot(path=ARTIFACT_DIR / "formgrader.png")
+            context.close()
+            chromium.close()
+
+
+def review_in_formgrader(term: Term, body: str) -> float:
     """Start the page's formgrader command, give bob full credit for one failed test there; return his new raw score."""
     lines = body.strip().splitlines()
     assert lines[-1] == "jupyter lab", "the formgrader block ends with the command that starts JupyterLab"
@@ -152,28 +207,7 @@ def review_in_formgrader(term: Term, body: str, browser) -> float:  # noqa: F811
         failed = [g for g in bob_grades(term.course) if g[2] < g[4]]
         assert failed, "bob failed no test: nothing to review"
         notebook_id, cell, auto_score, _, max_score = failed[0]
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        context.set_default_timeout(30 * SECOND)
-        page = context.new_page()
-        requests = ARTIFACT_DIR / "formgrader-requests.log"
-        page.on("request", lambda r: requests.open("a").write(f"{r.method} {r.url}\n"))
-        try:
-            page.goto(f"{url}/login")  # the instructor logs in with the server's token, as a browser asks for it
-            page.locator("#password_input").fill(token)
-            page.locator("#password_input").press("Enter")
-            page.wait_for_url("**/lab**")
-            page.goto(f"{url}/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
-            with page.expect_response(lambda r: "/formgrader/api/grades?" in r.url):
-                page.locator(f'a[href$="/formgrader/submissions/{notebook_id}"]:visible').click()
-            score = page.locator(f"input.score#{cell}[placeholder]")  # formgrader's script has taken the field over
-            score.wait_for()
-            with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT") as saved:
-                score.fill(f"{max_score:g}")
-                score.press("Tab")
-            assert saved.value.ok, saved.value.status
-        finally:
-            page.screenshot(path=ARTIFACT_DIR / "formgrader.png")
-            context.close()
+        _in_its_own_thread(_give_full_credit, url, token, notebook_id, cell, max_score)
     finally:
         stop_lab(server)
     manual = {g[1]: g[3] for g in bob_grades(term.course)}
@@ -181,7 +215,7 @@ def review_in_formgrader(term: Term, body: str, browser) -> float:  # noqa: F811
     return sum(g[3] if g[3] is not None else g[2] for g in bob_grades(term.course))
 
 
-def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path, browser):  # noqa: F811 (the fixture)
+def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
     shutil.rmtree(ARTIFACT_DIR, ignore_errors=True)
     ARTIFACT_DIR.mkdir(parents=True)
     blocks = doc_blocks()
@@ -192,7 +226,7 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path, brows
     grading_runs, bob_raw, done = [], None, []
     for who, body in blocks[1:]:
         if who == "formgrader":
-            bob_raw = review_in_formgrader(term, body, browser)
+            bob_raw = review_in_formgrader(term, body)
             done.append("formgrader")
             continue
         assert who == "instructor" or who.removeprefix("student=") in ANSWERS, f"who runs this block? {who}"
