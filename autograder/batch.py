@@ -28,7 +28,7 @@ import secrets
 import shutil
 import signal
 import tempfile
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 import nbformat
@@ -39,7 +39,8 @@ from autograder.course import is_course_dir
 from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
                                   nbgrader_api)
 from autograder.intake import RENAMED
-from autograder.job import RUNNERS, Job, RunContext, course_imports, execute, prepare
+from autograder.executors import Executor, executor_for
+from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
@@ -205,6 +206,14 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR, settings
     intake = Path(submitted).resolve() if submitted is not None else None
     if intake is None and not is_course_dir(workdir):
         raise ChoiceError(f"{workdir} is not a course directory: name the submissions folder")
+    executor = executor_for(settings)  # a cluster that does not answer stops here, before anything is written
+    try:
+        return _grade_with(workdir, intake, settings, executor)
+    finally:
+        executor.close()
+
+
+def _grade_with(workdir: Path, intake: Path | None, settings: Settings, executor: Executor) -> list[Result]:
     state = open_workdir(workdir, intake)
     due = settings.due if settings.due is not None else DEMO_DUE if intake == DEMO_CLASS.resolve() else {}
     RUNNERS.stopping.clear()
@@ -212,11 +221,11 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR, settings
     with grading_environment(), tempfile.TemporaryDirectory(prefix="grade-") as ipc_root, \
             GradebookLock(db_url) as lock:
         os.chmod(ipc_root, 0o755)
-        return _grade_in(workdir, db_url, settings, Path(ipc_root), lock, state, due)
+        return _grade_in(workdir, db_url, settings, Path(ipc_root), lock, state, due, executor)
 
 
 def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
-              lock: GradebookLock, state: dict, due: dict[str, str]) -> list[Result]:
+              lock: GradebookLock, state: dict, due: dict[str, str], executor: Executor) -> list[Result]:
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.utils import parse_utc
 
@@ -247,7 +256,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     read_only = sandbox.python_paths()
 
     run = RunContext(settings, settings.isolation(), "_grader_" + secrets.token_hex(8), ipc_root, imports, read_only,
-                     cgroups.find())
+                     cgroups.find(), executor)
     cgroups.sweep(run.cgroups)  # what runners killed outright left behind
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
     unknown = sorted(set(settings.students or ()) - set(students))
@@ -305,8 +314,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     progress = Progress(len(job_files), settings.progress)
     remaining = {pair: len(pair_jobs) for pair, pair_jobs in jobs.items()}
     graded: set[tuple[str, str]] = set(earlier)
-    pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs))
-    futures = {pool.submit(execute, path, settings): job for job, path in job_files}
+    futures = {executor.submit(path): job for job, path in job_files}
     try:
         for future in as_completed(futures):
             job = futures[future]
@@ -349,15 +357,13 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                         notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
             progress.step(f"{job.student}/{job.assignment}")
     except KeyboardInterrupt:
-        RUNNERS.stop()
-        pool.shutdown(wait=True, cancel_futures=True)
+        executor.stop()
         unfinished = sorted(pair for pair, left in remaining.items() if left)
         for student, name in unfinished:  # what they wrote is not graded: nothing of it stays
             shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
             with contextlib.suppress(OSError):
                 (workdir / "jobs" / student).rmdir()  # if no other assignment of theirs is there
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
-    pool.shutdown(wait=True)
     cgroups.sweep(run.cgroups)
     state["finished"] = True
     write_state(workdir, state)

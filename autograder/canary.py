@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 
 from autograder import sandbox
-from autograder.job import Job, RunContext, execute, prepare
+from autograder.job import Job, RunContext, prepare
 from autograder.probe import notebook_sites, self_check
 from autograder.submission import is_test, nbgrader_meta
 from autograder.verdict import judge, observations_of
@@ -61,8 +60,8 @@ def references(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir:
         shutil.rmtree(job.folder, ignore_errors=True)  # left by a run stopped before its reference was kept
         path = prepare(job, source, source, workdir / "source" / name, run, reference=True)
         jobs.append((job, path, source))
-    with ThreadPoolExecutor(max_workers=max(1, run.settings.jobs)) as pool:
-        list(pool.map(lambda item: execute(item[1], run.settings), jobs))
+    for future in [run.executor.submit(path) for _, path, _ in jobs]:
+        future.result()
     for job, _, source in jobs:
         problem = _problem(job, source)
         if problem:

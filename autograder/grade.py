@@ -56,6 +56,7 @@ from pathlib import Path
 
 from autograder import cgroups, sandbox
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
+from autograder.executors import ClusterError, check_scheduler
 from autograder.canary import CanaryFailed
 from autograder.course import CourseError, is_course_dir, parse_due
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
@@ -116,8 +117,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep each submission's working copy (jobs/STUDENT/ASSIGNMENT/NOTEBOOK/work, with what "
                              "its kernel wrote: the kernel writes there, not to a bounded tmpfs, so --disk-limit-mib "
                              "does not hold) after grading; by default it is removed once the notebook is graded")
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                         help="run the jobs on this Dask scheduler's workers (each in the same sandbox, on its machine; "
+                              "start workers with python -m autograder.executors worker ADDRESS)")
+    cluster.add_argument("--dask-local", type=int, default=0, metavar="N",
+                         help="start a Dask cluster of N worker processes on this machine for the run")
+    parser.add_argument("--gpu-jobs", action="store_true",
+                        help="on a Dask cluster, each job asks for the resource GPU=1 (workers started with --gpu K)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.gpu_jobs and not (args.scheduler or args.dask_local):
+        parser.error("--gpu-jobs is for a Dask cluster: add --scheduler or --dask-local")
+    if args.scheduler:
+        try:
+            check_scheduler(args.scheduler)  # first: an address that does not answer costs seconds, not a set-up
+        except ClusterError as error:
+            print(f"grade: {error}", file=sys.stderr, flush=True)
+            return 2
     if args.course is not None:
         if not is_course_dir(args.course):
             parser.error(f"{args.course} is not a course directory: make one with python -m autograder.course init")
@@ -135,14 +152,18 @@ def main(argv: list[str] | None = None) -> int:
                         max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
                         progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
                         keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
-                        regrade=args.regrade, due=due)
+                        regrade=args.regrade, due=due, scheduler=args.scheduler, dask_local=args.dask_local,
+                        gpu_jobs=args.gpu_jobs)
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)
         if problem:
             parser.exit(2, f"cannot open the gradebook at {shown_url(db_url)}: {problem}\n")
     isolation = settings.isolation()
-    header = [f"Grading {args.submitted or args.course / 'submitted'} with {settings.jobs} notebook(s) at a time.",
+    where = (f"on the Dask scheduler at {settings.scheduler}" if settings.scheduler else
+             f"on a Dask cluster of {settings.dask_local} local worker(s)" if settings.dask_local else
+             f"with {settings.jobs} notebook(s) at a time")
+    header = [f"Grading {args.submitted or args.course / 'submitted'} {where}.",
               f"Gradebook: {shown_url(db_url)}",
               f"Devices every submission is checked on: {devices_text()}", "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
@@ -160,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with INTERRUPTS.installed():
             results = grade(args.submitted, args.workdir, settings)
-    except ChoiceError as error:
+    except (ChoiceError, ClusterError) as error:
         print(f"grade: {error}", file=sys.stderr, flush=True)
         return 2
     except CanaryFailed as failure:

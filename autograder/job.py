@@ -10,6 +10,7 @@ rewritten to record values), the student's working copy and the runner's setting
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import shutil
@@ -115,6 +116,7 @@ class RunContext:
     imports: dict[str, dict[str, str]]  # assignment -> notebook -> the source's import lines (course_imports)
     read_only: list[str]  # the folders Python imports from
     cgroups: cgroups.Cgroups = cgroups.Cgroups(0, reason="not asked for")  # where each sandbox gets a cgroup
+    executor: object = None  # where the jobs run (autograder.executors); None: this machine's cores
 
 
 def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
@@ -140,29 +142,54 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    ipc = Path(tempfile.mkdtemp(prefix="k", dir=run.ipc_root))
     nbformat.write(nb, job.folder / "in.ipynb")
+    description = {"guard_name": guard_name, "recorder_name": recorder_name, "probes": probes}
+    hide = [str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
+    _place(job.folder, description, settings, isolation, run.ipc_root, hide, run.read_only, run.cgroups)
+    # What the verdict needs, kept for a review of a withheld score (autograder.review); the kernel cannot see it.
+    (job.folder / "verdict.json").write_text(json.dumps({"findings": job.findings}))
+    return job.folder / "job.json"
+
+
+def _place(folder: Path, description: dict, settings: Settings, isolation: sandbox.Isolation, ipc_root: Path,
+           hide: list[str], read_only: list[str], groups: cgroups.Cgroups) -> None:
+    """Write ``folder/job.json``: ``description`` with this machine's paths, limits and sandbox for the job."""
+    work = folder / "work"
+    ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
     spec = sandbox.Spec(
         workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
         user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
         disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
-        hide=[str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])],
-        read_only=run.read_only, read_write=[str(work), str(ipc)])
-    description = {
-        "notebook_in": str(job.folder / "in.ipynb"), "notebook_out": str(job.folder / "out.ipynb"),
-        "status_out": str(job.folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
+        hide=hide, read_only=read_only, read_write=[str(work), str(ipc)])
+    description.update({
+        "notebook_in": str(folder / "in.ipynb"), "notebook_out": str(folder / "out.ipynb"),
+        "status_out": str(folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
         "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
-        "guard_name": guard_name, "recorder_name": recorder_name, "probes": probes,
-        "observations_out": str(job.folder / "observations.json"), "probes_log": str(job.folder / "probes.log"),
-        "sandbox": spec.__dict__, "cgroups": {"version": run.cgroups.version, "parents": run.cgroups.parents},
-    }
+        "observations_out": str(folder / "observations.json"), "probes_log": str(folder / "probes.log"),
+        "sandbox": spec.__dict__, "cgroups": {"version": groups.version, "parents": groups.parents},
+    })
     if spec.as_nobody:
         for path in (work, ipc, *work.rglob("*")):
             os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
-    (job.folder / "job.json").write_text(json.dumps(description))
-    # What the verdict needs, kept for a review of a withheld score (autograder.review); the kernel cannot see it.
-    (job.folder / "verdict.json").write_text(json.dumps({"findings": job.findings}))
-    return job.folder / "job.json"
+    (folder / "job.json").write_text(json.dumps(description))
+
+
+_cgroups_here = functools.cache(cgroups.find)  # a worker decides once, as a grader does
+
+
+def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]) -> None:
+    """Make a job prepared on another machine (unpacked at ``job_file``) runnable on this one.
+
+    Its paths become this folder's, its sandbox this machine's (isolation,
+    Python folders, cgroups), hiding this machine's copy of the course and
+    ``hide``; what the job runs (notebook, probes, guard) is unchanged.
+    """
+    description = json.loads(job_file.read_text())
+    kept = {key: description[key] for key in ("guard_name", "recorder_name", "probes")}
+    groups = _cgroups_here()
+    cgroups.sweep(groups)
+    _place(job_file.parent, kept, settings, settings.isolation(), ipc_root, [str(ROOT), *hide],
+           sandbox.python_paths(), groups)
 
 
 class Runners:

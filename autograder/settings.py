@@ -60,6 +60,9 @@ class Settings:
     students: tuple[str, ...] = ()  # grade only these students (none named: all)
     regrade: bool = False  # grade the chosen submissions even if an earlier run graded them unchanged
     due: dict[str, str] | None = None  # due dates to record (None: the demo class's for the demo class, else none)
+    scheduler: str | None = None  # a Dask scheduler's address: jobs run on its workers (autograder.executors)
+    dask_local: int = 0  # start a Dask cluster of this many workers on this machine for the run
+    gpu_jobs: bool = False  # on a Dask cluster, each job asks for the resource GPU=1
 
     def isolation(self) -> sandbox.Isolation:
         if not self.sandbox:

@@ -1,0 +1,273 @@
+"""Where a grading job runs, apart from what it does: a pool of this machine's cores, or a Dask cluster.
+
+A job is a folder that :func:`autograder.job.prepare` wrote (``job.json``, the
+assembled notebook, the working copy); running it fills the folder with what
+:mod:`autograder.runner` writes (``out.ipynb``, ``status.json``,
+``observations.json``, ``probes.log``, ``runner.log``). An executor's
+:meth:`~Executor.submit` takes the job file and returns a
+:class:`concurrent.futures.Future` that is done when those files are in the
+job's folder on this machine; the grader reads them from there as it always
+does, so the same job code runs on either executor unchanged.
+
+* :class:`LocalPool` (the default): one thread per ``--jobs``, each starting
+  the runner in its sandbox (:func:`autograder.job.execute`).
+* :class:`DaskExecutor` (``--scheduler tcp://HOST:PORT``, or ``--dask-local
+  N`` for a cluster of N worker processes on this machine): each job's folder
+  travels to a worker as a compressed archive (the workers need the course
+  installed, not this machine's folders); the worker unpacks it in a temporary
+  folder, rewrites its paths and sandbox for its own machine
+  (:func:`autograder.job.relocate`), starts the runner there as a separate
+  process, in the same sandbox as the local pool (student code never runs in
+  the Dask worker's own process), and sends the results back. They are written
+  into the job's folder once, when the job's future completes: a job that Dask
+  runs again after its worker died is not counted twice. With ``gpu=True``
+  each job asks for the Dask resource ``GPU=1``, which only workers started
+  with ``--resources GPU=1`` offer (``python -m autograder.executors worker
+  ADDRESS --gpu K`` starts one pinned to GPU K with ``CUDA_VISIBLE_DEVICES``).
+
+On a CPU-only machine both run every job on the CPU (and the simulated
+accelerator); nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from autograder.job import RUNNERS, execute, relocate
+from autograder.settings import Settings
+
+CONNECT_TIMEOUT_S = 5
+INPUTS = ("job.json", "in.ipynb", "verdict.json")  # what the grader wrote, besides the working copy
+RAN_ON = "ran_on.txt"  # in a job's folder after a cluster ran it: the worker's name and address
+
+
+class ClusterError(Exception):
+    """A cluster the grader cannot use; the message says why. Raised before anything is graded."""
+
+
+class Executor:
+    """Runs job files; see the module's docstring."""
+
+    description = ""
+
+    def submit(self, job_file: Path) -> Future:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """A stopped run: end the jobs that are running, start no more."""
+
+    def close(self) -> None:
+        """The run is over."""
+
+
+class LocalPool(Executor):
+    """``jobs`` runners at a time on this machine."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs))
+        self.description = f"this machine, {max(1, settings.jobs)} at a time"
+
+    def submit(self, job_file: Path) -> Future:
+        return self.pool.submit(execute, job_file, self.settings)
+
+    def stop(self) -> None:
+        RUNNERS.stop()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def sandbox_line(error: BaseException) -> str:
+    """An exception's message in one line, at most 200 characters."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def pack(folder: Path, skip: tuple[str, ...] = ()) -> bytes:
+    """The files of ``folder`` (but the top-level names in ``skip``) as a gzipped tar archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(folder.iterdir()):
+            if path.name not in skip:
+                archive.add(path, arcname=path.name)
+    return buffer.getvalue()
+
+
+def unpack(data: bytes, folder: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        archive.extractall(folder, filter="data")
+
+
+def run_bundle(bundle: bytes, settings: Settings) -> bytes:
+    """On a worker: run one packed job in a sandbox of this machine; return its results, packed.
+
+    The job's folder is unpacked into a new temporary folder, which the sandbox
+    hides from the kernel (but for the job's working copy), together with this
+    machine's copy of the course.
+    """
+    with tempfile.TemporaryDirectory(prefix="grade-job-") as place:
+        root = Path(place)
+        os.chmod(root, 0o755)
+        folder, ipc_root = root / "job", root / "ipc"
+        folder.mkdir()
+        ipc_root.mkdir()
+        os.chmod(ipc_root, 0o755)
+        unpack(bundle, folder)
+        relocate(folder / "job.json", settings, ipc_root, hide=[str(root)])
+        execute(folder / "job.json", settings)
+        (folder / RAN_ON).write_text(_worker_name() + "\n")
+        return pack(folder, skip=(*INPUTS, "work"))
+
+
+def _worker_name() -> str:
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:  # not in a worker (called directly)
+        return os.uname().nodename
+    return f"{worker.name} {worker.address}"
+
+
+class DaskExecutor(Executor):
+    """Jobs on a Dask cluster: an existing scheduler's address, or ``local`` workers started here."""
+
+    def __init__(self, settings: Settings, address: str | None = None, local: int = 0, gpu: bool = False):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as error:
+            raise ClusterError(f"Dask is not installed ({error}): pip install distributed") from None
+        self.settings, self.gpu, self.cluster = settings, gpu, None
+        self.run_id = secrets.token_hex(4)
+        try:
+            if local:
+                self.cluster = LocalCluster(n_workers=local, threads_per_worker=1, processes=True,
+                                            dashboard_address=None, silence_logs=40)
+                address = self.cluster.scheduler_address
+            else:
+                check_scheduler(address)
+            self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        except ClusterError:
+            raise
+        except Exception as error:  # refused, timed out, or something that is not a Dask scheduler
+            if self.cluster is not None:
+                self.cluster.close()
+            raise ClusterError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S} s "
+                               f"({type(error).__name__}: {sandbox_line(error)}); nothing was graded") from None
+        workers = len(self.client.scheduler_info().get("workers", {}))
+        self.description = (f"a Dask cluster at {address} ({workers} worker(s) when grading began"
+                            f"{', jobs need GPU=1' if gpu else ''})")
+        self.futures: list = []
+
+    def submit(self, job_file: Path) -> Future:
+        folder = job_file.parent
+        done: Future = Future()
+        key = f"grade-{self.run_id}-" + "-".join(folder.parts[-3:])
+        remote = self.client.submit(run_bundle, pack(folder), self.settings, key=key, pure=False,
+                                    resources={"GPU": 1} if self.gpu else None)
+        self.futures.append(remote)
+
+        def arrived(remote_future) -> None:
+            try:
+                unpack(remote_future.result(), folder)  # once per job: only the future that finished writes
+            except BaseException as error:  # the job could not run there: say so where the grader looks
+                (folder / "runner.log").write_text(f"the Dask cluster could not run this job: "
+                                                   f"{type(error).__name__}: {error}\n")
+            finally:
+                if not self.settings.keep_work:
+                    shutil.rmtree(folder / "work", ignore_errors=True)
+                done.set_result(None)
+
+        remote.add_done_callback(arrived)
+        return done
+
+    def stop(self) -> None:
+        self.client.cancel(self.futures, force=True)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def check_scheduler(address: str) -> None:
+    """Raise :class:`ClusterError` unless a Dask scheduler answers at ``tcp://HOST:PORT`` within 5 s."""
+    import asyncio
+
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else "tcp://" + address)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "tcp" or not parts.hostname or not port:
+        raise ClusterError(f"a Dask scheduler's address is tcp://HOST:PORT; got {address!r}")
+
+    async def identity() -> dict:
+        from distributed.comm import connect
+
+        comm = await connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()  # refused: at once
+        answer = asyncio.run(asyncio.wait_for(identity(), CONNECT_TIMEOUT_S))
+    except Exception as error:  # refused, timed out, or a peer that does not speak Dask
+        raise ClusterError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S} s "
+                           f"({type(error).__name__}: {sandbox_line(error)}); nothing was graded") from None
+    if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
+        raise ClusterError(f"what answered at {address} is not a Dask scheduler; nothing was graded")
+
+
+def executor_for(settings: Settings) -> Executor:
+    """The executor ``settings`` ask for (raises :class:`ClusterError` for a cluster it cannot reach)."""
+    if settings.scheduler or settings.dask_local:
+        return DaskExecutor(settings, settings.scheduler, settings.dask_local, settings.gpu_jobs)
+    return LocalPool(settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.executors",
+                                     description="Start a Dask worker for the grader (one job at a time).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="a worker for the scheduler at ADDRESS (this process becomes it)")
+    worker.add_argument("address", help="the scheduler, tcp://HOST:PORT")
+    worker.add_argument("--gpu", type=int, metavar="K", help="this worker's GPU: CUDA_VISIBLE_DEVICES=K, resource GPU=1")
+    worker.add_argument("--nthreads", type=int, default=1, help="jobs at a time (default 1)")
+    worker.add_argument("--name", help="the worker's name (default: Dask's)")
+    worker.add_argument("--no-nanny", action="store_true",
+                        help="no nanny process that restarts the worker when it dies")
+    args = parser.parse_args(argv)
+    env = dict(os.environ)
+    command = [sys.executable, "-m", "distributed.cli.dask_worker", args.address, "--nthreads", str(args.nthreads),
+               "--nworkers", "1", "--no-dashboard"] + (["--no-nanny"] if args.no_nanny else [])
+    name = args.name
+    if args.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(args.gpu)  # the runners it starts see this one GPU, as cuda:0
+        command += ["--resources", "GPU=1"]
+        name = name or f"gpu{args.gpu}-{os.uname().nodename}"
+    if name:
+        command += ["--name", name]
+    sys.stdout.flush()
+    os.execve(sys.executable, command, env)  # the worker is this process: signals and a kill reach it
+
+
+if __name__ == "__main__":
+    main()

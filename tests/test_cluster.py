@@ -1,0 +1,162 @@
+"""The grader on a real Dask cluster: a scheduler and two workers, each its own process on this machine.
+
+One cluster for the module. Part of the demo class is graded through it while
+a worker is killed (SIGKILL) in the middle of a student's job: its job runs
+again on the other worker, every submission is graded once, with the scores
+``make grade`` gives on this machine's cores (``expected_scores.csv``, which
+``tests/test_grade.py`` checks against the local pool). Then a scheduler that
+does not answer.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import demo, grade
+from autograder.pipeline import ROOT
+from autograder.sandbox import tethered
+from autograder.settings import DEMO_CLASS
+
+ASSIGNMENT = "00_environment"
+STUDENTS = ["ada", "grace", "margaret", "linus"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(command: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
+    """A process of the cluster, ended (SIGTERM) with this test process however it ends."""
+    with log.open("w") as handle:
+        return subprocess.Popen(tethered(command, signal.SIGTERM), cwd=cwd, stdout=handle, stderr=subprocess.STDOUT,
+                                env=env or os.environ.copy(), start_new_session=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _worker(address: str, name: str, log: Path, env: dict | None = None) -> subprocess.Popen:
+    return _start([sys.executable, "-m", "autograder.executors", "worker", address, "--name", name, "--no-nanny"],
+                  log, env)
+
+
+def _wait_for_workers(client, names: set[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while {w["name"] for w in client.scheduler_info()["workers"].values()} < names:
+        assert time.monotonic() < deadline, f"workers {names} did not join within {timeout:g} s"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A scheduler and workers w1 and w2 (no nannies: a killed worker stays dead); yields (address, processes)."""
+    from distributed import Client
+
+    logs = tmp_path_factory.mktemp("cluster")
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    processes = {"scheduler": _start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                      "--port", str(port), "--no-dashboard"], logs / "scheduler.log")}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert processes["scheduler"].poll() is None, (logs / "scheduler.log").read_text()
+                assert time.monotonic() < deadline, "the scheduler did not start within 60 s"
+                time.sleep(0.2)
+        for name in ("w1", "w2"):
+            processes[name] = _worker(address, name, logs / f"{name}.log")
+        with Client(address, timeout=30, set_as_default=False) as client:
+            _wait_for_workers(client, {"w1", "w2"})
+        yield address, processes, logs
+    finally:
+        for process in processes.values():
+            _stop(process)
+
+
+def _expected() -> dict[str, str]:
+    with demo.EXPECTED_SCORES.open() as handle:
+        return {r["student"]: r["score"] for r in csv.DictReader(handle) if r["assignment"] == ASSIGNMENT}
+
+
+def _kill_a_worker_in_a_students_job(address: str, processes: dict, killed: dict, stop: threading.Event) -> None:
+    """Watch the scheduler; SIGKILL the first worker seen running a student's job (not the canary's)."""
+    from distributed import Client
+
+    with Client(address, timeout=30, set_as_default=False) as client:
+        names = {addr: w["name"] for addr, w in client.scheduler_info()["workers"].items()}
+        while not stop.is_set():
+            for worker, keys in client.processing().items():
+                students = [k for k in keys if any(f"-{s}-" in k for s in STUDENTS)]
+                if students and names.get(worker) in processes:
+                    time.sleep(3)  # well inside the job: its runner and kernel are running
+                    processes[names[worker]].kill()
+                    killed.update(worker=names[worker], key=students[0])
+                    return
+            time.sleep(0.2)
+
+
+@pytest.mark.timeout(600)
+def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_pools_scores(cluster, tmp_path):
+    from distributed import Client
+
+    address, processes, logs = cluster
+    submitted = tmp_path / "submitted"
+    for student in STUDENTS:
+        shutil.copytree(DEMO_CLASS / student / ASSIGNMENT, submitted / student / ASSIGNMENT)
+    killed: dict = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_kill_a_worker_in_a_students_job, args=(address, processes, killed, stop))
+    watcher.start()
+    try:
+        code = grade.main(["--submitted", str(submitted), "--workdir", str(tmp_path / "work"), "--scheduler", address,
+                           "--quiet", "--no-feedback"])
+    finally:
+        stop.set()
+        watcher.join()
+    assert code == 0
+    assert killed, "no worker was killed while it ran a student's job"
+    with (tmp_path / "work" / "scores.csv").open() as handle:
+        rows = [r for r in csv.DictReader(handle) if r["assignment"] == ASSIGNMENT]
+    assert sorted(r["student"] for r in rows) == sorted(STUDENTS), "a submission is missing or counted twice"
+    expected = _expected()
+    assert {r["student"]: r["score"] for r in rows} == {s: expected[s] for s in STUDENTS}
+    with sqlite3.connect(tmp_path / "work" / "gradebook.db") as db:
+        assert db.execute("SELECT count(*) FROM submitted_assignment").fetchone() == (len(STUDENTS),)
+    student = next(s for s in STUDENTS if f"-{s}-" in killed["key"])
+    ran_on = (tmp_path / "work" / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
+    assert ran_on != killed["worker"] and ran_on in processes, f"{student}'s job ran last on {ran_on}"
+    processes[killed["worker"]] = _worker(address, killed["worker"], logs / f"{killed['worker']}-again.log")
+
+
+def test_a_scheduler_that_does_not_answer_is_a_clear_error_within_seconds_and_nothing_is_written(tmp_path, capsys):
+    work = tmp_path / "work"
+    started = time.monotonic()
+    code = grade.main(["--scheduler", f"tcp://127.0.0.1:{_free_port()}", "--workdir", str(work), "--quiet"])
+    assert code == 2 and time.monotonic() - started < 10
+    assert "no Dask scheduler answered at tcp://127.0.0.1:" in capsys.readouterr().err
+    assert not work.exists(), "a work folder was written"
