@@ -28,15 +28,10 @@ from autograder import demo, grade
 from autograder.pipeline import ROOT
 from autograder.sandbox import tethered
 from autograder.settings import DEMO_CLASS
+from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, then its group's SIGKILL
 
 ASSIGNMENT = "00_environment"
 STUDENTS = ["ada", "grace", "margaret", "linus"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start(command: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
@@ -44,16 +39,6 @@ def _start(command: list[str], log: Path, env: dict | None = None, cwd: Path = R
     with log.open("w") as handle:
         return subprocess.Popen(tethered(command, signal.SIGTERM), cwd=cwd, stdout=handle, stderr=subprocess.STDOUT,
                                 env=env or os.environ.copy(), start_new_session=True)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def _worker(address: str, name: str, log: Path, env: dict | None = None) -> subprocess.Popen:
@@ -95,7 +80,7 @@ def cluster(tmp_path_factory):
         yield address, processes, logs
     finally:
         for process in processes.values():
-            _stop(process)
+            stop_lab(process)
 
 
 def _expected() -> dict[str, str]:
