@@ -267,13 +267,16 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     notes: dict[tuple[str, str], list[str]] = {}
     earlier: set[tuple[str, str]] = set()  # graded by an earlier run, unchanged since
     todo: list[tuple[str, str]] = []
+    prints: dict[tuple[str, str], str] = {}  # each submission folder's fingerprint as this run found it
     for student in students:
         for name in names:
             folder = submitted / student / name
             if not folder.is_dir():
                 notes[student, name] = ["not submitted"]
-            elif (student in chosen_students and name in chosen_names
-                  and (settings.regrade or state["graded"].get(f"{student}/{name}") != fingerprint(folder, recursive=True))):
+                continue
+            prints[student, name] = fingerprint(folder, recursive=True)
+            if (student in chosen_students and name in chosen_names
+                    and (settings.regrade or state["graded"].get(f"{student}/{name}") != prints[student, name])):
                 todo.append((student, name))
             elif f"{student}/{name}" in state["graded"]:
                 earlier.add((student, name))
@@ -349,7 +352,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                                 flag_for_review(db_url, course_id, pair, state["withheld"][key])
                         if settings.feedback:
                             write_feedback(api, workdir, pair, hidden[job.assignment], notes)
-                        state["graded"][key] = fingerprint(submitted / job.student / job.assignment, recursive=True)
+                        state["graded"][key] = prints[pair]
                         state["rows"][key] = {"note": "; ".join(notes.get(pair, [])),
                                               "seconds": round(sum(j.status.get("seconds", 0) for j in jobs[pair]), 1)}
                         write_state(workdir, state)
@@ -381,8 +384,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                     row = state["rows"].get(key, {})
                     pair_notes = [row["note"]] if row.get("note") else []
                     pair_notes.append("graded by an earlier run" + (
-                        ", changed since" if state["graded"][key] != fingerprint(submitted / student / name,
-                                                                                   recursive=True) else ""))
+                        ", changed since" if state["graded"][key] != prints[pair] else ""))
                     seconds = row.get("seconds", 0.0)
                 score = None
                 if pair in graded:

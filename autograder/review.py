@@ -119,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("name the submission as STUDENT/ASSIGNMENT")
     workdir = args.workdir.resolve()
     try:
+        db_url = gradebook_url(Settings(db_url=args.db_url), workdir)
         if args.release:
-            score = release(workdir, student, assignment, gradebook_url(Settings(db_url=args.db_url), workdir))
+            score = release(workdir, student, assignment, db_url)
             print(f"{args.pair}: released, {score:g} points")
         else:
-            confirm(workdir, student, assignment, gradebook_url(Settings(db_url=args.db_url), workdir))
+            confirm(workdir, student, assignment, db_url)
             print(f"{args.pair}: confirmed, 0 points")
     except ReviewError as error:
         print(f"review: {error}", file=sys.stderr)

@@ -39,6 +39,7 @@ from autograder.demo import SUBMITTED
 from autograder.pipeline import ROOT, course_config
 from autograder.sandbox import tethered
 from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, _free_port, _tail, stop_lab
+from test_grade import _table_dump  # every row of every table of a folder's gradebook.db
 
 DOC = ROOT / "docs" / "instructors.md"
 BLOCK = re.compile(r"^```bash (?P<who>[^\n]+)\n(?P<body>.*?)^```\s*$", re.M | re.S)
@@ -98,12 +99,6 @@ class Term:
         (ARTIFACT_DIR / "commands.log").open("a").write(f"--- {who}:\n{body}\n{output}\n")
         assert done.returncode == 0, f"{who}'s block failed ({done.returncode}):\n{body}\n{output[-4000:]}"
         return output
-
-
-def gradebook_rows(course: Path) -> dict[str, list[tuple]]:
-    with sqlite3.connect(course / "gradebook.db") as db:
-        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return {table: sorted(db.execute(f"SELECT * FROM {table}"), key=repr) for table in tables}
 
 
 def bob_grades(course: Path) -> list[tuple]:
@@ -253,7 +248,7 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
             for name in ANSWERS:
                 assert (course / "submitted" / name / ASSIGNMENT / "timestamp.txt").is_file()
         elif "autograder.grade" in body:
-            grading_runs.append((gradebook_rows(course), sorted(
+            grading_runs.append((_table_dump(course), sorted(
                 (p, p.read_bytes()) for p in (course / "feedback").rglob("*.html"))))
             rows = {r["student"]: r for r in csv_rows(course / "scores.csv") if r["assignment"] == ASSIGNMENT}
             assert (rows["alice"]["score"], rows["bob"]["score"]) == ("8", "5"), rows
