@@ -112,13 +112,19 @@ threading.Thread(target=_keep_leaking, daemon=True).start()
 '''
 
 
+def _leaking(name: str) -> str:
+    """Code that makes ada's answer ``name`` dump all the leaker reaches, in full, at every call."""
+    return (f"\n\n_answer_{name} = {name}\n\ndef {name}(*args, **kwargs):\n"
+            f"    print(_leak(), flush=True)\n    return _answer_{name}(*args, **kwargs)\n")
+
+
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("attacks")
     _submit(tmp, "silencer", {"list_devices": lambda _: SILENCER}, based_on="linus")
     shutil.copytree(DEMO_CLASS / "forger" / "00_environment", tmp / "submitted" / "forger" / "00_environment")
-    _submit(tmp, "leaker", {"list_devices": lambda answer: LEAKER + "\n" + answer.replace(
-        "    ### BEGIN SOLUTION", "    print(_leak(), flush=True)\n    ### BEGIN SOLUTION")}, based_on="ada")
+    _submit(tmp, "leaker", {"list_devices": lambda answer: LEAKER + "\n" + answer + _leaking("list_devices"),
+                            "resolve_device": lambda answer: answer + _leaking("resolve_device")}, based_on="ada")
     settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False)
     results = {r.student: r for r in grade.grade(tmp / "submitted", tmp / "work", settings)
                if r.assignment == "00_environment"}
