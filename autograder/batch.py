@@ -39,7 +39,7 @@ from autograder.course import is_course_dir
 from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
                                   nbgrader_api)
 from autograder.intake import RENAMED
-from autograder.executors import Executor, executor_for
+from autograder.executors import ClusterError, Executor, executor_for
 from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
@@ -51,8 +51,10 @@ from autograder.verdict import judge
 class GradingStopped(Exception):
     """A run that was stopped: which (student, assignment) pairs were graded, and which not."""
 
-    def __init__(self, signum: int, graded: list[tuple[str, str]], not_graded: list[tuple[str, str]]):
-        super().__init__(f"grading was stopped by {signal.Signals(signum).name}")
+    def __init__(self, signum: int, graded: list[tuple[str, str]], not_graded: list[tuple[str, str]],
+                 reason: str = ""):
+        """``signum``: the signal that stopped it; 0 with ``reason`` for a cluster that could not run a job."""
+        super().__init__(reason or f"grading was stopped by {signal.Signals(signum).name}")
         self.signum, self.graded, self.not_graded = signum, graded, not_graded
 
 
@@ -320,6 +322,8 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     futures = {executor.submit(path): job for job, path in job_files}
     try:
         for future in as_completed(futures):
+            if future.exception() is not None:  # the cluster could not run the job (a ClusterError)
+                raise future.exception()
             job = futures[future]
             pair = (job.student, job.assignment)
             executed = judge(job, sources[job.assignment][job.notebook], references[job.assignment][job.notebook])
@@ -359,13 +363,15 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                     else:
                         notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
             progress.step(f"{job.student}/{job.assignment}")
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ClusterError) as error:
         executor.stop()
         unfinished = sorted(pair for pair, left in remaining.items() if left)
         for student, name in unfinished:  # what they wrote is not graded: nothing of it stays
             shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
             with contextlib.suppress(OSError):
                 (workdir / "jobs" / student).rmdir()  # if no other assignment of theirs is there
+        if isinstance(error, ClusterError):
+            raise GradingStopped(0, sorted(graded), unfinished, reason=f"grading stopped: {error}") from None
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
     cgroups.sweep(run.cgroups)
     state["finished"] = True

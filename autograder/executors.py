@@ -32,6 +32,8 @@ accelerator); nothing here needs a GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import io
 import os
 import secrets
@@ -40,6 +42,8 @@ import socket
 import sys
 import tarfile
 import tempfile
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,6 +51,7 @@ from autograder.job import RUNNERS, execute, relocate
 from autograder.settings import Settings
 
 CONNECT_TIMEOUT_S = 5
+WORKERLESS_S = 120  # jobs waiting, and no worker that can run them: the cluster cannot grade
 INPUTS = ("job.json", "in.ipynb", "verdict.json")  # what the grader wrote, besides the working copy
 RAN_ON = "ran_on.txt"  # in a job's folder after a cluster ran it: the worker's name and address
 
@@ -110,13 +115,21 @@ def unpack(data: bytes, folder: Path) -> None:
         archive.extractall(folder, filter="data")
 
 
-def run_bundle(bundle: bytes, settings: Settings) -> bytes:
+# What a Dask worker runs for a job: a builtin (eval) of this expression, so that the task itself
+# unpickles on any worker; on one without the course, the import fails in the task and the job's
+# future carries the ModuleNotFoundError, instead of the worker dying as it unpickles the task.
+ON_WORKER = "__import__('autograder.executors', fromlist=['run_bundle']).run_bundle(bundle, settings)"
+
+
+def run_bundle(bundle: bytes, settings: dict) -> bytes:
     """On a worker: run one packed job in a sandbox of this machine; return its results, packed.
 
-    The job's folder is unpacked into a new temporary folder, which the sandbox
-    hides from the kernel (but for the job's working copy), together with this
-    machine's copy of the course.
+    ``settings`` are the grader's :class:`Settings` as a dict. The job's folder
+    is unpacked into a new temporary folder, which the sandbox hides from the
+    kernel (but for the job's working copy), together with this machine's copy
+    of the course.
     """
+    settings = Settings(**settings)
     with tempfile.TemporaryDirectory(prefix="grade-job-") as place:
         root = Path(place)
         os.chmod(root, 0o755)
@@ -142,9 +155,17 @@ def _worker_name() -> str:
 
 
 class DaskExecutor(Executor):
-    """Jobs on a Dask cluster: an existing scheduler's address, or ``local`` workers started here."""
+    """Jobs on a Dask cluster: an existing scheduler's address, or ``local`` workers started here.
 
-    def __init__(self, settings: Settings, address: str | None = None, local: int = 0, gpu: bool = False):
+    A job the cluster could not run (its worker lacks the course, its workers
+    kept dying, or no worker that can take it joined the scheduler for
+    ``workerless_s`` seconds while jobs waited) completes with a
+    :class:`ClusterError` that says why: the grader stops and grades nothing
+    more, rather than scoring a student for the cluster's failure.
+    """
+
+    def __init__(self, settings: Settings, address: str | None = None, local: int = 0, gpu: bool = False,
+                 workerless_s: float = WORKERLESS_S):
         try:
             from distributed import Client, LocalCluster
         except ImportError as error:
@@ -166,37 +187,89 @@ class DaskExecutor(Executor):
                 self.cluster.close()
             raise ClusterError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S} s "
                                f"({type(error).__name__}: {sandbox_line(error)}); nothing was graded") from None
-        workers = len(self.client.scheduler_info().get("workers", {}))
-        self.description = (f"a Dask cluster at {address} ({workers} worker(s) when grading began"
-                            f"{', jobs need GPU=1' if gpu else ''})")
-        self.futures: list = []
+        workers = len(self._able_workers())
+        self.description = (f"a Dask cluster at {address} ({workers} worker(s){' with GPU=1' if gpu else ''} "
+                            f"when grading began{', jobs need GPU=1' if gpu else ''})")
+        self.address, self.workerless_s = address, workerless_s
+        self.lock = threading.Lock()
+        self.pending: dict = {}  # remote future -> the Future the grader waits on
+        self.closed = threading.Event()
+        self.watchdog = threading.Thread(target=self._watch, name="dask-workers", daemon=True)
+        self.watchdog.start()
+
+    def _able_workers(self) -> list[str]:
+        """The workers that can run a job now (with ``gpu``, those that offer the resource GPU)."""
+        workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        return [address for address, worker in workers.items()
+                if not self.gpu or worker.get("resources", {}).get("GPU", 0) >= 1]
 
     def submit(self, job_file: Path) -> Future:
         folder = job_file.parent
         done: Future = Future()
         key = f"grade-{self.run_id}-" + "-".join(folder.parts[-3:])
-        remote = self.client.submit(run_bundle, pack(folder), self.settings, key=key, pure=False,
-                                    resources={"GPU": 1} if self.gpu else None)
-        self.futures.append(remote)
+        arguments = {"bundle": pack(folder), "settings": dataclasses.asdict(self.settings)}
+        with self.lock:
+            remote = self.client.submit(eval, ON_WORKER, arguments, key=key, pure=False,
+                                        resources={"GPU": 1} if self.gpu else None)
+            self.pending[remote] = done
 
         def arrived(remote_future) -> None:
+            with self.lock:
+                if self.pending.pop(remote_future, None) is None:
+                    return  # the watchdog already failed it
             try:
+                if remote_future.cancelled():
+                    raise ClusterError(f"job {key} was cancelled")
                 unpack(remote_future.result(), folder)  # once per job: only the future that finished writes
-            except BaseException as error:  # the job could not run there: say so where the grader looks
-                (folder / "runner.log").write_text(f"the Dask cluster could not run this job: "
-                                                   f"{type(error).__name__}: {error}\n")
+            except BaseException as error:  # the cluster could not run it: the grader stops, it scores nothing
+                reason = error if isinstance(error, ClusterError) else ClusterError(
+                    f"the Dask cluster at {self.address} could not run job {key}: "
+                    f"{type(error).__name__}: {sandbox_line(error)}"
+                    + (" (is the course installed on every worker?)" if isinstance(error, ImportError) else ""))
+                with contextlib.suppress(OSError):  # a stopped run may have removed the folder
+                    (folder / "runner.log").write_text(f"{reason}\n")
+                done.set_exception(reason)
+            else:
+                done.set_result(None)
             finally:
                 if not self.settings.keep_work:
                     shutil.rmtree(folder / "work", ignore_errors=True)
-                done.set_result(None)
 
         remote.add_done_callback(arrived)
         return done
 
+    def _watch(self) -> None:
+        """Fail every waiting job once no worker that can run them has been there for ``workerless_s``."""
+        since = None
+        while not self.closed.wait(1.0):
+            with self.lock:
+                waiting = bool(self.pending)
+            try:
+                able = bool(self._able_workers()) if waiting else True
+            except Exception:  # the scheduler is gone: as good as no worker
+                able = False
+            if able:
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since < self.workerless_s:
+                continue
+            with self.lock:
+                failed, self.pending = self.pending, {}
+            need = "with the resource GPU=1 (python -m autograder.executors worker ADDRESS --gpu K) " if self.gpu else ""
+            reason = ClusterError(f"no Dask worker {need}has been connected to the scheduler at {self.address} "
+                                  f"for {self.workerless_s:g} s while {len(failed)} job(s) waited")
+            self.client.cancel(list(failed), force=True)
+            for done in failed.values():
+                done.set_exception(reason)
+
     def stop(self) -> None:
-        self.client.cancel(self.futures, force=True)
+        with self.lock:
+            remote = list(self.pending)
+        self.client.cancel(remote, force=True)
 
     def close(self) -> None:
+        self.closed.set()
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()

@@ -37,7 +37,10 @@ with its sandbox, the first line of the error output says what stopped it,
 then what was graded and what not, and the exit code is 128 plus the
 signal's number. Running the same command again grades only what was not
 graded (see :mod:`autograder.batch`). Killed outright (SIGKILL, the
-out-of-memory killer), the grader still leaves no process behind.
+out-of-memory killer), the grader still leaves no process behind. On a Dask
+cluster (``--scheduler``, ``--dask-local``), a job the cluster cannot run (a
+worker without the course, workers that keep dying, no worker for two
+minutes) stops the run the same way, with exit code 2 and the reason first.
 
 Run ``python -m autograder.grade --help`` from the repository root. This
 module is the command line; the work is done by :mod:`autograder.batch` and
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except GradingStopped as stopped:
         print(stopped_text(stopped, args.workdir), file=sys.stderr, flush=True)
-        return 128 + stopped.signum
+        return 128 + stopped.signum if stopped.signum else 2
     except KeyboardInterrupt:  # before the first student: the canary or the set-up
         RUNNERS.stop()
         print(f"grading was stopped by {signal.Signals(INTERRUPTS.received).name} before any student was graded",

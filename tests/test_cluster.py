@@ -4,8 +4,10 @@ One cluster for the module. Part of the demo class is graded through it while
 a worker is killed (SIGKILL) in the middle of a student's job: its job runs
 again on the other worker, every submission is graded once, with the scores
 ``make grade`` gives on this machine's cores (``expected_scores.csv``, which
-``tests/test_grade.py`` checks against the local pool). Then a scheduler that
-does not answer.
+``tests/test_grade.py`` checks against the local pool). Then what a cluster
+cannot grade with: a worker whose Python lacks the course (the only one that
+offers the GPU resource, with ``--gpu-jobs``), jobs that no worker can take,
+and a scheduler that does not answer.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from pathlib import Path
 import pytest
 
 from autograder import demo, grade
+from autograder.executors import ClusterError, DaskExecutor
 from autograder.pipeline import ROOT
 from autograder.sandbox import tethered
-from autograder.settings import DEMO_CLASS
+from autograder.settings import DEMO_CLASS, Settings
 from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, then its group's SIGKILL
+from test_grade import _table_dump  # every table of a gradebook, rows sorted
 
 ASSIGNMENT = "00_environment"
 STUDENTS = ["ada", "grace", "margaret", "linus"]
@@ -48,7 +52,7 @@ def _worker(address: str, name: str, log: Path, env: dict | None = None) -> subp
 
 def _wait_for_workers(client, names: set[str], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
-    while {w["name"] for w in client.scheduler_info()["workers"].values()} < names:
+    while not names <= {w["name"] for w in client.scheduler_info()["workers"].values()}:
         assert time.monotonic() < deadline, f"workers {names} did not join within {timeout:g} s"
         time.sleep(0.2)
 
@@ -105,37 +109,145 @@ def _kill_a_worker_in_a_students_job(address: str, processes: dict, killed: dict
             time.sleep(0.2)
 
 
-@pytest.mark.timeout(600)
-def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_pools_scores(cluster, tmp_path):
-    from distributed import Client
-
+@pytest.fixture(scope="module")
+def graded(cluster, tmp_path_factory):
+    """Part of the demo class graded on the cluster while a worker is killed mid-job: (work folder, exit code, killed)."""
     address, processes, logs = cluster
-    submitted = tmp_path / "submitted"
+    tmp = tmp_path_factory.mktemp("graded")
     for student in STUDENTS:
-        shutil.copytree(DEMO_CLASS / student / ASSIGNMENT, submitted / student / ASSIGNMENT)
+        shutil.copytree(DEMO_CLASS / student / ASSIGNMENT, tmp / "submitted" / student / ASSIGNMENT)
     killed: dict = {}
     stop = threading.Event()
     watcher = threading.Thread(target=_kill_a_worker_in_a_students_job, args=(address, processes, killed, stop))
     watcher.start()
     try:
-        code = grade.main(["--submitted", str(submitted), "--workdir", str(tmp_path / "work"), "--scheduler", address,
+        code = grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(tmp / "work"), "--scheduler", address,
                            "--quiet", "--no-feedback"])
     finally:
         stop.set()
         watcher.join()
+    if killed:
+        processes[killed["worker"]] = _worker(address, killed["worker"], logs / f"{killed['worker']}-again.log")
+    return tmp, code, killed
+
+
+@pytest.mark.timeout(600)
+def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_pools_scores(cluster, graded):
+    tmp, code, killed = graded
+    work = tmp / "work"
     assert code == 0
     assert killed, "no worker was killed while it ran a student's job"
-    with (tmp_path / "work" / "scores.csv").open() as handle:
+    with (work / "scores.csv").open() as handle:
         rows = [r for r in csv.DictReader(handle) if r["assignment"] == ASSIGNMENT]
     assert sorted(r["student"] for r in rows) == sorted(STUDENTS), "a submission is missing or counted twice"
     expected = _expected()
     assert {r["student"]: r["score"] for r in rows} == {s: expected[s] for s in STUDENTS}
-    with sqlite3.connect(tmp_path / "work" / "gradebook.db") as db:
+    with sqlite3.connect(work / "gradebook.db") as db:
         assert db.execute("SELECT count(*) FROM submitted_assignment").fetchone() == (len(STUDENTS),)
     student = next(s for s in STUDENTS if f"-{s}-" in killed["key"])
-    ran_on = (tmp_path / "work" / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
-    assert ran_on != killed["worker"] and ran_on in processes, f"{student}'s job ran last on {ran_on}"
-    processes[killed["worker"]] = _worker(address, killed["worker"], logs / f"{killed['worker']}-again.log")
+    ran_on = (work / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
+    assert ran_on != killed["worker"] and ran_on in cluster[1], f"{student}'s job ran last on {ran_on}"
+
+
+NO_COURSE = '''\
+"""Dask preload: this worker's Python lacks the course, as a machine it was never installed on."""
+import importlib.abc
+import sys
+
+
+class NoCourse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("autograder", "devcourse"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoCourse())
+'''
+
+
+def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, graded, tmp_path, capsys):
+    """GPU jobs (``--gpu-jobs``) go only to workers offering GPU=1, and the one here cannot import the course.
+
+    A new run: the canary's job fails there, and grading stops (exit 2) with the reason, nothing graded. Then
+    ada's regrade in the graded class's folder: a worker with the course and GPU=1 runs the canary and is killed
+    in ada's job, which goes to the worker without the course; grading stops at it, and the gradebook keeps ada's
+    earlier grade.
+    """
+    from distributed import Client
+
+    address, _, logs = cluster
+    preload = tmp_path / "no_course.py"
+    preload.write_text(NO_COURSE)
+
+    def bare() -> subprocess.Popen:
+        return _start([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--no-nanny",
+                       "--no-dashboard", "--name", "bare", "--resources", "GPU=1", "--preload", str(preload)],
+                      logs / "bare.log", cwd=tmp_path)
+
+    shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
+    earlier = graded[0] / "work"
+    gradebook = _table_dump(earlier)
+    started: dict[str, subprocess.Popen] = {"bare": bare()}
+    try:
+        with Client(address, timeout=30, set_as_default=False) as client:
+            _wait_for_workers(client, {"bare"})
+            begun = time.monotonic()
+            new = grade.main(["--submitted", str(tmp_path / "submitted"), "--workdir", str(tmp_path / "work"),
+                              "--scheduler", address, "--gpu-jobs", "--quiet", "--no-feedback"])
+            took = time.monotonic() - begun
+            first = capsys.readouterr().err
+            stop_lab(started.pop("bare"))
+            started["g"] = _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0",
+                                   "--name", "g", "--no-nanny"], logs / "g.log")
+            _wait_for_workers(client, {"g"})
+        killed: dict = {}
+        stop = threading.Event()
+
+        def kill_g_then_start_bare() -> None:
+            _kill_a_worker_in_a_students_job(address, started, killed, stop)
+            if killed:
+                started["bare"] = bare()
+
+        watcher = threading.Thread(target=kill_g_then_start_bare)
+        watcher.start()
+        try:
+            regraded = grade.main(["--submitted", str(graded[0] / "submitted"), "--workdir", str(earlier),
+                                   "--scheduler", address, "--gpu-jobs", "--student", "ada", "--regrade", "--quiet",
+                                   "--no-feedback"])
+        finally:
+            stop.set()
+            watcher.join()
+        second = capsys.readouterr().err
+    finally:
+        for process in started.values():
+            stop_lab(process)
+    assert new == 2, first
+    assert "could not run job" in first and "(canary)" in first, first
+    assert "ModuleNotFoundError: No module named 'autograder" in first and "course installed on every worker" in first
+    assert took < 60
+    assert not (tmp_path / "work" / "scores.csv").exists() and not (tmp_path / "work" / "executed").exists()
+    assert killed.get("worker") == "g", "the worker with the course was not killed in ada's job"
+    assert regraded == 2, second
+    assert second.startswith("grading stopped: the Dask cluster") and "-ada-" in second, second
+    assert "ModuleNotFoundError" in second and f"Not graded: ada/{ASSIGNMENT}" in second, second
+    assert _table_dump(earlier) == gradebook, "the stopped regrade changed the gradebook"
+
+
+def test_jobs_no_worker_can_take_fail_with_the_reason_once_none_came(cluster, tmp_path):
+    """No worker offers GPU=1 (w1 and w2 do not): a GPU job fails after the executor's wait, not never."""
+    address = cluster[0]
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "job.json").write_text("{}")
+    executor = DaskExecutor(Settings(progress=False), address, gpu=True, workerless_s=2)
+    try:
+        started = time.monotonic()
+        future = executor.submit(tmp_path / "job" / "job.json")
+        with pytest.raises(ClusterError, match="no Dask worker with the resource GPU=1 .* for 2 s while 1 job"):
+            future.result(timeout=30)
+        assert time.monotonic() - started < 10
+    finally:
+        executor.close()
 
 
 def test_a_scheduler_that_does_not_answer_is_a_clear_error_within_seconds_and_nothing_is_written(tmp_path, capsys):
