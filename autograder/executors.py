@@ -18,7 +18,9 @@ does, so the same job code runs on either executor unchanged.
   folder, rewrites its paths and sandbox for its own machine
   (:func:`autograder.job.relocate`), starts the runner there as a separate
   process, in the same sandbox as the local pool (student code never runs in
-  the Dask worker's own process), and sends the results back. They are written
+  the Dask worker's own process; a worker that cannot build the sandbox's
+  namespaces refuses the job, unless the grader runs with ``--no-sandbox``),
+  and sends the results back. They are written
   into the job's folder once, when the job's future completes: a job that Dask
   runs again after its worker died is not counted twice. With ``gpu=True``
   each job asks for the Dask resource ``GPU=1``, which only workers started
@@ -58,6 +60,10 @@ RAN_ON = "ran_on.txt"  # in a job's folder after a cluster ran it: the worker's 
 
 class ClusterError(Exception):
     """A cluster the grader cannot use; the message says why. Raised before anything is graded."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """On a worker: it cannot build the sandbox's namespaces; the job does not run there."""
 
 
 class Executor:
@@ -130,6 +136,10 @@ def run_bundle(bundle: bytes, settings: dict) -> bytes:
     of the course.
     """
     settings = Settings(**settings)
+    isolation = settings.isolation()
+    if settings.sandbox and not isolation.namespaces:  # a worker runs students' code only as the local pool would
+        raise SandboxUnavailable(f"worker {_worker_name()} cannot build the grading sandbox: {isolation.reason} "
+                                 "(grade with --no-sandbox to accept a worker without it)")
     with tempfile.TemporaryDirectory(prefix="grade-job-") as place:
         root = Path(place)
         os.chmod(root, 0o755)

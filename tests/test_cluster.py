@@ -234,6 +234,28 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
     assert _table_dump(earlier) == gradebook, "the stopped regrade changed the gradebook"
 
 
+def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cluster, tmp_path, capsys):
+    """The only GPU=1 worker has no ``mount`` on its PATH (an image without util-linux): no job runs unsandboxed."""
+    from distributed import Client
+
+    address, _, logs = cluster
+    (tmp_path / "empty").mkdir()
+    worker = _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0", "--name", "nomount",
+                     "--no-nanny"], logs / "nomount.log", env={**os.environ, "PATH": str(tmp_path / "empty")})
+    shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
+    try:
+        with Client(address, timeout=30, set_as_default=False) as client:
+            _wait_for_workers(client, {"nomount"})
+        code = grade.main(["--submitted", str(tmp_path / "submitted"), "--workdir", str(tmp_path / "work"),
+                           "--scheduler", address, "--gpu-jobs", "--quiet", "--no-feedback"])
+    finally:
+        stop_lab(worker)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "worker nomount" in err and "cannot build the grading sandbox: util-linux's mount is not installed" in err, err
+    assert not (tmp_path / "work" / "scores.csv").exists()
+
+
 def test_jobs_no_worker_can_take_fail_with_the_reason_once_none_came(cluster, tmp_path):
     """No worker offers GPU=1 (w1 and w2 do not): a GPU job fails after the executor's wait, not never."""
     address = cluster[0]
