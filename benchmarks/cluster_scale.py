@@ -1,0 +1,141 @@
+"""Grade a class replicated to N submissions on a Dask cluster of 1, then 2 workers; project a term at scale.
+
+    python benchmarks/cluster_scale.py [--submissions 200] [--assignments 00_environment]
+                                       [--workers 1,2] [--project-workers 50]
+
+The honest demo students' submissions (``ada``, ``grace``, ``linus``,
+``margaret``) of the chosen assignments are copied round-robin into one
+class of ``--submissions`` students (``ada-001``, ``grace-002``, ...). The
+class is graded by ``python -m autograder.grade --dask-local W`` once per
+worker count W, each run in a work folder of its own, one after another in
+this one run: the canary, the sandbox, the probes, the gradebook, all of it,
+as an instructor's run does it (feedback left out). Every copy must get the
+score its original gets in ``expected_scores.csv``.
+
+It prints, per worker count, the wall time, submissions per minute and per
+worker, the speedup over one worker (the ratio against the baseline of this
+same run), and two costs that set what a big cluster can do:
+
+* the worker's cost of one notebook: the runner's time in the sandbox (from
+  the grader's state file), which more workers divide;
+* the grader's own cost of one notebook: the wall time not explained by the
+  workers (the canary's run, judging, nbgrader's autograde and the gradebook
+  write, all on the grader's machine, one submission at a time).
+
+From them, "on paper": the wall time of ``--project-students`` students x
+``--project-notebooks`` notebooks on ``--project-workers`` workers, as the
+larger of the workers' share and the grader's own serial part.
+
+On a CPU-only machine everything runs on the CPU; with 2 cores, more than 2
+workers only compete for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
+from autograder.demo import EXPECTED_SCORES
+from autograder.pipeline import ROOT, tool_env
+from autograder.settings import DEMO_CLASS
+
+HONEST = ["ada", "grace", "linus", "margaret"]
+
+
+def replicate(assignments: list[str], count: int, folder: Path) -> dict[tuple[str, str], str]:
+    """``count`` submissions copied round-robin from the honest students; returns (copy, assignment) -> original."""
+    originals = [(student, name) for name in assignments for student in HONEST
+                 if (DEMO_CLASS / student / name).is_dir()]
+    if not originals:
+        raise SystemExit(f"no honest demo submission of {', '.join(assignments)}")
+    made = {}
+    for index in range(count):
+        student, name = originals[index % len(originals)]
+        copy = f"{student}-{index:03d}"
+        shutil.copytree(DEMO_CLASS / student / name, folder / copy / name)
+        made[copy, name] = student
+    return made
+
+
+def grade(submitted: Path, workdir: Path, workers: int) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "autograder.grade", "--submitted", str(submitted),
+                           "--workdir", str(workdir), "--dask-local", str(workers), "--no-feedback", "--quiet"],
+                          cwd=ROOT, env=tool_env(), capture_output=True, text=True)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"grading with {workers} worker(s) failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return took
+
+
+def check_scores(workdir: Path, made: dict[tuple[str, str], str]) -> None:
+    with EXPECTED_SCORES.open() as handle:
+        expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
+    with (workdir / "scores.csv").open() as handle:
+        got = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
+    wrong = [f"{copy}/{name}: {got.get((copy, name))!r}, expected {expected[original, name]!r}"
+             for (copy, name), original in made.items() if got.get((copy, name)) != expected[original, name]]
+    if wrong:
+        raise SystemExit(f"scores differ from expected_scores.csv in {workdir}:\n" + "\n".join(wrong[:20]))
+
+
+def worker_seconds(workdir: Path) -> float:
+    """The runners' time, all jobs together, as the grader's state file records it (seconds per submission)."""
+    state = json.loads((workdir / "state.json").read_text())
+    return sum(row.get("seconds", 0) for row in state["rows"].values())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--submissions", type=int, default=200)
+    parser.add_argument("--assignments", default="00_environment", help="comma-separated (default 00_environment)")
+    parser.add_argument("--workers", default="1,2", help="worker counts to grade with, the first is the baseline")
+    parser.add_argument("--project-workers", type=int, default=50)
+    parser.add_argument("--project-students", type=int, default=1000)
+    parser.add_argument("--project-notebooks", type=int, default=9)
+    args = parser.parse_args()
+    counts = [int(part) for part in args.workers.split(",")]
+    assignments = args.assignments.split(",")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
+          f"{args.submissions} submissions of {', '.join(assignments)}; workers {counts}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="cluster-scale-") as place:
+        root = Path(place)
+        made = replicate(assignments, args.submissions, root / "submitted")
+        runs = []
+        for workers in counts:
+            workdir = root / f"work-{workers}"
+            wall = grade(root / "submitted", workdir, workers)
+            check_scores(workdir, made)
+            busy = worker_seconds(workdir)
+            runs.append((workers, wall, busy))
+            print(f"{workers} worker(s): {wall:.0f} s wall, {60 * len(made) / wall:.1f} submissions/min, "
+                  f"{60 * len(made) / wall / workers:.1f} per worker per min; runners busy {busy:.0f} s in all",
+                  flush=True)
+    base_workers, base_wall, base_busy = runs[0]
+    for workers, wall, _ in runs[1:]:
+        print(f"speedup of {workers} workers over {base_workers}: {base_wall / wall:.2f}x")
+    per_job = base_busy / len(made)  # a worker's time for one notebook
+    serial = max(0.0, base_wall - base_busy / base_workers) / len(made)  # the grader's own, per notebook
+    notebooks = args.project_students * args.project_notebooks
+    projected = max(notebooks * per_job / args.project_workers, notebooks * serial)
+    print(f"per notebook: {per_job:.1f} s on a worker, {serial:.2f} s on the grader (wall not spent in runners, "
+          f"{base_workers} worker(s))")
+    print(f"on paper: {args.project_students} students x {args.project_notebooks} notebooks = {notebooks} notebooks "
+          f"on {args.project_workers} workers like these: {projected / 3600:.1f} h "
+          f"({'the grader' if notebooks * serial >= notebooks * per_job / args.project_workers else 'the workers'} "
+          f"set the pace)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
