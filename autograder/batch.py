@@ -28,6 +28,7 @@ import secrets
 import shutil
 import signal
 import tempfile
+import time
 from concurrent.futures import as_completed
 from pathlib import Path
 
@@ -320,10 +321,12 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     remaining = {pair: len(pair_jobs) for pair, pair_jobs in jobs.items()}
     graded: set[tuple[str, str]] = set(earlier)
     futures = {executor.submit(path): job for job, path in job_files}
+    handling_s = 0.0  # this process's own time per finished job (judge, gradebook, feedback): what workers cannot share
     try:
         for future in as_completed(futures):
             if future.exception() is not None:  # the cluster could not run the job (a ClusterError)
                 raise future.exception()
+            began = time.monotonic()
             job = futures[future]
             pair = (job.student, job.assignment)
             executed = judge(job, sources[job.assignment][job.notebook], references[job.assignment][job.notebook])
@@ -363,6 +366,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                     else:
                         notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
             progress.step(f"{job.student}/{job.assignment}")
+            handling_s += time.monotonic() - began
     except (KeyboardInterrupt, ClusterError) as error:
         executor.stop()
         unfinished = sorted(pair for pair, left in remaining.items() if left)
@@ -375,6 +379,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
     cgroups.sweep(run.cgroups)
     state["finished"] = True
+    state["last_run"] = {"jobs": len(job_files), "grader_s": round(handling_s, 2)}
     write_state(workdir, state)
 
     devices = devices_text()

@@ -184,12 +184,12 @@ class DaskExecutor(Executor):
         self.run_id = secrets.token_hex(4)
         try:
             if local:
-                self.cluster = LocalCluster(n_workers=local, threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=40)
+                self.cluster = apart(lambda: LocalCluster(n_workers=local, threads_per_worker=1, processes=True,
+                                                          dashboard_address=None, silence_logs=40))
                 address = self.cluster.scheduler_address
             else:
                 check_scheduler(address)
-            self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            self.client = apart(lambda: Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False))
         except ClusterError:
             raise
         except Exception as error:  # refused, timed out, or something that is not a Dask scheduler
@@ -285,6 +285,18 @@ class DaskExecutor(Executor):
             self.cluster.close()
 
 
+def apart(make):
+    """``make()`` in a thread of its own, its result or its exception here.
+
+    Dask's client and ``asyncio.run`` refuse a thread whose event loop is
+    running, as the main thread of a Jupyter kernel's is (an instructor who
+    grades from a notebook) or one a test left behind; the client, once made,
+    runs its own loop in its own thread and is used from any.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dask-start") as pool:
+        return pool.submit(make).result()
+
+
 def check_scheduler(address: str) -> None:
     """Raise :class:`ClusterError` unless a Dask scheduler answers at ``tcp://HOST:PORT`` within 5 s."""
     import asyncio
@@ -311,7 +323,7 @@ def check_scheduler(address: str) -> None:
 
     try:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()  # refused: at once
-        answer = asyncio.run(asyncio.wait_for(identity(), CONNECT_TIMEOUT_S))
+        answer = apart(lambda: asyncio.run(asyncio.wait_for(identity(), CONNECT_TIMEOUT_S)))
     except Exception as error:  # refused, timed out, or a peer that does not speak Dask
         raise ClusterError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S} s "
                            f"({type(error).__name__}: {sandbox_line(error)}); nothing was graded") from None

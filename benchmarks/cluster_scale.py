@@ -18,9 +18,10 @@ same run), and two costs that set what a big cluster can do:
 
 * the worker's cost of one notebook: the runner's time in the sandbox (from
   the grader's state file), which more workers divide;
-* the grader's own cost of one notebook: the wall time not explained by the
-  workers (the canary's run, judging, nbgrader's autograde and the gradebook
-  write, all on the grader's machine, one submission at a time).
+* the grader's own cost of one notebook: its time between a job's results
+  arriving and the next (judging, nbgrader's autograde, the gradebook write;
+  the state file's ``last_run``), spent one job at a time on the grader's
+  machine however many workers there are.
 
 From them, "on paper": the wall time of ``--project-students`` students x
 ``--project-notebooks`` notebooks on ``--project-workers`` workers, as the
@@ -89,10 +90,10 @@ def check_scores(workdir: Path, made: dict[tuple[str, str], str]) -> None:
         raise SystemExit(f"scores differ from expected_scores.csv in {workdir}:\n" + "\n".join(wrong[:20]))
 
 
-def worker_seconds(workdir: Path) -> float:
-    """The runners' time, all jobs together, as the grader's state file records it (seconds per submission)."""
+def costs(workdir: Path) -> tuple[float, float]:
+    """From the grader's state file: the runners' time, all jobs together, and the grader's own time for them."""
     state = json.loads((workdir / "state.json").read_text())
-    return sum(row.get("seconds", 0) for row in state["rows"].values())
+    return sum(row.get("seconds", 0) for row in state["rows"].values()), state["last_run"]["grader_s"]
 
 
 def main() -> int:
@@ -116,16 +117,16 @@ def main() -> int:
             workdir = root / f"work-{workers}"
             wall = grade(root / "submitted", workdir, workers)
             check_scores(workdir, made)
-            busy = worker_seconds(workdir)
-            runs.append((workers, wall, busy))
+            busy, own = costs(workdir)
+            runs.append((workers, wall, busy, own))
             print(f"{workers} worker(s): {wall:.0f} s wall, {60 * len(made) / wall:.1f} submissions/min, "
-                  f"{60 * len(made) / wall / workers:.1f} per worker per min; runners busy {busy:.0f} s in all",
-                  flush=True)
-    base_workers, base_wall, base_busy = runs[0]
-    for workers, wall, _ in runs[1:]:
+                  f"{60 * len(made) / wall / workers:.1f} per worker per min; runners busy {busy:.0f} s in all, "
+                  f"the grader's own handling {own:.0f} s", flush=True)
+    base_workers, base_wall, base_busy, base_own = runs[0]
+    for workers, wall, _, _ in runs[1:]:
         print(f"speedup of {workers} workers over {base_workers}: {base_wall / wall:.2f}x")
     per_job = base_busy / len(made)  # a worker's time for one notebook
-    serial = max(0.0, base_wall - base_busy / base_workers) / len(made)  # the grader's own, per notebook
+    serial = base_own / len(made)  # the grader's own, per notebook: one at a time however many workers
     notebooks = args.project_students * args.project_notebooks
     projected = max(notebooks * per_job / args.project_workers, notebooks * serial)
     print(f"per notebook: {per_job:.1f} s on a worker, {serial:.2f} s on the grader (wall not spent in runners, "

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from autograder import demo, grade
-from autograder.executors import ClusterError, DaskExecutor
+from autograder.executors import ClusterError, DaskExecutor, check_scheduler
 from autograder.pipeline import ROOT
 from autograder.sandbox import tethered
 from autograder.settings import DEMO_CLASS, Settings
@@ -270,6 +270,21 @@ def test_jobs_no_worker_can_take_fail_with_the_reason_once_none_came(cluster, tm
         assert time.monotonic() - started < 10
     finally:
         executor.close()
+
+
+def test_the_cluster_is_reached_from_a_thread_whose_event_loop_runs(cluster):
+    """As from a Jupyter cell, whose thread runs an asyncio loop: the check and the client still work."""
+    import asyncio
+
+    async def from_a_notebook_cell() -> int:
+        check_scheduler(cluster[0])
+        executor = DaskExecutor(Settings(progress=False), cluster[0])
+        try:
+            return len(executor._able_workers())
+        finally:
+            executor.close()
+
+    assert asyncio.run(from_a_notebook_cell()) >= 1
 
 
 def test_a_scheduler_that_does_not_answer_is_a_clear_error_within_seconds_and_nothing_is_written(tmp_path, capsys):

@@ -106,7 +106,7 @@ def _keep_leaking():
         if text:
             print(text, flush=True)
             _handle.update("\\n".join(sorted(_seen))[-100000:])
-        time.sleep(0.05)
+        time.sleep(0.5)
 
 threading.Thread(target=_keep_leaking, daemon=True).start()
 '''
