@@ -59,7 +59,10 @@ RAN_ON = "ran_on.txt"  # in a job's folder after a cluster ran it: the worker's 
 
 
 class ClusterError(Exception):
-    """A cluster the grader cannot use; the message says why. Raised before anything is graded."""
+    """A cluster the grader cannot use, or a job it could not run; the message says why.
+
+    Raised before anything is graded (no scheduler), or carried by a job's future: the run stops there.
+    """
 
 
 class SandboxUnavailable(RuntimeError):
@@ -227,6 +230,7 @@ class DaskExecutor(Executor):
             with self.lock:
                 if self.pending.pop(remote_future, None) is None:
                     return  # the watchdog already failed it
+            reason = None
             try:
                 if remote_future.cancelled():
                     raise ClusterError(f"job {key} was cancelled")
@@ -238,12 +242,12 @@ class DaskExecutor(Executor):
                     + (" (is the course installed on every worker?)" if isinstance(error, ImportError) else ""))
                 with contextlib.suppress(OSError):  # a stopped run may have removed the folder
                     (folder / "runner.log").write_text(f"{reason}\n")
-                done.set_exception(reason)
-            else:
+            if not self.settings.keep_work:
+                shutil.rmtree(folder / "work", ignore_errors=True)
+            if reason is None:
                 done.set_result(None)
-            finally:
-                if not self.settings.keep_work:
-                    shutil.rmtree(folder / "work", ignore_errors=True)
+            else:
+                done.set_exception(reason)
 
         remote.add_done_callback(arrived)
         return done

@@ -14,7 +14,8 @@ feedback alone must hold:
   notebook the student sees). The demo class has it hand in every assignment;
 * ``leaker`` has the right answers, and dumps all it can reach (history, the frames of every
   thread, ``linecache``, ``inspect``, the environment, ``/proc``, files) as plain text, base64 and reversed,
-  at every call, from a thread that keeps going, and through a display it updates later.
+  at the first call of an answer from each cell (tests included), from a thread that keeps going,
+  and through a display it updates later.
 """
 
 import base64
@@ -55,6 +56,7 @@ LEAKER = '''\
 import base64, importlib, linecache, os, sys, threading, time
 
 _seen = set()
+_leaked_from = set()  # the cells (their code's file names) an answer dumped everything from
 
 def _reachable():
     texts = []
@@ -113,9 +115,14 @@ threading.Thread(target=_keep_leaking, daemon=True).start()
 
 
 def _leaking(name: str) -> str:
-    """Code that makes ada's answer ``name`` dump all the leaker reaches, in full, at every call."""
+    """Code that makes ada's answer ``name`` dump all the leaker reaches, in full, at its first call from each cell
+    (a test's cell included: what a test's code leaves reachable is there while any of its calls runs)."""
     return (f"\n\n_answer_{name} = {name}\n\ndef {name}(*args, **kwargs):\n"
-            f"    print(_leak(), flush=True)\n    return _answer_{name}(*args, **kwargs)\n")
+            f"    caller = getattr(sys, '_get' + 'frame')(1).f_code.co_filename\n"
+            f"    if caller not in _leaked_from:\n"
+            f"        _leaked_from.add(caller)\n"
+            f"        print(_leak(), flush=True)\n"
+            f"    return _answer_{name}(*args, **kwargs)\n")
 
 
 @pytest.fixture(scope="module")
