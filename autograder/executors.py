@@ -103,10 +103,16 @@ class LocalPool(Executor):
         self.pool.shutdown(wait=True)
 
 
-def sandbox_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
     """An exception's message in one line, at most 200 characters."""
     text = " ".join(str(error).split())
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def unanswered(address: str, error: BaseException) -> ClusterError:
+    """The error for a scheduler that did not answer: refused, timed out, or not speaking Dask."""
+    return ClusterError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S} s "
+                        f"({type(error).__name__}: {one_line(error)}); nothing was graded")
 
 
 def pack(folder: Path, skip: tuple[str, ...] = ()) -> bytes:
@@ -198,8 +204,7 @@ class DaskExecutor(Executor):
         except Exception as error:  # refused, timed out, or something that is not a Dask scheduler
             if self.cluster is not None:
                 self.cluster.close()
-            raise ClusterError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S} s "
-                               f"({type(error).__name__}: {sandbox_line(error)}); nothing was graded") from None
+            raise unanswered(address, error) from None
         workers = len(self._able_workers())
         self.description = (f"a Dask cluster at {address} ({workers} worker(s){' with GPU=1' if gpu else ''} "
                             f"when grading began{', jobs need GPU=1' if gpu else ''})")
@@ -238,7 +243,7 @@ class DaskExecutor(Executor):
             except BaseException as error:  # the cluster could not run it: the grader stops, it scores nothing
                 reason = error if isinstance(error, ClusterError) else ClusterError(
                     f"the Dask cluster at {self.address} could not run job {key}: "
-                    f"{type(error).__name__}: {sandbox_line(error)}"
+                    f"{type(error).__name__}: {one_line(error)}"
                     + (" (is the course installed on every worker?)" if isinstance(error, ImportError) else ""))
                 with contextlib.suppress(OSError):  # a stopped run may have removed the folder
                     (folder / "runner.log").write_text(f"{reason}\n")
@@ -329,8 +334,7 @@ def check_scheduler(address: str) -> None:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()  # refused: at once
         answer = apart(lambda: asyncio.run(asyncio.wait_for(identity(), CONNECT_TIMEOUT_S)))
     except Exception as error:  # refused, timed out, or a peer that does not speak Dask
-        raise ClusterError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S} s "
-                           f"({type(error).__name__}: {sandbox_line(error)}); nothing was graded") from None
+        raise unanswered(address, error) from None
     if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
         raise ClusterError(f"what answered at {address} is not a Dask scheduler; nothing was graded")
 

@@ -39,8 +39,9 @@ signal's number. Running the same command again grades only what was not
 graded (see :mod:`autograder.batch`). Killed outright (SIGKILL, the
 out-of-memory killer), the grader still leaves no process behind. On a Dask
 cluster (``--scheduler``, ``--dask-local``), a job the cluster cannot run (a
-worker without the course, workers that keep dying, no worker for two
-minutes) stops the run the same way, with exit code 2 and the reason first.
+worker without the course or without the sandbox, workers that keep dying,
+no worker for two minutes) stops the run the same way, with exit code 2 and
+the reason first.
 
 Run ``python -m autograder.grade --help`` from the repository root. This
 module is the command line; the work is done by :mod:`autograder.batch` and

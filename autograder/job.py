@@ -10,7 +10,6 @@ rewritten to record values), the student's working copy and the runner's setting
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import os
 import shutil
@@ -116,7 +115,7 @@ class RunContext:
     imports: dict[str, dict[str, str]]  # assignment -> notebook -> the source's import lines (course_imports)
     read_only: list[str]  # the folders Python imports from
     cgroups: cgroups.Cgroups = cgroups.Cgroups(0, reason="not asked for")  # where each sandbox gets a cgroup
-    executor: object = None  # where the jobs run (autograder.executors); None: this machine's cores
+    executor: object = None  # where the jobs run: the autograder.executors.Executor the batch made
 
 
 def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
@@ -174,9 +173,6 @@ def _place(folder: Path, description: dict, settings: Settings, isolation: sandb
     (folder / "job.json").write_text(json.dumps(description))
 
 
-_cgroups_here = functools.cache(cgroups.find)  # a worker decides once, as a grader does
-
-
 def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]) -> None:
     """Make a job prepared on another machine (unpacked at ``job_file``) runnable on this one.
 
@@ -186,7 +182,7 @@ def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]
     """
     description = json.loads(job_file.read_text())
     kept = {key: description[key] for key in ("guard_name", "recorder_name", "probes")}
-    groups = _cgroups_here()
+    groups = cgroups.find()  # decided once per process, on a worker as on a grader
     cgroups.sweep(groups)
     _place(job_file.parent, kept, settings, settings.isolation(), ipc_root, [str(ROOT), *hide],
            sandbox.python_paths(), groups)
