@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import canary, cgroups, sandbox
+from autograder import canary, cgroups
 from autograder.feedback import hidden_lines, write_feedback
 from autograder.course import is_course_dir
 from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
@@ -256,9 +256,8 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     write_state(workdir, state)
     grade_ids = {a: set().union(*(grade_ids_of(nb) for nb in nbs.values())) for a, nbs in sources.items()}
     imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
-    read_only = sandbox.python_paths()
 
-    run = RunContext(settings, settings.isolation(), "_grader_" + secrets.token_hex(8), ipc_root, imports, read_only,
+    run = RunContext(settings, settings.isolation(), "_grader_" + secrets.token_hex(8), ipc_root, imports,
                      cgroups.find(), executor)
     cgroups.sweep(run.cgroups)  # what runners killed outright left behind
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))

@@ -113,7 +113,6 @@ class RunContext:
     guard_name: str  # the kernel's name for the guard; the recorder's is this plus "_probe"
     ipc_root: Path  # the kernels' IPC folders are made in it
     imports: dict[str, dict[str, str]]  # assignment -> notebook -> the source's import lines (course_imports)
-    read_only: list[str]  # the folders Python imports from
     cgroups: cgroups.Cgroups = cgroups.Cgroups(0, reason="not asked for")  # where each sandbox gets a cgroup
     executor: object = None  # where the jobs run: the autograder.executors.Executor the batch made
 
@@ -144,22 +143,26 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     nbformat.write(nb, job.folder / "in.ipynb")
     description = {"guard_name": guard_name, "recorder_name": recorder_name, "probes": probes}
     hide = [str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
-    _place(job.folder, description, settings, isolation, run.ipc_root, hide, run.read_only, run.cgroups)
+    _place(job.folder, description, settings, isolation, run.ipc_root, hide, run.cgroups)
     # What the verdict needs, kept for a review of a withheld score (autograder.review); the kernel cannot see it.
     (job.folder / "verdict.json").write_text(json.dumps({"findings": job.findings}))
     return job.folder / "job.json"
 
 
 def _place(folder: Path, description: dict, settings: Settings, isolation: sandbox.Isolation, ipc_root: Path,
-           hide: list[str], read_only: list[str], groups: cgroups.Cgroups) -> None:
-    """Write ``folder/job.json``: ``description`` with this machine's paths, limits and sandbox for the job."""
+           hide: list[str], groups: cgroups.Cgroups) -> None:
+    """Write ``folder/job.json``: ``description`` with this machine's paths, limits and sandbox for the job.
+
+    The sandbox hides ``hide`` and brings back this Python's folders, none of them inside ``hide``
+    but the environment and ``devcourse`` (:func:`autograder.sandbox.python_paths`).
+    """
     work = folder / "work"
     ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
     spec = sandbox.Spec(
         workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
         user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
         disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
-        hide=hide, read_only=read_only, read_write=[str(work), str(ipc)])
+        hide=hide, read_only=sandbox.python_paths(hide), read_write=[str(work), str(ipc)])
     description.update({
         "notebook_in": str(folder / "in.ipynb"), "notebook_out": str(folder / "out.ipynb"),
         "status_out": str(folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
@@ -184,8 +187,7 @@ def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]
     kept = {key: description[key] for key in ("guard_name", "recorder_name", "probes")}
     groups = cgroups.find()  # decided once per process, on a worker as on a grader
     cgroups.sweep(groups)
-    _place(job_file.parent, kept, settings, settings.isolation(), ipc_root, [str(ROOT), *hide],
-           sandbox.python_paths(), groups)
+    _place(job_file.parent, kept, settings, settings.isolation(), ipc_root, [str(ROOT), *hide], groups)
 
 
 class Runners:

@@ -48,6 +48,7 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
 
 from autograder import launcher
 from autograder.launcher import per_namespace_pid_max
@@ -176,14 +177,23 @@ class Spec:
         return path
 
 
-def python_paths() -> list[str]:
-    """The folders this Python imports from (environment, site-packages, editable installs)."""
-    paths = {sys.prefix, sys.base_prefix}
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
+def python_paths(hide: Iterable[str] = ()) -> list[str]:
+    """The folders this Python imports from (environment, site-packages, editable installs).
+
+    A folder on ``sys.path`` inside one of ``hide`` is left out unless it is this Python's
+    environment or the ``devcourse`` package: ``python -m`` puts the folder it was started in on
+    ``sys.path``, pytest the course's ``tests/``, an instructor's ``PYTHONPATH`` what it names, and
+    binding one of them back into the sandbox would show the kernel what hiding hid (hidden tests,
+    solutions, other students' work).
+    """
     import devcourse
 
-    paths.add(str(Path(devcourse.__file__).resolve().parent))
-    return sorted(os.path.realpath(p) for p in paths)
+    needed = {sys.prefix, sys.base_prefix, str(Path(devcourse.__file__).resolve().parent)}
+    paths = needed | {p for p in sys.path if p and os.path.isdir(p)}
+    needed = [os.path.realpath(p) for p in needed]
+    hidden = [os.path.realpath(p) for p in hide]
+    paths = {os.path.realpath(p) for p in paths}
+    return sorted(p for p in paths if not launcher._under(p, hidden) or launcher._under(p, needed))
 
 
 def wrap(command: list[str], spec_path: Path) -> list[str]:

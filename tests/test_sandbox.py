@@ -33,6 +33,8 @@ print(json.dumps({
     "capabilities": int(status["CapEff"].strip(), 16) | int(status["CapPrm"].strip(), 16),
     "course_visible": os.path.exists(sys.argv[1]),
     "others_visible": os.path.exists(sys.argv[2]),
+    "tests_visible": os.path.exists(sys.argv[3]),
+    "devcourse_imports": __import__("devcourse").__name__ == "devcourse",
     "write_own_copy": can_write(os.getcwd()),
     "write_environment": can_write(sys.prefix),
     "write_etc": can_write("/etc"),
@@ -52,12 +54,16 @@ def _look_around(user_namespace: bool) -> dict:
         work.mkdir()
         others.mkdir()
         (others / "secret.txt").write_text("another student's work")
+        # pytest puts tests/ on sys.path, as `python -m` puts the folder it starts in: neither may come back.
+        assert str(ROOT / "tests") in sys.path
+        hide = [str(ROOT), str(folder)]
         spec = sandbox.Spec(workdir=str(work), namespaces=True, user_namespace=user_namespace,
-                            hide=[str(ROOT), str(folder)], read_only=sandbox.python_paths(), read_write=[str(work)])
+                            hide=hide, read_only=sandbox.python_paths(hide), read_write=[str(work)])
         if spec.as_nobody:
             folder.chmod(0o755)
             os.chown(work, sandbox.NOBODY, sandbox.NOBODY)
-        command = sandbox.wrap([sys.executable, "-c", LOOK_AROUND, str(ROOT / "solutions"), str(others)],
+        command = sandbox.wrap([sys.executable, "-c", LOOK_AROUND, str(ROOT / "solutions"), str(others),
+                                str(ROOT / "tests" / "test_sandbox.py")],
                                spec.write(folder / "spec.json"))
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -73,6 +79,8 @@ def test_kernel_sees_and_writes_only_its_own_copy(user_namespace):
     assert seen["capabilities"] == 0, "the kernel must keep no capability"
     assert not seen["course_visible"], "the course's solutions are visible"
     assert not seen["others_visible"], "another folder of the grader's is visible"
+    assert not seen["tests_visible"], "a folder on the grader's sys.path under the course brings hidden tests back"
+    assert seen["devcourse_imports"]
     assert seen["write_own_copy"]
     assert not seen["write_environment"], "the Python environment is writable"
     if os.geteuid() != 0 or not user_namespace:
