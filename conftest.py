@@ -19,9 +19,13 @@ LONGEST_FIRST = [
     "tests/test_grade.py",
     "tests/test_pipeline.py",
     "tests/test_browser.py",
+    "tests/test_grade_attacks.py",
     "solutions/07_multi_device_training/07_multi_device_training.ipynb",
+    "tests/test_term.py",
+    "tests/test_grade_stopped.py",
     "tests/test_project.py",
     "tests/test_gradebook_postgres.py",
+    "tests/test_cluster.py",
 ]
 
 

@@ -34,6 +34,7 @@ accelerator); nothing here needs a GPU.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import io
@@ -41,6 +42,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -49,7 +51,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from autograder.job import RUNNERS, execute, relocate
+from autograder.job import RUNNERS, execute, finish, launch, relocate
 from autograder.settings import Settings
 
 CONNECT_TIMEOUT_S = 5
@@ -85,22 +87,87 @@ class Executor:
 
 
 class LocalPool(Executor):
-    """``jobs`` runners at a time on this machine."""
+    """``jobs`` runners at a time on this machine, and with ``settings.warm`` as many more started ahead.
 
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        self.pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs))
-        self.description = f"this machine, {max(1, settings.jobs)} at a time"
+    A warm runner is the runner of a job next in line: its kernel is started in the job's sandbox,
+    torch imported and the guard installed while the jobs before it run, so that a job taken from the
+    line begins at its first cell. Its limits per notebook count from there. A stopped run ends the
+    warm runners with the others, their jobs not begun.
+    """
+
+    def __init__(self, settings: Settings, runners=RUNNERS):
+        self.settings, self.runners = settings, runners
+        self.jobs = max(1, settings.jobs)
+        self.ahead = self.jobs if settings.warm else 0
+        self.line: collections.deque[tuple[Path, Future]] = collections.deque()
+        self.warm: dict[Path, subprocess.Popen] = {}
+        self.changed = threading.Condition()
+        self.closing = False
+        self.slots = [threading.Thread(target=self._slot, name=f"grading-slot-{n}", daemon=True)
+                      for n in range(self.jobs)]
+        for slot in self.slots:
+            slot.start()
+        self.description = f"this machine, {self.jobs} at a time" + (", kernels started ahead" if self.ahead else "")
 
     def submit(self, job_file: Path) -> Future:
-        return self.pool.submit(execute, job_file, self.settings)
+        future: Future = Future()
+        with self.changed:
+            if self.closing:
+                raise RuntimeError("the pool is closed")
+            self.line.append((job_file, future))
+            self.changed.notify()
+        return future
+
+    def _slot(self) -> None:
+        while True:
+            with self.changed:
+                while not self.line and not self.closing:
+                    self.changed.wait()
+                if not self.line:
+                    return
+                job_file, future = self.line.popleft()
+                process = self.warm.pop(job_file, None)
+                if future.set_running_or_notify_cancel():
+                    for waiting, _ in list(self.line)[:self.ahead]:
+                        if len(self.warm) >= self.ahead:
+                            break
+                        if waiting not in self.warm:
+                            try:
+                                started = launch(waiting, self.runners, warm=True)
+                            except OSError:  # it starts when its turn comes, and says then what fails
+                                started = None
+                            if started is not None:
+                                self.warm[waiting] = started
+            if not future.running():  # cancelled while in line
+                finish(process, job_file, self.settings, self.runners, go=False)
+                continue
+            try:
+                finish(process or launch(job_file, self.runners), job_file, self.settings, self.runners)
+            except BaseException as error:  # noqa: BLE001 - the future carries it
+                future.set_exception(error)
+            else:
+                future.set_result(None)
 
     def stop(self) -> None:
-        RUNNERS.stop()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.runners.stop()
+        with self.changed:
+            self.closing = True
+            for _, future in self.line:
+                future.cancel()
+            self.line.clear()
+            warm, self.warm = list(self.warm.items()), {}
+            self.changed.notify_all()
+        for job_file, process in warm:  # ended by runners.stop(): reaped here
+            finish(process, job_file, self.settings, self.runners, go=False)
+        for slot in self.slots:
+            slot.join()
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True)
+        with self.changed:
+            self.closing = True
+            self.changed.notify_all()
+        for slot in self.slots:
+            slot.join()
 
 
 def one_line(error: BaseException) -> str:

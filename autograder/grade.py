@@ -121,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep each submission's working copy (jobs/STUDENT/ASSIGNMENT/NOTEBOOK/work, with what "
                              "its kernel wrote: the kernel writes there, not to a bounded tmpfs, so --disk-limit-mib "
                              "does not hold) after grading; by default it is removed once the notebook is graded")
+    parser.add_argument("--no-warm", action="store_true",
+                        help="start no kernel before its job's turn (by default, on this machine, the kernels of "
+                             "the next --jobs notebooks start in their sandboxes, torch imported, while the "
+                             "current ones run: as many more kernels in memory, the start off each notebook's time)")
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                          help="run the jobs on this Dask scheduler's workers (each in the same sandbox, on its machine; "
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                         progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
                         keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
                         regrade=args.regrade, due=due, scheduler=args.scheduler, dask_local=args.dask_local,
-                        gpu_jobs=args.gpu_jobs)
+                        gpu_jobs=args.gpu_jobs, warm=not args.no_warm)
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)

@@ -10,6 +10,7 @@ rewritten to record values), the student's working copy and the runner's setting
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import shutil
@@ -221,21 +222,46 @@ RUNNERS = Runners()
 
 def execute(job_file: Path, settings: Settings, runners: Runners = RUNNERS) -> None:
     """Run the runner for one job in its own process; never raises. Does nothing once ``runners`` is stopping."""
+    finish(launch(job_file, runners), job_file, settings, runners)
+
+
+def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False) -> subprocess.Popen | None:
+    """Start the runner of one job (None once ``runners`` is stopping).
+
+    ``warm``: it starts the kernel in its sandbox, imports torch, installs the guard, then waits for
+    :func:`finish` to let it run the notebook (or to take the job back).
+    """
     log = job_file.parent / "runner.log"
     with log.open("w") as handle, runners.lock:
         if runners.stopping.is_set():
-            return
-        process = subprocess.Popen([sys.executable, "-m", "autograder.runner", str(job_file), str(os.getpid())],
-                                   cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=tool_env())
+            return None
+        process = subprocess.Popen(
+            [sys.executable, "-m", "autograder.runner", str(job_file), str(os.getpid()), *(["--warm"] if warm else [])],
+            cwd=ROOT, stdin=subprocess.PIPE if warm else subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+            env=tool_env(), text=True)
         runners.running.add(process)
+    return process
+
+
+def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings, runners: Runners = RUNNERS,
+           go: bool = True) -> None:
+    """Let a started runner (warm or not) run its job to its end, or take a warm one's job back
+    (``go=False``: it ends writing nothing); never raises. Removes the job's working copy."""
     try:
-        process.wait(timeout=settings.time_limit_s + 120)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        if process is not None:
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.write("go\n" if go else "")
+                    process.stdin.close()
+            try:
+                process.wait(timeout=settings.time_limit_s + 120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
     finally:
-        with runners.lock:
-            runners.running.discard(process)
+        if process is not None:
+            with runners.lock:
+                runners.running.discard(process)
         if not settings.keep_work:
             remove_tree(job_file.parent / "work")
 

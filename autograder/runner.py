@@ -18,6 +18,13 @@ probe recorded. Then it writes the executed notebook, the recorded probes
 kernel dies, the cells not run keep no outputs and the probes not run record
 nothing, so their tests earn nothing; the batch goes on.
 
+A warm runner (``--warm``, started by the local pool ahead of its job's turn,
+see :class:`autograder.executors.LocalPool`) does everything up to the
+notebook's first cell (the sandbox, the kernel, torch imported with the
+guard), then waits for a line ``go`` on its standard input; the end of its
+input instead takes the job back, and it writes nothing. Its limits per
+notebook count from ``go``.
+
 The runner dies with the grader that started it (``PR_SET_PDEATHSIG`` on
 Linux, whatever ends the grader), and SIGTERM, SIGHUP or SIGINT makes it end
 its kernel's sandbox, write what it has and exit; the sandbox ends with the
@@ -350,32 +357,54 @@ def passed_tests(cells: list) -> list[str]:
             and not any(o.output_type == "error" for o in cell.outputs)]
 
 
-def run(job: dict) -> dict:
+class Cancelled(Exception):
+    """A warm runner's job was taken back before it began (the run stopped): it writes nothing."""
+
+
+def run(job: dict, go=None) -> dict | None:
     """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a limit,
     a dead kernel), in a fresh one that runs the cells before the stop again, output unseen, so that the
-    tests passed before it keep their points."""
+    tests passed before it keep their points.
+
+    ``go`` (a warm start): called once the first kernel is up in its sandbox, torch imported and the
+    guard installed; the notebook's first cell runs when it returns True. It returns False, or the
+    runner is told to end while it waits, when the job is taken back: then nothing is written and
+    None is returned. The limits per notebook count from its return, ``status["seconds"]`` too;
+    ``status["start_s"]`` is what starting took.
+    """
     from nbclient.exceptions import DeadKernelError
 
     nb = nbformat.read(job["notebook_in"], as_version=4)
     spec = sandbox.Spec(**job["sandbox"])
-    status = {"stopped": "", "cell": None, "probe": None, "seconds": 0.0}
+    status = {"stopped": "", "cell": None, "probe": None, "seconds": 0.0, "start_s": None, "warm": go is not None}
     started = time.monotonic()
-    now: dict = {"session": None, "ending": False}
+    now: dict = {"session": None, "ending": False, "waiting": False}
 
     def end(reason: str) -> None:  # no further session starts
         now["ending"] = True
         if now["session"] is not None:
             now["session"].kill(reason)
         status["stopped"] = status["stopped"] or reason
+        if now["waiting"]:
+            raise Cancelled(reason)
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
         signal.signal(signum, lambda number, _frame: end(f"grading was stopped ({signal.Signals(number).name})"))
     watchdog = threading.Timer(job["time_limit_s"], end, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
-    watchdog.start()
+    if go is None:
+        watchdog.start()
     shown, observations = None, {}
     try:
         now["session"] = first = Session(job, spec, status, "k")
         with first.started():
+            status["start_s"] = round(time.monotonic() - started, 2)
+            if go is not None:
+                now["waiting"] = True
+                if not go() or now["ending"]:
+                    raise Cancelled("taken back")
+                now["waiting"] = False
+                started = time.monotonic()
+                watchdog.start()
             status["cell"] = first.cells(nb.cells)
             shown = copy.deepcopy(nb)  # phase A as it ended: nothing the probes do can change it
             if status["cell"] is None:
@@ -390,6 +419,11 @@ def run(job: dict) -> dict:
                 if second.cells(cells) is None:
                     second.probes(wanted, observations)
             status["probes_again"] = again["stopped"] or "done"
+    except Cancelled:
+        watchdog.cancel()
+        if now["session"] is not None:
+            now["session"].kill("taken back")
+        return None
     except DeadKernelError:
         now["session"]._died()
     except Exception as error:  # noqa: BLE001 - the report says what happened; the batch goes on
@@ -418,8 +452,14 @@ def probe_id(cell) -> str | None:
     return meta.get("grade_id") if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution") else None
 
 
+def _go_from_stdin() -> bool:
+    """A warm runner's go: a line ``go`` on standard input (end of input: taken back)."""
+    return sys.stdin.readline().strip() == "go"
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or not sys.argv[2].isdigit():
-        sys.exit("usage: python -m autograder.runner JOB.json GRADER_PID")
+    warm = sys.argv[3:] == ["--warm"]
+    if len(sys.argv) != 3 + warm or not sys.argv[2].isdigit():
+        sys.exit("usage: python -m autograder.runner JOB.json GRADER_PID [--warm]")
     launcher.die_with_parent(int(sys.argv[2]), signal.SIGKILL)
-    run(json.loads(Path(sys.argv[1]).read_text()))
+    run(json.loads(Path(sys.argv[1]).read_text()), go=_go_from_stdin if warm else None)

@@ -62,6 +62,7 @@ class Settings:
     due: dict[str, str] | None = None  # due dates to record (None: the demo class's for the demo class, else none)
     scheduler: str | None = None  # a Dask scheduler's address: jobs run on its workers (autograder.executors)
     dask_local: int = 0  # start a Dask cluster of this many workers on this machine for the run
+    warm: bool = True  # the local pool starts the kernels of the next jobs in line while the current ones run
     gpu_jobs: bool = False  # on a Dask cluster, each job asks for the resource GPU=1
 
     def isolation(self) -> sandbox.Isolation:

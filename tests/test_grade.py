@@ -380,6 +380,10 @@ def test_status_files_say_why_a_notebook_stopped(run):
     status = json.loads((workdir / "jobs" / "tony" / "02_cross_device_errors" / "02_cross_device_errors"
                          / "status.json").read_text())
     assert status["stopped"].startswith("time limit")
+    # The pool started kernels ahead of their turn: their start is off the notebook's time and limits.
+    statuses = [json.loads(path.read_text()) for path in (workdir / "jobs").rglob("status.json")]
+    warm = [found for found in statuses if found["warm"]]
+    assert warm and all(found["start_s"] > 0 for found in warm), statuses
     shutil.rmtree(workdir / "jobs")  # the working copies are large; the graded notebooks stay
 
 

@@ -1,8 +1,9 @@
 """A grading run that is stopped halfway leaves no process behind, says what it graded, and resumes.
 
-Two students hand in 00_environment: ada the solution, slow an answer that starts a
-subprocess and then waits for a file ``go.txt`` in its working copy. With one notebook at
-a time, ada is graded first; the run is stopped while slow's kernel waits. Every process of
+Three students hand in 00_environment: ada and zed the solution, slow an answer that starts
+a subprocess and then waits for a file ``go.txt`` in its working copy. With one notebook at
+a time, ada is graded first; the run is stopped while slow's kernel waits and zed's, started
+ahead of its turn (a warm runner), waits for it. Every process of
 a run carries the run's marker in its environment (``COURSE_GRADING_RUN``), so what is left
 of it can be found in /proc.
 """
@@ -46,6 +47,7 @@ def submitted(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("stopped") / "submitted"
     source = SUBMITTED / "ada" / ASSIGNMENT
     shutil.copytree(source, folder / "ada" / ASSIGNMENT)
+    shutil.copytree(source, folder / "zed" / ASSIGNMENT)
     nb = nbformat.read(source / f"{ASSIGNMENT}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
     cell.source = WAITING_ANSWER + cell.source
@@ -83,6 +85,7 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
     run = start(submitted, workdir, mark)
     try:
         wait_until_slow_waits(run, mark)
+        assert any("/zed/" in line and line.endswith("--warm") for line in live_marked(mark)), live_marked(mark)
         ada_log = workdir / "jobs" / "ada" / ASSIGNMENT / ASSIGNMENT / "runner.log"
         assert ada_log.is_file(), "ada is graded first"
         if signum == signal.SIGINT:  # Ctrl-C: the grader and the runners it started
@@ -94,7 +97,9 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
             assert run.returncode == 128 + signum, (run.returncode, err)
             assert err.splitlines()[0].startswith(f"grading was stopped by {signum.name}"), err
             assert f"Graded (in the gradebook): ada/{ASSIGNMENT}" in err and f"Not graded: slow/{ASSIGNMENT}" in err, err
+            assert f"zed/{ASSIGNMENT}" in err.split("Not graded:")[1], err
             assert not (workdir / "jobs" / "slow").exists(), "the unfinished job's folder is removed"
+            assert not (workdir / "jobs" / "zed").exists(), "the job not begun keeps no folder"
         left = gone_within(mark, 5)
         assert left == [], f"still running after {signum.name} to the grader: {left}"
     finally:
@@ -103,7 +108,7 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
         run.communicate(timeout=30)  # what the run left holding its output must not hang the test
     if signum != signal.SIGINT:
         return
-    # Again, with go.txt beside slow's notebook: only slow is graded, once; ada keeps her score.
+    # Again, with go.txt beside slow's notebook: only slow and zed are graded, once; ada keeps her score.
     ada_runs = ada_log.stat().st_mtime_ns
     (submitted / "slow" / ASSIGNMENT / "go.txt").write_text("go")
     try:
@@ -118,6 +123,7 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
     assert rows["ada"]["score"] == rows["ada"]["max_score"], rows["ada"]
     assert "earlier run" in rows["ada"]["note"], rows["ada"]
     assert rows["slow"]["score"] not in ("", None), rows["slow"]
+    assert rows["zed"]["score"] == rows["zed"]["max_score"], rows["zed"]
     assert live_marked(mark) == []
     # Runners killed outright (the SIGKILL and SIGTERM cases) left their sandboxes' cgroups: a run sweeps them.
     assert stale_cgroups() == [], "a cgroup of a runner that is gone is still there"
