@@ -370,7 +370,8 @@ def run(job: dict, go=None) -> dict | None:
     guard installed; the notebook's first cell runs when it returns True. It returns False, or the
     runner is told to end while it waits, when the job is taken back: then nothing is written and
     None is returned. The limits per notebook count from its return, ``status["seconds"]`` too;
-    ``status["start_s"]`` is what starting took.
+    ``status["start_s"]`` is what starting took, ``cells_s`` and ``probes_s`` what phase A and the
+    probes of phase B took in the first kernel.
     """
     from nbclient.exceptions import DeadKernelError
 
@@ -405,10 +406,13 @@ def run(job: dict, go=None) -> dict | None:
                 now["waiting"] = False
                 started = time.monotonic()
                 watchdog.start()
+            began = time.monotonic()
             status["cell"] = first.cells(nb.cells)
+            status["cells_s"] = round(time.monotonic() - began, 2)
             shown = copy.deepcopy(nb)  # phase A as it ended: nothing the probes do can change it
             if status["cell"] is None:
                 first.probes(passed_tests(nb.cells), observations)
+                status["probes_s"] = round(time.monotonic() - began - status["cells_s"], 2)
         wanted = passed_tests(nb.cells[:status["cell"]]) if status["cell"] is not None else []
         if wanted and not now["ending"]:
             again = {"stopped": "", "probe": None}

@@ -128,12 +128,19 @@ def _quietly(command: list[str], cwd: Path) -> None:
 
 
 def where_time_went(workdir: Path) -> str:
-    """Run 4's jobs, from their status files: how many, their kernels' starts and their notebooks' runs."""
-    found = [json.loads(path.read_text()) for path in sorted(workdir.rglob("status.json"))]
-    starts = [s["start_s"] for s in found if s.get("start_s") is not None]
-    return (f"{len(found)} jobs (the canary's included): kernel starts {sum(starts):.1f} s in all "
-            f"({sum(starts) / max(1, len(starts)):.2f} s each), notebooks and probes "
-            f"{sum(s.get('seconds', 0) for s in found):.1f} s")
+    """Run 4's jobs, from their status files: their kernels' starts, their cells, their probes, the canary's share."""
+    found = {path: json.loads(path.read_text()) for path in sorted(workdir.rglob("status.json"))}
+    canary = [s for path, s in found.items() if "(canary)" in path.parts]
+    starts = [s["start_s"] for s in found.values() if s.get("start_s") is not None]
+
+    def total(key: str, statuses) -> float:
+        return sum(s.get(key) or 0 for s in statuses)
+
+    return (f"{len(found)} jobs, {len(canary)} of them the canary's: kernel starts {sum(starts):.1f} s "
+            f"({sum(starts) / max(1, len(starts)):.2f} s each, {sum(1 for s in found.values() if s.get('warm'))} "
+            f"started ahead), cells {total('cells_s', found.values()):.1f} s, probes "
+            f"{total('probes_s', found.values()):.1f} s; the canary's cells and probes "
+            f"{total('cells_s', canary) + total('probes_s', canary):.1f} s")
 
 
 def plain_scores(workdir: Path) -> dict[tuple[str, str], float]:
