@@ -92,7 +92,7 @@ postgres:
 # Two test processes, each file in one of them (see conftest.py); TEST_WORKERS=0 runs in one.
 TEST_WORKERS ?= 2
 test: $(READY) browser postgres
-	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 mistakes: $(READY)
 	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/test_mistakes.py

@@ -2,8 +2,9 @@
 
 ``make test`` runs the suite in two processes (pytest-xdist, ``--dist
 loadfile``: every file stays in one process, so its fixtures start once).
-Files start in the order collected, so the longest ones are put first and
-end on different processes instead of one after the other.
+Files start in the order collected (``--no-loadscope-reorder``: xdist would
+otherwise start the files with the most tests first), so the longest ones
+are put first and end on different processes instead of one after the other.
 
 nbval compares a cell tagged ``raises-exception`` with its stored error only
 when the cell's output is compared at all; under ``nbval-ignore-output`` a

@@ -368,8 +368,8 @@ def run(job: dict, go=None) -> dict | None:
 
     ``go`` (a warm start): called once the first kernel is up in its sandbox, torch imported and the
     guard installed; the notebook's first cell runs when it returns True. It returns False, or the
-    runner is told to end while it waits, when the job is taken back: then nothing is written and
-    None is returned. The limits per notebook count from its return, ``status["seconds"]`` too;
+    runner is told to end while it starts or waits, when the job is taken back: then nothing is
+    written and None is returned. The limits per notebook count from its return, ``status["seconds"]`` too;
     ``status["start_s"]`` is what starting took, ``cells_s`` and ``probes_s`` what phase A and the
     probes of phase B took in the first kernel.
     """
@@ -379,14 +379,15 @@ def run(job: dict, go=None) -> dict | None:
     spec = sandbox.Spec(**job["sandbox"])
     status = {"stopped": "", "cell": None, "probe": None, "seconds": 0.0, "start_s": None, "warm": go is not None}
     started = time.monotonic()
-    now: dict = {"session": None, "ending": False, "waiting": False}
+    now: dict = {"session": None, "ending": False, "before_go": go is not None}
 
     def end(reason: str) -> None:  # no further session starts
         now["ending"] = True
         if now["session"] is not None:
             now["session"].kill(reason)
         status["stopped"] = status["stopped"] or reason
-        if now["waiting"]:
+        if now["before_go"]:  # a warm runner, starting or waiting: its job is taken back, at once
+            now["before_go"] = False
             raise Cancelled(reason)
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
@@ -400,10 +401,9 @@ def run(job: dict, go=None) -> dict | None:
         with first.started():
             status["start_s"] = round(time.monotonic() - started, 2)
             if go is not None:
-                now["waiting"] = True
-                if not go() or now["ending"]:
+                if not go():
                     raise Cancelled("taken back")
-                now["waiting"] = False
+                now["before_go"] = False
                 started = time.monotonic()
                 watchdog.start()
             began = time.monotonic()
