@@ -127,7 +127,8 @@ class LocalPool(Executor):
                     return
                 job_file, future = self.line.popleft()
                 process = self.warm.pop(job_file, None)
-                if future.set_running_or_notify_cancel():
+                taken = future.set_running_or_notify_cancel()  # False: cancelled while in line
+                if taken:
                     for waiting, _ in list(self.line)[:self.ahead]:
                         if len(self.warm) >= self.ahead:
                             break
@@ -138,7 +139,7 @@ class LocalPool(Executor):
                                 started = None
                             if started is not None:
                                 self.warm[waiting] = started
-            if not future.running():  # cancelled while in line
+            if not taken:
                 finish(process, job_file, self.settings, self.runners, go=False)
                 continue
             try:

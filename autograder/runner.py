@@ -369,9 +369,9 @@ def run(job: dict, go=None) -> dict | None:
     ``go`` (a warm start): called once the first kernel is up in its sandbox, torch imported and the
     guard installed; the notebook's first cell runs when it returns True. It returns False, or the
     runner is told to end while it starts or waits, when the job is taken back: then nothing is
-    written and None is returned. The limits per notebook count from its return, ``status["seconds"]`` too;
-    ``status["start_s"]`` is what starting took, ``cells_s`` and ``probes_s`` what phase A and the
-    probes of phase B took in the first kernel.
+    written and None is returned. The limits per notebook count from its return,
+    ``status["seconds"]`` too; ``status["start_s"]`` is what starting took, ``cells_s`` and
+    ``probes_s`` what phase A and the probes of phase B took in the first kernel.
     """
     from nbclient.exceptions import DeadKernelError
 
@@ -423,10 +423,7 @@ def run(job: dict, go=None) -> dict | None:
                 if second.cells(cells) is None:
                     second.probes(wanted, observations)
             status["probes_again"] = again["stopped"] or "done"
-    except Cancelled:
-        watchdog.cancel()
-        if now["session"] is not None:
-            now["session"].kill("taken back")
+    except Cancelled:  # its kernel, if one started, ended with first.started(); the watchdog below
         return None
     except DeadKernelError:
         now["session"]._died()

@@ -188,12 +188,10 @@ def python_paths(hide: Iterable[str] = ()) -> list[str]:
     """
     import devcourse
 
-    needed = {sys.prefix, sys.base_prefix, str(Path(devcourse.__file__).resolve().parent)}
-    paths = needed | {p for p in sys.path if p and os.path.isdir(p)}
-    needed = [os.path.realpath(p) for p in needed]
+    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, Path(devcourse.__file__).resolve().parent)]
+    on_path = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
     hidden = [os.path.realpath(p) for p in hide]
-    paths = {os.path.realpath(p) for p in paths}
-    return sorted(p for p in paths if not launcher._under(p, hidden) or launcher._under(p, needed))
+    return sorted(p for p in on_path.union(needed) if not launcher._under(p, hidden) or launcher._under(p, needed))
 
 
 def wrap(command: list[str], spec_path: Path) -> list[str]:
