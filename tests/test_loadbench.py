@@ -53,18 +53,24 @@ def test_layer_count_follows_the_requested_size():
 
 
 def test_anon_peak_sees_memory_freed_before_the_block_ends():
+    import mmap
     import time
-
-    import torch
 
     from devcourse import measure
 
+    # A private anonymous mapping of its own: a tensor could reuse heap pages
+    # an earlier test freed but malloc kept, and then nothing would grow.
+    size = 32 * 2**20
     start = measure.anon_rss_mib()
+    if start is None:  # no /proc here (macOS, Windows)
+        with measure.AnonPeak() as anon:
+            pass
+        assert anon.peak is None
+        return
     with measure.AnonPeak() as anon:
-        block = torch.ones(8 * 2**20)  # 32 MiB, written, so resident
+        block = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        for offset in range(0, size, mmap.PAGESIZE):
+            block[offset] = 1  # written, so resident
         time.sleep(0.05)
-        del block
-    if start is None:
-        assert anon.peak is None  # no /proc here
-    else:
-        assert anon.peak - start > 24 and measure.anon_rss_mib() - start < 16
+        block.close()
+    assert anon.peak - start > 24 and measure.anon_rss_mib() - start < 16
