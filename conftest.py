@@ -10,7 +10,14 @@ nbval compares a cell tagged ``raises-exception`` with its stored error only
 when the cell's output is compared at all; under ``nbval-ignore-output`` a
 cell that stopped raising would pass unnoticed. This hook makes every such
 cell fail unless it really raised.
+
+Every grading run of the suite shares one folder of canary references
+(``$COURSE_REFERENCE_CACHE``, see :mod:`autograder.canary`): the instructor's
+solution runs once per set of limits, not once per test. A test that needs
+the canary itself names a cache of its own or ``--rerun-canary``.
 """
+
+import os
 
 import pytest
 
@@ -33,6 +40,20 @@ LONGEST_FIRST = [
 def pytest_collection_modifyitems(config, items):
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: order within a file kept
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_references(tmp_path_factory, worker_id):
+    """One reference cache for the whole run: with xdist, beside every worker's own temporary folder."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base if worker_id == "master" else base.parent) / "references"
+    previous = os.environ.get("COURSE_REFERENCE_CACHE")
+    os.environ["COURSE_REFERENCE_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("COURSE_REFERENCE_CACHE", None)
+    else:
+        os.environ["COURSE_REFERENCE_CACHE"] = previous
 
 
 @pytest.hookimpl(wrapper=True)

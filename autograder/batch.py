@@ -21,7 +21,6 @@ graded, or that changed since.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import secrets
@@ -45,7 +44,7 @@ from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
-from autograder.submission import SubmissionError, grade_ids_of, read_submission
+from autograder.submission import SubmissionError, fingerprint, grade_ids_of, read_submission
 from autograder.verdict import judge
 
 
@@ -118,21 +117,6 @@ def submitted_notebook(folder: Path, notebook: str) -> Path | None:
     return max(copies, key=lambda path: (path.stat().st_mtime, path.name), default=None)
 
 
-def fingerprint(root: Path, recursive: bool = False, notebooks_only: bool = False) -> str:
-    """A hash of the files in ``root`` (and below it, if ``recursive``), names included.
-
-    Of a submission folder (every file): a re-run grades a changed submission
-    again. Of the course's source (recursive, notebooks only): a changed
-    course is graded afresh.
-    """
-    digest = hashlib.sha256()
-    paths = root.rglob("*") if recursive else root.glob("*")
-    for path in sorted(p for p in paths if p.is_file() and (p.suffix == ".ipynb" or not notebooks_only)):
-        if ".ipynb_checkpoints" not in path.parts:
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
 def read_state(workdir: Path) -> dict | None:
     """What earlier runs in ``workdir`` graded (``state.json``), or None."""
     try:
@@ -170,7 +154,7 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
     """
     course_dir = is_course_dir(workdir)
     source = workdir / "source" if course_dir else SOLUTIONS
-    course = fingerprint(source, recursive=True, notebooks_only=True)
+    course = fingerprint(source, recursive=True, suffix=".ipynb")
     state = read_state(workdir)
     if not course_dir and (state is None or state.get("course") != course
                            or state.get("intake") != (str(intake) if intake else None)):
@@ -182,8 +166,6 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
     if state is None or state.get("course") != course:
         state = {"course": course, "intake": str(intake) if intake else None, "finished": True, "graded": {},
                  "generated": {}, "rows": {}, **{key: state[key] for key in ("withheld", "reviewed") if state and key in state}}
-    if state.get("finished", True):  # a new run, not the resumption of a stopped one: references are made afresh
-        shutil.rmtree(workdir / "reference", ignore_errors=True)
     state["finished"] = False
     (workdir / "submitted").mkdir(exist_ok=True)
     if intake is not None:

@@ -19,12 +19,35 @@ that is resumed reuses them.
 The notebooks of each assignment that has submissions to grade are run
 (``graded``, the default: grading needs their references); ``--canary all``
 runs every assignment's.
+
+A reference is kept with its key (:func:`reference_key`): a hash of all
+that could change what the solution does in the sandbox, namely the
+assignment's source folder, the grader's and the course package's code,
+Python and every installed package's version, the machine, the devices
+checked, the limits and the isolation. A later run whose key is the same
+reuses it instead of running the solution again: an instructor who grades
+new submissions each day runs the canary once, not each day. Anything in
+the key that changes (an edited solution, an upgraded torch, a tighter
+limit) runs it again; so does ``--rerun-canary``. References are kept in the
+work folder, and, with ``--reference-cache DIR`` (or ``$COURSE_REFERENCE_CACHE``),
+in a folder that several work folders share, one grader making each while
+the others wait for it. On a Dask cluster the canary runs every time: the
+workers' machines are not the grader's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
+import os
+import platform
 import shutil
+import sys
+import time
+from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
@@ -32,14 +55,52 @@ import nbformat
 from autograder import sandbox
 from autograder.job import Job, RunContext, prepare
 from autograder.probe import notebook_sites, self_check
-from autograder.submission import is_test, nbgrader_meta
+from autograder.submission import fingerprint, is_test, nbgrader_meta
 from autograder.verdict import judge, observations_of
 
 STUDENT = "(canary)"
+CACHE_ENV = "COURSE_REFERENCE_CACHE"
+KEY_FORMAT = 1  # raised when what a reference holds changes
 
 
 class CanaryFailed(RuntimeError):
     """The instructor's solution did not pass in the grading sandbox; the message's first line says why."""
+
+
+@lru_cache(maxsize=1)
+def _this_machine() -> str:
+    """The part of every key that is the same for the whole run: code, Python, packages, machine, devices."""
+    import devcourse
+    from autograder.report import devices_text
+
+    digest = hashlib.sha256()
+    for package in (sys.modules["autograder"], devcourse):
+        digest.update(fingerprint(Path(package.__file__).parent, recursive=True, suffix=".py").encode())
+    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    for part in (sys.version, sys.executable, platform.platform(), platform.machine(), str(os.cpu_count()),
+                 str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
+                 os.environ.get("CUDA_VISIBLE_DEVICES", "-"), devices_text(), *packages):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunContext) -> str | None:
+    """The key a reference is kept under, or None where none is kept (a Dask cluster's workers)."""
+    settings = run.settings
+    if settings.scheduler or settings.dask_local:
+        return None
+    limits = [settings.cell_timeout_s, settings.time_limit_s, settings.memory_mib, settings.disk_mib,
+              settings.max_processes, settings.sandbox, settings.keep_work, run.isolation.namespaces,
+              run.isolation.user_namespace, run.cgroups.version]
+    parts = [str(KEY_FORMAT), assignment, notebook, fingerprint(source_dir, recursive=True), _this_machine(),
+             json.dumps(limits)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def cache_folder(settings) -> Path | None:
+    """The folder shared by several work folders (``--reference-cache``, else ``$COURSE_REFERENCE_CACHE``), or None."""
+    chosen = settings.reference_cache or os.environ.get(CACHE_ENV)
+    return Path(chosen).expanduser().resolve() if chosen else None
 
 
 def references(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path,
@@ -47,41 +108,127 @@ def references(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir:
     """Run each ``(assignment, notebook, source)`` solution as a submission, with the instructor's probes.
 
     Returns assignment -> notebook -> grade_id -> the reference's records; raises CanaryFailed unless every
-    test passes. Notebooks whose reference is already in the work folder are not run again.
+    test passes. A notebook whose reference is kept under the same key, in the work folder or the shared
+    cache, is not run again; one that another grader is making in the shared cache is waited for.
     """
+    cache = cache_folder(run.settings)
+    fresh = run.settings.rerun_canary
     found: dict[str, dict[str, dict]] = {}
-    jobs = []
-    for name, notebook, source in notebooks:
-        kept = reference_of(workdir, name, notebook)
-        if kept is not None:
+    todo, waiting, reused = [], [], []
+    with contextlib.ExitStack() as held:
+        for name, notebook, source in notebooks:
+            key = reference_key(name, notebook, workdir / "source" / name, run)
+            kept = None if fresh else _kept(workdir, cache, name, notebook, key)
+            if kept is not None:
+                found.setdefault(name, {})[notebook] = kept
+                reused.append(f"{name}/{notebook}")
+                continue
+            if cache is not None and key is not None and not fresh:
+                lock = _KeyLock(cache, key)
+                if not lock.acquire(wait=False):  # another grader is making it
+                    lock.release()
+                    waiting.append((name, notebook, source, key))
+                    continue
+                held.callback(lock.release)
+            todo.append((name, notebook, source, key))
+        _run(todo, workdir, cache, run, found)
+    again = []
+    for name, notebook, source, key in waiting:
+        lock = _KeyLock(cache, key)
+        try:
+            lock.acquire(wait=True)
+            kept = _kept(workdir, cache, name, notebook, key)
+        finally:
+            lock.release()
+        if kept is None:  # the other grader did not make it (stopped, or its canary failed): made here
+            again.append((name, notebook, source, key))
+        else:
             found.setdefault(name, {})[notebook] = kept
-            continue
+            reused.append(f"{name}/{notebook}")
+    _run(again, workdir, cache, run, found)
+    if reused and run.settings.progress:
+        print(f"References kept from an earlier run, not made again: {', '.join(reused)}", flush=True)
+    return found
+
+
+def _run(items: list, workdir: Path, cache: Path | None, run: RunContext, found: dict) -> None:
+    jobs = []
+    for name, notebook, source, key in items:
         job = Job(STUDENT, name, notebook, workdir / "jobs" / STUDENT / name / notebook)
         shutil.rmtree(job.folder, ignore_errors=True)  # left by a run stopped before its reference was kept
         path = prepare(job, source, source, workdir / "source" / name, run, reference=True)
-        jobs.append((job, path, source))
-    for future in [run.executor.submit(path) for _, path, _ in jobs]:
+        jobs.append((job, path, source, key))
+    for future in [run.executor.submit(path) for _, path, _, _ in jobs]:
         future.result()
-    for job, _, source in jobs:
+    for job, _, source, key in jobs:
         problem = _problem(job, source)
         if problem:
             raise CanaryFailed(f"grading stopped: the instructor's solution of {job.assignment}/{job.notebook} "
                                f"does not pass in the grading sandbox: {problem}")
         records = observations_of(job)
-        path = workdir / "reference" / job.assignment / f"{job.notebook}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(records))
+        kept = json.dumps({"key": key, "assignment": job.assignment, "notebook": job.notebook, "records": records})
+        _write(workdir / "reference" / job.assignment / f"{job.notebook}.json", kept)
+        if cache is not None and key is not None:
+            _write(cache / f"{key}.json", kept)
         found.setdefault(job.assignment, {})[job.notebook] = records
-    return found
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` whole or not at all: a reader never sees half a reference."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) and isinstance(kept.get("records"), dict) else None
+
+
+def _kept(workdir: Path, cache: Path | None, assignment: str, notebook: str, key: str | None) -> dict | None:
+    """The records of a reference kept under ``key``: in the work folder, else in the cache (copied in)."""
+    if key is None:
+        return None
+    own = workdir / "reference" / assignment / f"{notebook}.json"
+    kept = _read(own)
+    if kept is not None and kept.get("key") == key:
+        return kept["records"]
+    shared = _read(cache / f"{key}.json") if cache is not None else None
+    if shared is None or shared.get("key") != key:
+        return None
+    _write(own, json.dumps(shared))  # the work folder keeps the reference it graded with (for review)
+    return shared["records"]
+
+
+class _KeyLock:
+    """A lock on ``CACHE/KEY.lock``, held while a grader makes that reference; Linux ends it with the grader."""
+
+    def __init__(self, cache: Path, key: str):
+        cache.mkdir(parents=True, exist_ok=True)
+        self.handle = open(cache / f"{key}.lock", "a")
+
+    def acquire(self, wait: bool) -> bool:
+        while True:
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if not wait:
+                    return False
+                time.sleep(0.2)
+
+    def release(self) -> None:
+        self.handle.close()  # and the lock with it
 
 
 def reference_of(workdir: Path, assignment: str, notebook: str) -> dict | None:
-    """The reference a run in ``workdir`` keeps for a notebook, or None."""
-    try:
-        kept = json.loads((workdir / "reference" / assignment / f"{notebook}.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return kept if isinstance(kept, dict) else None
+    """The records of the reference the last run in ``workdir`` graded ``assignment/notebook`` with, or None."""
+    kept = _read(workdir / "reference" / assignment / f"{notebook}.json")
+    return kept["records"] if kept is not None else None
 
 
 def _problem(job: Job, source: nbformat.NotebookNode) -> str | None:

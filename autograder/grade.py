@@ -61,7 +61,7 @@ from pathlib import Path
 from autograder import cgroups, sandbox
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
 from autograder.executors import ClusterError, check_scheduler
-from autograder.canary import CanaryFailed
+from autograder.canary import CACHE_ENV, CanaryFailed
 from autograder.course import CourseError, is_course_dir, parse_due
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
@@ -116,7 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--canary", choices=("graded", "all"), default="graded",
                         help="run the instructor's solution first, in the same sandbox, and stop unless it gets "
                              "full marks (its run is the reference submissions are judged against): of each "
-                             "assignment that has submissions to grade, or of every assignment (default: %(default)s)")
+                             "assignment that has submissions to grade, or of every assignment (default: %(default)s); "
+                             "a reference kept from an earlier run is reused while the solution, the grader, "
+                             "Python's packages, the devices and the limits are the same")
+    parser.add_argument("--rerun-canary", action="store_true",
+                        help="run the instructor's solution even where a kept reference could be reused")
+    parser.add_argument("--reference-cache", metavar="DIR", default=None,
+                        help="also keep references in DIR, shared by several work folders on this machine "
+                             f"(default: ${CACHE_ENV} if set; the work folder keeps its own either way)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep each submission's working copy (jobs/STUDENT/ASSIGNMENT/NOTEBOOK/work, with what "
                              "its kernel wrote: the kernel writes there, not to a bounded tmpfs, so --disk-limit-mib "
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                         memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
                         max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
                         progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
+                        rerun_canary=args.rerun_canary, reference_cache=args.reference_cache,
                         keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
                         regrade=args.regrade, due=due, scheduler=args.scheduler, dask_local=args.dask_local,
                         gpu_jobs=args.gpu_jobs, warm=not args.no_warm)
@@ -181,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     checked_first = {"graded": "of each assignment with submissions", "all": "of every assignment"}[settings.canary]
     # It runs before the progress bar starts: say what the wait is for.
     header.append(f"First the instructor's solution {checked_first} runs in the same sandbox "
-                  f"(--canary {settings.canary}): the reference for the grading; it stops unless it gets full marks.")
+                  f"(--canary {settings.canary}): the reference for the grading; it stops unless it gets full marks. "
+                  f"A reference kept from an earlier run with the same solution, grader, packages, devices and "
+                  f"limits is reused (--rerun-canary runs it anyway).")
     print("\n".join(header), flush=True)
     started = time.monotonic()
     # Every process of this run carries the marker (a test or a wrapper may have chosen it).

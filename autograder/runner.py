@@ -126,11 +126,17 @@ def tree_usage(root: int) -> tuple[float, int]:
     return total_kib / 1024, tasks
 
 
-def disk_used_mib(launcher: int) -> float | None:
-    """What a sandbox with a bounded disk holds on it (its ``/tmp`` tmpfs), in MiB; None where it cannot be read."""
+def disk_used_mib(launcher: int, size_mib: int) -> float | None:
+    """What a sandbox with a disk of ``size_mib`` holds on it (its ``/tmp`` tmpfs), in MiB; None where it cannot be read.
+
+    Also None while ``/tmp`` seen from the launcher is not a disk of that size: before the sandbox has
+    mounted its own, the path leads to the grader's ``/tmp``, whose use is not the submission's.
+    """
     try:
         found = os.statvfs(f"/proc/{launcher}/root/tmp")
     except OSError:
+        return None
+    if abs(found.f_blocks * found.f_frsize / (1 << 20) - size_mib) > 1:
         return None
     return (found.f_blocks - found.f_bfree) * found.f_frsize / (1 << 20)
 
@@ -278,7 +284,7 @@ class Session:
                 self.kill(self._process_limit(f"{tasks} running"))
                 return
             if spec.disk_mib and spec.namespaces:
-                written = disk_used_mib(process.pid)
+                written = disk_used_mib(process.pid, spec.disk_mib)
                 if written is not None and written >= spec.disk_mib - 1:
                     self.status["disk_full"] = spec.disk_mib
 

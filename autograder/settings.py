@@ -56,6 +56,8 @@ class Settings:
     user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root
     keep_work: bool = False  # what the kernel writes goes to the job's working copy, kept after grading
     canary: str = "graded"  # the instructor's solution run first (the reference): of each "graded" assignment, or "all"
+    rerun_canary: bool = False  # run it even where a reference kept from an earlier run has the same key
+    reference_cache: str | None = None  # a folder of references several work folders share (None: $COURSE_REFERENCE_CACHE)
     assignments: tuple[str, ...] = ()  # grade only these assignments (none named: all)
     students: tuple[str, ...] = ()  # grade only these students (none named: all)
     regrade: bool = False  # grade the chosen submissions even if an earlier run graded them unchanged

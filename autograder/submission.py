@@ -10,6 +10,7 @@ the source, so an edited or deleted test changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -98,3 +99,19 @@ def _stub(cell) -> str:
 def _stubs() -> tuple[str, str]:
     stubs = course_config().ClearSolutions
     return stubs.code_stub["python"], stubs.text_stub
+
+
+def fingerprint(root: Path, recursive: bool = False, suffix: str = "") -> str:
+    """A hash of the files in ``root`` (and below it, if ``recursive``) whose names end with ``suffix``, names included.
+
+    Of a submission folder (every file): a re-run grades a changed submission
+    again. Of the course's source (recursive, notebooks only): a changed
+    course is graded afresh. Of the grader's code: a kept reference is made
+    again (:mod:`autograder.canary`).
+    """
+    digest = hashlib.sha256()
+    paths = root.rglob("*") if recursive else root.glob("*")
+    for path in sorted(p for p in paths if p.is_file() and p.name.endswith(suffix)):
+        if ".ipynb_checkpoints" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

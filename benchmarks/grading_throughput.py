@@ -2,7 +2,7 @@
 
     python benchmarks/grading_throughput.py [--students ada,grace,linus,margaret]
 
-Four runs over the same copy of some demo students' submissions, one after
+Five runs over the same copy of some demo students' submissions, one after
 another in this one run:
 
 1. plain nbgrader, as an instructor runs it: ``nbgrader generate_assignment``,
@@ -16,6 +16,11 @@ another in this one run:
 4. ``make grade --jobs 1``: its wall time over run 2, per notebook, is the
    grader's own cost for one notebook, everything included (its start, the
    sandbox, the guard, the gradebook, the feedback).
+5. ``make grade`` again, in a new work folder, with the references run 3
+   kept: the canary is not run again (a later day of grading).
+
+Runs 3 and 4 run the instructor's solutions first (``--rerun-canary``), as
+the first grading of a class does; the targets are judged on them.
 
 Targets on 2 cores: run 3 grades at least 3 times as fast as run 1, and the
 overhead per notebook is at most 0.3 s. Where run 4's time went is printed
@@ -107,16 +112,19 @@ def plain_nbgrader(submitted: Path, workdir: Path) -> float:
     return time.perf_counter() - started
 
 
-def make_grade(submitted: Path, workdir: Path, jobs: int, warm: bool = True) -> float:
-    """Runs 3 and 4: the course's grading command, as ``make grade`` runs it.
+def make_grade(submitted: Path, workdir: Path, jobs: int, warm: bool = True, kept: bool = False) -> float:
+    """Runs 3 to 5: the course's grading command, as ``make grade`` runs it, each in a work folder of its own.
 
     It includes what plain nbgrader does not do: the run of the instructor's solution of every assignment it
     grades (the canary, which is also the reference each test's probe is judged against), and the second pass
-    of each notebook's tests as probes.
+    of each notebook's tests as probes. Runs 3 and 4 run the canary (``--rerun-canary``), as a class's first
+    grading does; run 5 (``kept``) reuses the references run 3 kept, as every later grading on the same
+    machine with the same solutions and packages does (:mod:`autograder.canary`).
     """
     started = time.perf_counter()
     _quietly([sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
-              "--jobs", str(jobs), "--quiet", *([] if warm else ["--no-warm"])], ROOT)
+              "--jobs", str(jobs), "--quiet", "--reference-cache", str(workdir.parent / "references"),
+              *([] if kept else ["--rerun-canary"]), *([] if warm else ["--no-warm"])], ROOT)
     return time.perf_counter() - started
 
 
@@ -181,20 +189,27 @@ def main() -> int:
             ("2. each graded notebook executed alone", lambda: execute_alone(graded, timeout, tmp / "sockets")),
             (f"3. make grade (--jobs {args.jobs})", lambda: make_grade(tmp / "class", tmp / "ours", args.jobs, warm)),
             ("4. make grade --jobs 1", lambda: make_grade(tmp / "class", tmp / "ours1", 1, warm)),
+            (f"5. make grade (--jobs {args.jobs}), references kept", lambda: make_grade(
+                tmp / "class", tmp / "ours5", args.jobs, warm, kept=True)),
         ]
         seconds = []
         for label, run in runs:
             seconds.append(run())
             print(f"{label:<56} {seconds[-1]:7.1f} s  ({seconds[-1] / count:5.1f} s per notebook)", flush=True)
-        plain, alone, ours, ours_one = seconds
+        plain, alone, ours, ours_one, ours_kept = seconds
+        if any((tmp / "ours5" / "jobs" / "(canary)").glob("*")):
+            raise SystemExit("run 5 ran the canary: the references of run 3 were not kept")
         print(f"   run 4: {where_time_went(tmp / 'ours1')}")
         plain_result, our_result = plain_scores(tmp / "plain"), our_scores(tmp / "ours")
+        if our_scores(tmp / "ours5") != our_result:
+            raise SystemExit("run 5 scored differently from run 3")
 
     speedup = plain / ours
     overhead = (ours_one - alone) / count
     differ = {pair: (plain_result.get(pair), our_result.get(pair))
               for pair in sorted(set(plain_result) | set(our_result)) if plain_result.get(pair) != our_result.get(pair)}
     print(f"\nthroughput: make grade {speedup:.2f}x plain nbgrader (target at least {TARGET_SPEEDUP}x on 2 cores)")
+    print(f"            with the references kept from an earlier run: {plain / ours_kept:.2f}x (a later grading day)")
     print(f"overhead of make grade over executing alone: {overhead:+.2f} s per notebook "
           f"(target at most {TARGET_OVERHEAD_S:g} s)")
     print("scores: plain nbgrader and make grade agree on all " f"{len(our_result)} submissions" if not differ else

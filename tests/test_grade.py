@@ -44,6 +44,12 @@ def test_demo_class_gets_its_expected_scores(run):
         assert (got["score"], got["max_score"]) == (row["score"], row["max_score"]), (row, got["note"])
 
 
+def test_no_note_says_a_disk_filled_that_nobody_filled(run):
+    """No demo student fills the disk; before a sandbox mounts its own /tmp, the grader's /tmp is not theirs."""
+    _, rows = run
+    assert [key for key, row in rows.items() if "filled the disk" in row["note"]] == []
+
+
 def test_nothing_a_submission_wrote_stays_after_grading(run):
     workdir, _ = run
     jobs = [path for path in (workdir / "jobs").glob("*/*/*") if path.is_dir()]
@@ -459,14 +465,40 @@ def test_tensor_comparisons_in_tests_refuse_a_lying_subclass_and_accept_plain_an
     assert done.returncode == 0 and done.stdout.strip().endswith("refused"), done.stdout + done.stderr
 
 
-def test_the_canary_grades_each_assignment_that_has_submissions(tmp_path):
-    """By default the instructor's solution of every assignment being graded runs first, and of no other."""
+def test_the_canary_grades_each_assignment_that_has_submissions_and_its_reference_is_kept(tmp_path):
+    """By default the instructor's solution of every assignment being graded runs first, and of no other.
+
+    Another work folder sharing the cache reuses both references; an edited solution is run again.
+    """
     for assignment in ("00_environment", "02_cross_device_errors"):
         shutil.copytree(DEMO_CLASS / "ada" / assignment, tmp_path / "submitted" / "ada" / assignment)
     assert Settings().canary == "graded"
-    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False)
-    results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
-    assert {(r.assignment, r.score) for r in results if r.student == "ada" and r.score is not None} == {
-        ("00_environment", 8), ("02_cross_device_errors", 7)}
-    checked = sorted(p.name for p in (tmp_path / "work" / "jobs" / "(canary)").iterdir())
-    assert checked == ["00_environment", "02_cross_device_errors"], checked
+    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False,
+                        reference_cache=str(tmp_path / "cache"))
+
+    def graded(work):
+        results = grade.grade(tmp_path / "submitted", tmp_path / work, settings)
+        assert {(r.assignment, r.score) for r in results if r.student == "ada" and r.score is not None} == {
+            ("00_environment", 8), ("02_cross_device_errors", 7)}
+        canary = tmp_path / work / "jobs" / "(canary)"
+        return sorted(p.name for p in canary.iterdir()) if canary.is_dir() else []
+
+    assert graded("work") == ["00_environment", "02_cross_device_errors"]
+    assert graded("again") == []
+    solution = tmp_path / "again" / "source" / "02_cross_device_errors" / "02_cross_device_errors.ipynb"
+    nb = nbformat.read(solution, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("An instructor's afterthought."))
+    nbformat.write(nb, solution)
+    settings.regrade = True
+    assert graded("again") == ["02_cross_device_errors"]
+
+
+def test_a_reference_being_made_is_locked_for_other_graders_until_its_maker_lets_go(tmp_path):
+    from autograder.canary import _KeyLock
+
+    maker, other = _KeyLock(tmp_path, "key"), _KeyLock(tmp_path, "key")
+    assert maker.acquire(wait=False)
+    assert not other.acquire(wait=False)
+    maker.release()
+    assert other.acquire(wait=False)
+    other.release()

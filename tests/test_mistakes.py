@@ -36,6 +36,7 @@ from autograder.pipeline import ROOT, solution_path
 
 MISTAKE_BAR = 0.95
 ROUNDS = os.environ.get("COURSE_MISTAKE_ROUNDS", "2")  # a number, or "all"
+CELL_TIMEOUT_S = 45  # test_grade's: with the same limits, one run's canary makes the references both use
 
 
 def _checker():
@@ -97,7 +98,7 @@ def graded(tmp_path_factory):
     write_submissions(rounds, tmp / "submitted")
     workdir = tmp / "work"
     assert grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(workdir), "--quiet",
-                       "--no-feedback"]) == 0
+                       "--no-feedback", "--cell-timeout", str(CELL_TIMEOUT_S)]) == 0
 
     from nbgrader.api import Gradebook
 

@@ -195,3 +195,14 @@ def test_a_sandbox_has_its_own_pid_max_where_linux_has_one_per_namespace(tmp_pat
     assert done.returncode == 0, done.stderr
     assert 40 <= int(done.stdout.split()[-1]) < 40 + 300, done.stdout
     assert int(Path("/proc/sys/kernel/pid_max").read_text()) > 40 + 300, "the machine's pid_max was changed"
+
+
+def test_disk_use_is_read_only_from_a_disk_of_the_sandbox_size():
+    """The grader's own /tmp (no sandbox's tmpfs of that size) is never read as a submission's disk."""
+    from autograder.runner import disk_used_mib
+
+    size = os.statvfs("/tmp")
+    own = round(size.f_blocks * size.f_frsize / (1 << 20))
+    assert disk_used_mib(os.getpid(), own + 64) is None
+    assert disk_used_mib(os.getpid(), own) == pytest.approx((size.f_blocks - size.f_bfree) * size.f_frsize / (1 << 20),
+                                                            abs=64)
