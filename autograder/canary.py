@@ -68,31 +68,40 @@ class CanaryFailed(RuntimeError):
 
 
 @lru_cache(maxsize=1)
-def _this_machine() -> str:
-    """The part of every key that is the same for the whole run: code, Python, packages, machine, devices."""
+def _installed() -> str:
+    """A hash of the grader's and devcourse's code and of every installed package's version (read once)."""
     import devcourse
-    from autograder.report import devices_text
 
     digest = hashlib.sha256()
     for package in (sys.modules["autograder"], devcourse):
         digest.update(fingerprint(Path(package.__file__).parent, recursive=True, suffix=".py").encode())
-    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
-    for part in (sys.version, sys.executable, platform.platform(), platform.machine(), str(os.cpu_count()),
-                 str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
-                 os.environ.get("CUDA_VISIBLE_DEVICES", "-"), devices_text(), *packages):
-        digest.update(part.encode() + b"\0")
+    for name in sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()):
+        digest.update(name.encode() + b"\0")
     return digest.hexdigest()
 
 
-def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunContext) -> str | None:
-    """The key a reference is kept under, or None where none is kept (a Dask cluster's workers)."""
+def this_machine() -> str:
+    """The part of every key that is the same for a whole run: code, Python, packages, machine, devices."""
+    from autograder.report import devices_text
+
+    parts = [_installed(), sys.version, sys.executable, platform.platform(), platform.machine(), str(os.cpu_count()),
+             str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
+             os.environ.get("CUDA_VISIBLE_DEVICES", "-"), devices_text()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunContext, machine: str) -> str | None:
+    """The key a reference is kept under, or None where none is kept (a Dask cluster's workers).
+
+    ``machine`` is :func:`this_machine`'s.
+    """
     settings = run.settings
     if settings.scheduler or settings.dask_local:
         return None
     limits = [settings.cell_timeout_s, settings.time_limit_s, settings.memory_mib, settings.disk_mib,
               settings.max_processes, settings.sandbox, settings.keep_work, run.isolation.namespaces,
               run.isolation.user_namespace, run.cgroups.version]
-    parts = [str(KEY_FORMAT), assignment, notebook, fingerprint(source_dir, recursive=True), _this_machine(),
+    parts = [str(KEY_FORMAT), assignment, notebook, fingerprint(source_dir, recursive=True), machine,
              json.dumps(limits)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -115,9 +124,10 @@ def references(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir:
     fresh = run.settings.rerun_canary
     found: dict[str, dict[str, dict]] = {}
     todo, waiting, reused = [], [], []
+    machine = this_machine()
     with contextlib.ExitStack() as held:
         for name, notebook, source in notebooks:
-            key = reference_key(name, notebook, workdir / "source" / name, run)
+            key = reference_key(name, notebook, workdir / "source" / name, run, machine)
             kept = None if fresh else _kept(workdir, cache, name, notebook, key)
             if kept is not None:
                 found.setdefault(name, {})[notebook] = kept
