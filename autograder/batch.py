@@ -44,7 +44,7 @@ from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
-from autograder.submission import SubmissionError, fingerprint, grade_ids_of, read_submission
+from autograder.submission import SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
 from autograder.verdict import judge
 
 
@@ -127,9 +127,7 @@ def read_state(workdir: Path) -> dict | None:
 
 
 def write_state(workdir: Path, state: dict) -> None:
-    temporary = workdir / (STATE + ".tmp")
-    temporary.write_text(json.dumps(state, indent=1))
-    temporary.replace(workdir / STATE)  # atomic: a run stopped here leaves the old state or the new one
+    write_whole(workdir / STATE, json.dumps(state, indent=1))  # a run stopped here leaves the old state or the new
 
 
 def take_in(intake: Path, workdir: Path) -> None:

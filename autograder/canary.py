@@ -55,7 +55,7 @@ import nbformat
 from autograder import sandbox
 from autograder.job import Job, RunContext, prepare
 from autograder.probe import notebook_sites, self_check
-from autograder.submission import fingerprint, is_test, nbgrader_meta
+from autograder.submission import fingerprint, is_test, nbgrader_meta, write_whole
 from autograder.verdict import judge, observations_of
 
 STUDENT = "(canary)"
@@ -177,18 +177,15 @@ def _run(items: list, workdir: Path, cache: Path | None, run: RunContext, found:
                                f"does not pass in the grading sandbox: {problem}")
         records = observations_of(job)
         kept = json.dumps({"key": key, "assignment": job.assignment, "notebook": job.notebook, "records": records})
-        _write(workdir / "reference" / job.assignment / f"{job.notebook}.json", kept)
+        write_whole(_own(workdir, job.assignment, job.notebook), kept)
         if cache is not None and key is not None:
-            _write(cache / f"{key}.json", kept)
+            write_whole(cache / f"{key}.json", kept)
         found.setdefault(job.assignment, {})[job.notebook] = records
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` whole or not at all: a reader never sees half a reference."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+def _own(workdir: Path, assignment: str, notebook: str) -> Path:
+    """Where the work folder keeps the reference it grades ``assignment/notebook`` with."""
+    return workdir / "reference" / assignment / f"{notebook}.json"
 
 
 def _read(path: Path) -> dict | None:
@@ -203,14 +200,14 @@ def _kept(workdir: Path, cache: Path | None, assignment: str, notebook: str, key
     """The records of a reference kept under ``key``: in the work folder, else in the cache (copied in)."""
     if key is None:
         return None
-    own = workdir / "reference" / assignment / f"{notebook}.json"
+    own = _own(workdir, assignment, notebook)
     kept = _read(own)
     if kept is not None and kept.get("key") == key:
         return kept["records"]
     shared = _read(cache / f"{key}.json") if cache is not None else None
     if shared is None or shared.get("key") != key:
         return None
-    _write(own, json.dumps(shared))  # the work folder keeps the reference it graded with (for review)
+    write_whole(own, json.dumps(shared))  # the work folder keeps the reference it graded with (for review)
     return shared["records"]
 
 
@@ -237,7 +234,7 @@ class _KeyLock:
 
 def reference_of(workdir: Path, assignment: str, notebook: str) -> dict | None:
     """The records of the reference the last run in ``workdir`` graded ``assignment/notebook`` with, or None."""
-    kept = _read(workdir / "reference" / assignment / f"{notebook}.json")
+    kept = _read(_own(workdir, assignment, notebook))
     return kept["records"] if kept is not None else None
 
 

@@ -11,6 +11,7 @@ the source, so an edited or deleted test changes nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -115,3 +116,12 @@ def fingerprint(root: Path, recursive: bool = False, suffix: str = "") -> str:
         if ".ipynb_checkpoints" not in path.parts:
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` whole or not at all, through a temporary file of this process's: a reader, or a run
+    stopped halfway, never leaves half of it (the work folder's state, a reference several graders share)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
