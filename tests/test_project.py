@@ -121,3 +121,20 @@ def test_make_lab_starts_the_students_lab():
     assert f'JUPYTER_CONFIG_PATH="{ROOT / "jupyter" / "student-lab"}"' in printed, printed
     for name in ["labconfig/page_config.json", "jupyter_server_config.json"]:
         assert (ROOT / "jupyter" / "student-lab" / name).is_file()
+
+
+def test_devcourse_modules_import_without_jupyters_server_or_jsonschema():
+    """Each grading kernel imports every devcourse module (autograder.guard) before the student's first cell.
+
+    Jupyter's server modules bring in jsonschema, whose IRI format checker compiles a grammar at import:
+    about a second of every kernel's start, for nothing the kernel uses.
+    """
+    import subprocess
+
+    code = ("import importlib, pkgutil, sys, devcourse\n"
+            "for info in pkgutil.iter_modules(devcourse.__path__):\n"
+            "    importlib.import_module(f'devcourse.{info.name}')\n"
+            "print(sorted(m for m in ('jupyter_server', 'tornado', 'jsonschema', 'nbformat') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"importing devcourse's modules brought in {done.stdout.strip()}"
