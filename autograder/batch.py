@@ -44,7 +44,7 @@ from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
-from autograder.submission import SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
+from autograder.submission import SubmissionError, fingerprint, grade_ids_of, max_points, read_submission, write_whole
 from autograder.verdict import judge
 
 
@@ -219,21 +219,12 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     unknown = sorted(set(settings.assignments or ()) - set(names))
     if unknown:
         raise ChoiceError(f"no assignment named {', '.join(unknown)} in {workdir / 'source'}")
-    sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
-    for name in names:
-        source_print = fingerprint(workdir / "source" / name, recursive=True)
-        if state["generated"].get(name) != source_print or not (workdir / "release" / name).is_dir():
-            with INTERRUPTS.holding(), lock.held():
-                outcome = api.generate_assignment(name, force=True)
-            if not outcome["success"]:
-                raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
-            state["generated"][name] = source_print
-        sources[name] = {p.stem: nbformat.read(p, as_version=4) for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
+    sources = {name: {p.stem: nbformat.read(p, as_version=4) for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
+               for name in names}
     if due:
         with INTERRUPTS.holding(), lock.held(), Gradebook(db_url, course_id) as gradebook:
             for name, when in due.items():
                 gradebook.update_or_create_assignment(name, duedate=parse_utc(when))
-    write_state(workdir, state)
     grade_ids = {a: set().union(*(grade_ids_of(nb) for nb in nbs.values())) for a, nbs in sources.items()}
     imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
 
@@ -265,6 +256,15 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
             else:
                 notes[student, name] = ["not graded yet"]
     canary_names = names if settings.canary == "all" else sorted({name for _, name in todo})
+    for name in canary_names:  # nbgrader's release and gradebook entries: only of what this run grades
+        source_print = fingerprint(workdir / "source" / name, recursive=True)
+        if state["generated"].get(name) != source_print or not (workdir / "release" / name).is_dir():
+            with INTERRUPTS.holding(), lock.held():
+                outcome = api.generate_assignment(name, force=True)
+            if not outcome["success"]:
+                raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
+            state["generated"][name] = source_print
+    write_state(workdir, state)
     references = canary.references([(name, notebook, nb) for name in canary_names
                                     for notebook, nb in sources[name].items()], workdir, run)
     jobs: dict[tuple[str, str], list[Job]] = {}
@@ -366,7 +366,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     with Gradebook(db_url, course_id) as gradebook:
         for student in students:
             for name in names:
-                max_score = gradebook.find_assignment(name).max_score
+                max_score = max_points(sources[name].values())  # nbgrader's, also where it has not generated it
                 pair, key = (student, name), f"{student}/{name}"
                 pair_notes = notes.get(pair, [])
                 seconds = sum(j.status.get("seconds", 0) for j in jobs.get(pair, []))
