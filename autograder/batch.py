@@ -384,6 +384,10 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                         if submission.late_submission_penalty:
                             pair_notes = [*pair_notes, f"late by {late_text(submission.total_seconds_late)}: "
                                                        f"-{submission.late_submission_penalty:g} points"]
+                        by_hand = hand_graded_points_left(submission)
+                        if by_hand:
+                            pair_notes = [*pair_notes, f"{by_hand:g} points of written answers to grade by hand "
+                                                       "(formgrader)"]
                     except MissingEntry:
                         pair_notes = [*pair_notes, "not graded: no submission in the gradebook"]
                 ran = any(j.status.get("seconds") for j in jobs.get(pair, []))
@@ -397,6 +401,16 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
 
 
 SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")
+
+
+def hand_graded_points_left(submission) -> float:
+    """The points of a graded submission's written answers that nobody has graded yet.
+
+    nbgrader gives a written answer no automatic score (an unchanged one gets 0
+    at once); until a grader enters one in formgrader it counts as 0.
+    """
+    return sum(grade.max_score for notebook in submission.notebooks for grade in notebook.grades
+               if grade.auto_score is None and grade.manual_score is None)
 
 
 def late_text(seconds: float) -> str:
@@ -422,8 +436,8 @@ def mark_review(db_url: str, course_id: str, pair: tuple[str, str], comments: di
                 graded = gradebook.find_submission_notebook(notebook, name, student)
             except MissingEntry:
                 continue
-            for grade in graded.grades:
-                grade.needs_manual_grade = needs_manual_grade
+            for grade in graded.grades:  # a written answer nobody has graded yet stays listed
+                grade.needs_manual_grade = needs_manual_grade or (grade.auto_score is None and grade.manual_score is None)
             for comment in graded.comments[:1]:
                 comment.manual_comment = text
         gradebook.db.commit()

@@ -165,6 +165,10 @@ ROSTER: dict[str, dict[str, dict[str, str]]] = {
     "margaret": {
         "00_environment": {
             "*": SOLUTION,
+            # The cause, but a fix in the kernel that already asked CUDA: one of the two points, by hand.
+            "reply_to_a_classmate": "CUDA_VISIBLE_DEVICES is 3, but the server only has GPUs 0 and 1, so PyTorch "
+                                    "sees no GPU. Your PyTorch is not broken. Set the variable to 0,1 with "
+                                    "os.environ at the top of the notebook and run it again.",
             "resolve_device": _code('''
                 def resolve_device(request: str = "auto") -> torch.device:
                     """The torch.device that `request` names, checked against this machine."""
@@ -460,8 +464,10 @@ def build(into: Path = SUBMITTED) -> list[Path]:
                 choice = policy.get(meta["grade_id"], policy.get("*", STUB))
                 if choice == SOLUTION:
                     cell.source = solutions[meta["grade_id"]]
-                elif choice == FORGED:
+                elif choice == FORGED and cell.cell_type == "code":
                     cell.source = _forged(solutions[meta["grade_id"]])
+                elif choice == FORGED:
+                    continue  # a written answer: the forger writes nothing
                 elif choice != STUB:
                     cell.source = choice
             target = into / student / name / f"{name}.ipynb"

@@ -63,22 +63,35 @@ def hidden_points(nb) -> list[tuple[str, float, int]]:
 
 
 def total_points(nb) -> float:
-    return sum(float(_grading(c).get("points", 0)) for c in nb["cells"]
-               if _grading(c).get("grade") and not _grading(c).get("solution"))
+    """The notebook's points: its tests' and its written answers'."""
+    return sum(float(_grading(c).get("points", 0)) for c in nb["cells"] if _grading(c).get("grade"))
+
+
+def written_points(nb) -> list[tuple[str, float]]:
+    """(exercise, points) for each written answer, which the instructor grades by hand."""
+    titles = exercise_of(nb)
+    return [(titles[index] or "a written answer", float(_grading(cell).get("points", 0)))
+            for index, cell in enumerate(nb["cells"]) if _grading(cell).get("grade") and _grading(cell).get("solution")]
 
 
 def message(nb) -> list[str]:
-    """The lines shown after a successful validation: what hidden checks are worth, per exercise."""
+    """The lines shown after a successful validation: what hidden checks are worth, per exercise.
+
+    Written answers, which no test checks, get a line of their own.
+    """
     found = hidden_points(nb)
     if not found:
-        return ["No test of this notebook has hidden checks: what you validated is what is graded."]
-    at_stake = sum(points for _, points, _ in found)
-    lines = [f"When graded, hidden checks also run (other inputs, other devices): {at_stake:g} of "
-             f"{total_points(nb):g} points depend on them as well as on the tests you see."]
-    for title, points, tests in found:
-        lines.append(f"  {title}: {points:g} point{'' if points == 1 else 's'} "
-                     f"in {tests} test{'' if tests == 1 else 's'}")
-    lines.append("Passing Validate does not guarantee those points: make each answer correct in general.")
+        lines = ["No test of this notebook has hidden checks: what you validated is what is graded."]
+    else:
+        at_stake = sum(points for _, points, _ in found)
+        lines = [f"When graded, hidden checks also run (other inputs, other devices): {at_stake:g} of "
+                 f"{total_points(nb):g} points depend on them as well as on the tests you see."]
+        for title, points, tests in found:
+            lines.append(f"  {title}: {points:g} point{'' if points == 1 else 's'} "
+                         f"in {tests} test{'' if tests == 1 else 's'}")
+        lines.append("Passing Validate does not guarantee those points: make each answer correct in general.")
+    for title, _ in written_points(nb):
+        lines.append(f"{title}: a written answer, graded by hand after the deadline; Validate does not check it.")
     return lines
 
 

@@ -63,10 +63,14 @@ def test_expected_scores_cover_every_student_and_assignment(run):
 
 
 def test_the_correct_student_gets_full_marks_everywhere(run):
+    """Every test's points; 00's written answer (Exercise 4) waits for a grader, and the note says so."""
     _, rows = run
-    for (student, _), row in rows.items():
+    for (student, assignment), row in rows.items():
         if student == "ada":
-            assert row["score"] == row["max_score"] != "0", row
+            by_hand = re.search(r"([\d.]+) points of written answers to grade by hand", row["note"])
+            assert bool(by_hand) == (assignment == "00_environment"), row
+            left = float(by_hand.group(1)) if by_hand else 0.0
+            assert float(row["score"]) + left == float(row["max_score"]) and row["score"] != "0", row
 
 
 @pytest.mark.parametrize("student", ["mallory", "eve", "trudy", "linus"])

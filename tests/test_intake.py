@@ -91,5 +91,6 @@ def test_a_renamed_download_is_graded_in_full_and_the_report_says_so(tmp_path):
     assert grade.main(["--submitted", str(tmp_path / "submitted"), "--workdir", str(workdir), "--quiet"]) == 0
     with (workdir / "scores.csv").open() as handle:
         row = next(r for r in csv.DictReader(handle) if r["assignment"] == NAME)
-    assert (row["student"], row["score"], row["max_score"]) == ("ada", "8", "8"), row
+    assert (row["student"], row["score"], row["max_score"]) == ("ada", "8", "10"), row  # 2: Exercise 4, by hand
+    assert "2 points of written answers to grade by hand" in row["note"], row
     assert f"graded {NAME} (1).ipynb as {NAME}.ipynb" in (workdir / "report.txt").read_text()

@@ -26,7 +26,9 @@ def test_student_version_stubs_answers_and_keeps_hidden_tests(tmp_path):
     pipeline.student_version(pipeline.solution_path("00_environment"), stub)
     cells = nbformat.read(stub, as_version=4).cells
     answers = [c for c in cells if c.metadata.get("nbgrader", {}).get("solution")]
-    assert answers and all("raise NotImplementedError()" in c.source for c in answers)
+    assert answers and all("raise NotImplementedError()" in c.source for c in answers if c.cell_type == "code")
+    written = [c for c in answers if c.cell_type == "markdown"]  # Exercise 4, graded by hand
+    assert written and all(c.source == "YOUR ANSWER HERE" for c in written)
     assert not any("BEGIN SOLUTION" in c.source for c in cells)
     assert any("BEGIN HIDDEN TESTS" in c.source for c in cells)
     assert all(not c.get("outputs") for c in cells if c.cell_type == "code")

@@ -17,6 +17,7 @@ from autograder import grade, review
 from autograder.demo import SUBMITTED
 
 ASSIGNMENT = "00_environment"
+WRITTEN = "reply_to_a_classmate"  # Exercise 4, graded by hand
 
 
 def _scores(workdir: Path) -> dict[str, dict]:
@@ -44,20 +45,20 @@ def test_a_withheld_score_shows_as_withheld_with_the_command_to_review_it(graded
     for student in ("rosa", "vic"):
         assert rows[student]["score"] == "withheld", rows[student]
         assert "get_objects" in rows[student]["note"] and "autograder.review" in rows[student]["note"]
-    assert "withheld/8" in (graded / "report.txt").read_text()
+    assert "withheld/10" in (graded / "report.txt").read_text()
     for student in ("rosa", "vic"):  # formgrader lists it as needing manual grading, the finding as a comment
         flags, comments = _formgrader_view(graded, student)
-        assert flags and all(flags), flags
+        assert flags and all(flags.values()), flags
         assert any("withheld by the grader for review" in c and "get_objects" in c for c in comments), comments
 
 
-def _formgrader_view(workdir: Path, student: str) -> tuple[list[bool], list[str]]:
+def _formgrader_view(workdir: Path, student: str) -> tuple[dict[str, bool], list[str]]:
     """What formgrader shows of a student's notebook: each grade's needs-manual-grade flag, the manual comments."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gradebook:
         notebook = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
-        return ([g.needs_manual_grade for g in notebook.grades],
+        return ({g.name: g.needs_manual_grade for g in notebook.grades},
                 [c.manual_comment for c in notebook.comments if c.manual_comment])
 
 
@@ -70,7 +71,9 @@ def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
     assert rows["vic"]["score"] == "0" and "confirmed" in rows["vic"]["note"], rows["vic"]
     for student, decision in (("rosa", "released"), ("vic", "confirmed")):
         flags, comments = _formgrader_view(graded, student)
-        assert flags and not any(flags), "a decided score is still listed as needing manual grading"
+        written = flags.pop(WRITTEN)  # ada's reply to Exercise 4, which nobody has graded by hand yet
+        assert written, "the decision took the written answer off formgrader's list of what to grade by hand"
+        assert flags and not any(flags.values()), "a decided score is still listed as needing manual grading"
         assert any(decision in c for c in comments) and not any("for review" in c for c in comments), comments
     # decided once: a second decision, or one about a score that was never withheld, is refused
     assert review.main(["rosa/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 2

@@ -8,9 +8,11 @@ the exchange), as that person: each has a home folder of their own, so
 nbgrader's per-user state is theirs. Between blocks it does what the page
 says happens by hand (the students answer: alice with ada's notebook from the
 demo class, bob with margaret's, which earns 5 of 8; the instructor changes
-one of bob's scores in formgrader, in Chromium) and checks what each step
-left: two grading runs with identical gradebooks, bob's late penalty and his
-changed score in nbgrader's export and the LMS ones, feedback in each
+in formgrader, in Chromium, the instructor grades both written answers of
+Exercise 4 and gives bob the points of a test he failed) and checks what
+each step left: two grading runs with identical gradebooks, the written
+answers listed as left to grade by hand, bob's late penalty and the scores
+given in formgrader in nbgrader's export and the LMS ones, feedback in each
 student's folder.
 
 Needs what the browser tests need (``make browser``). Screenshots and the
@@ -46,6 +48,9 @@ BLOCK = re.compile(r"^```bash (?P<who>[^\n]+)\n(?P<body>.*?)^```\s*$", re.M | re
 SETTING = re.compile(r"^(?P<name>[A-Z_]+)=(?P<value>\S+)\s*(#.*)?$")
 ASSIGNMENT = "00_environment"
 ANSWERS = {"alice": "ada", "bob": "margaret"}  # who answers like whom in the demo class
+WRITTEN = "reply_to_a_classmate"  # Exercise 4's written answer, graded by hand
+WRITTEN_SCORES = {"alice": 2, "bob": 1}  # ada wrote the model answer; margaret's fix is wrong
+MAX_SCORE = 10.0
 ARTIFACT_DIR = ARTIFACTS / "test_term"
 
 
@@ -101,19 +106,23 @@ class Term:
         return output
 
 
-def bob_grades(course: Path) -> list[tuple]:
-    """(submitted notebook id, cell name, auto score, manual score, max score) of each of bob's grades."""
-    query = """SELECT sn.id, bc.name, g.auto_score, g.manual_score, gc.max_score FROM grade g
+def grades_of(course: Path, student: str) -> list[tuple]:
+    """(submitted notebook id, cell name, auto score, manual score, max score, needs manual grade) of each grade."""
+    query = """SELECT sn.id, bc.name, g.auto_score, g.manual_score, gc.max_score, g.needs_manual_grade FROM grade g
                JOIN submitted_notebook sn ON g.notebook_id = sn.id JOIN submitted_assignment sa ON sn.assignment_id = sa.id
                JOIN base_cell bc ON g.cell_id = bc.id JOIN grade_cells gc ON gc.id = g.cell_id
-               WHERE sa.student_id = 'bob' ORDER BY bc.name"""
+               WHERE sa.student_id = ? ORDER BY bc.name"""
     with sqlite3.connect(course / "gradebook.db") as db:
-        return list(db.execute(query))
+        return list(db.execute(query, (student,)))
+
+
+def raw_score(course: Path, student: str) -> float:
+    return sum(g[3] if g[3] is not None else (g[2] or 0.0) for g in grades_of(course, student))
 
 
 def _total(score: float) -> str:
     """The total as nbgrader's feedback page prints it."""
-    return f"{ASSIGNMENT} (Score: {round(score, 2)} / 8.0)"
+    return f"{ASSIGNMENT} (Score: {round(score, 2)} / {MAX_SCORE})"
 
 
 def csv_rows(path: Path) -> list[dict]:
@@ -142,8 +151,9 @@ def _in_its_own_thread(function, *args) -> None:
         raise errors[0]
 
 
-def _give_full_credit(url: str, token: str, notebook_id: str, cell: str, max_score: float) -> None:
-    """In Chromium: log in, open formgrader's page of the submission, give ``cell`` its full points."""
+def _give_scores(url: str, token: str, scores: list[tuple[str, str, float]]) -> None:
+    """In Chromium: log in, and for each (submitted notebook id, cell, points) open formgrader's page of it and
+    type the points into the cell's score field."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
@@ -160,23 +170,28 @@ def _give_full_credit(url: str, token: str, notebook_id: str, cell: str, max_sco
             page.locator("#password_input").fill(token)
             page.locator("#password_input").press("Enter")
             page.wait_for_url("**/lab**")
-            page.goto(f"{url}/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
-            with page.expect_response(lambda r: "/formgrader/api/grades?" in r.url):
-                page.locator(f'a[href$="/formgrader/submissions/{notebook_id}"]:visible').click()
-            score = page.locator(f"input.score#{cell}[placeholder]")  # formgrader's script has taken the field over
-            score.wait_for()
-            with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT") as saved:
-                score.fill(f"{max_score:g}")
-                score.press("Tab")
-            assert saved.value.ok, saved.value.status
+            for notebook_id, cell, points in scores:
+                page.goto(f"{url}/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
+                with page.expect_response(lambda r: "/formgrader/api/grades?" in r.url):
+                    page.locator(f'a[href$="/formgrader/submissions/{notebook_id}"]:visible').click()
+                # formgrader's script has taken the fields over (it gives extra credit a placeholder, and the score
+                # one only when there is an automatic score: a written answer's field stays without)
+                page.locator(f"input.extra-credit#{cell}_extra_credit[placeholder]").wait_for()
+                score = page.locator(f"input.score#{cell}")
+                with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url
+                                          and r.request.method == "PUT") as saved:
+                    score.fill(f"{points:g}")
+                    score.press("Tab")
+                assert saved.value.ok, saved.value.status
         finally:
             page.screenshot(path=ARTIFACT_DIR / "formgrader.png")
             context.close()
             chromium.close()
 
 
-def review_in_formgrader(term: Term, body: str) -> float:
-    """Start the page's formgrader command, give bob full credit for one failed test there; return his new raw score."""
+def review_in_formgrader(term: Term, body: str) -> dict[str, float]:
+    """Start the page's formgrader command; there, grade both written answers and give bob full credit for one
+    failed test. Return each student's raw score after it."""
     lines = body.strip().splitlines()
     assert lines[-1] == "jupyter lab", "the formgrader block ends with the command that starts JupyterLab"
     port, token = _free_port(), secrets.token_hex(24)
@@ -199,15 +214,22 @@ def review_in_formgrader(term: Term, body: str) -> float:
             except OSError:
                 assert time.monotonic() < deadline, f"JupyterLab did not answer within 60 s:\n{_tail(log_path)}"
                 time.sleep(0.2)
-        failed = [g for g in bob_grades(term.course) if g[2] < g[4]]
+        scores = []
+        for student, points in WRITTEN_SCORES.items():  # formgrader lists them as needing manual grading
+            [written] = [g for g in grades_of(term.course, student) if g[1] == WRITTEN]
+            assert written[2] is None and written[5], f"{student}'s written answer is not left to grade by hand"
+            scores.append((written[0], WRITTEN, points))
+        failed = [g for g in grades_of(term.course, "bob") if g[2] is not None and g[2] < g[4]]
         assert failed, "bob failed no test: nothing to review"
-        notebook_id, cell, auto_score, _, max_score = failed[0]
-        _in_its_own_thread(_give_full_credit, url, token, notebook_id, cell, max_score)
+        scores.append((failed[0][0], failed[0][1], failed[0][4]))
+        _in_its_own_thread(_give_scores, url, token, scores)
     finally:
         stop_lab(server)
-    manual = {g[1]: g[3] for g in bob_grades(term.course)}
-    assert manual[cell] == max_score, "formgrader's score is not in the gradebook"
-    return sum(g[3] if g[3] is not None else g[2] for g in bob_grades(term.course))
+    for notebook_id, cell, points in scores:
+        [given] = [g[3] for g in grades_of(term.course, "alice") + grades_of(term.course, "bob")
+                   if (g[0], g[1]) == (notebook_id, cell)]
+        assert given == points, f"formgrader's score for {cell} is not in the gradebook"
+    return {student: raw_score(term.course, student) for student in ANSWERS}
 
 
 def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
@@ -218,10 +240,10 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
     term = Term(tmp_path, blocks[0][1])
     assert term.course_id == course_config().CourseDirectory.course_id, "the page's course id is not the course's"
     course = term.course
-    grading_runs, bob_raw, done = [], None, []
+    grading_runs, raw, done = [], {}, []
     for who, body in blocks[1:]:
         if who == "formgrader":
-            bob_raw = review_in_formgrader(term, body)
+            raw = review_in_formgrader(term, body)
             done.append("formgrader")
             continue
         assert who == "instructor" or who.removeprefix("student=") in ANSWERS, f"who runs this block? {who}"
@@ -254,29 +276,33 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
             assert (rows["alice"]["score"], rows["bob"]["score"]) == ("8", "5"), rows
             assert re.search(r"late by [\d.]+ (hours|days): -0\.5 points", rows["bob"]["note"]), rows["bob"]
             assert "late" not in rows["alice"]["note"]
+            for name in ANSWERS:  # Exercise 4's 2 points, not graded yet
+                assert "2 points of written answers to grade by hand" in rows[name]["note"], rows[name]
             assert "alice" in output and "bob" in output, "the table is not printed"
         elif "autograder.feedback" in body:
             page = (course / "feedback" / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
-            assert bob_raw is not None and _total(bob_raw - 0.5) in page, "bob's feedback lacks formgrader's score"
+            assert raw and _total(raw["bob"] - 0.5) in page, "bob's feedback lacks formgrader's scores"
             assert "Late submission penalty (Score: -0.5)" in page
         elif "fetch_feedback" in body:
             [page] = (term.home(student) / ASSIGNMENT / "feedback").glob(f"*/{ASSIGNMENT}.html")
             assert f"{ASSIGNMENT}.html" in output
             if student == "bob":
-                assert _total(bob_raw - 0.5) in page.read_text()
+                assert _total(raw["bob"] - 0.5) in page.read_text()
+            else:
+                assert _total(raw["alice"]) in page.read_text()
             assert "BEGIN HIDDEN TESTS" not in page.read_text()
         elif "nbgrader export" in body:
             [bob] = [r for r in csv_rows(course / "grades.csv") if (r["student_id"], r["assignment"]) == ("bob", ASSIGNMENT)]
-            assert (float(bob["raw_score"]), float(bob["late_submission_penalty"])) == (bob_raw, 0.5), bob
-            assert float(bob["score"]) == bob_raw - 0.5
+            assert (float(bob["raw_score"]), float(bob["late_submission_penalty"])) == (raw["bob"], 0.5), bob
+            assert float(bob["score"]) == raw["bob"] - 0.5
             [canvas] = [r for r in csv_rows(course / "grades-canvas.csv") if r["SIS Login ID"] == "bob"]
             [moodle] = [r for r in csv_rows(course / "grades-moodle.csv") if r["Email address"] == "bob@example.edu"]
-            assert float(canvas[ASSIGNMENT]) == float(moodle[ASSIGNMENT]) == bob_raw - 0.5
+            assert float(canvas[ASSIGNMENT]) == float(moodle[ASSIGNMENT]) == raw["bob"] - 0.5
             [alice] = [r for r in csv_rows(course / "grades.csv")
                        if (r["student_id"], r["assignment"]) == ("alice", ASSIGNMENT)]
-            assert (float(alice["score"]), float(alice["late_submission_penalty"])) == (8.0, 0.0)
+            assert (float(alice["score"]), float(alice["late_submission_penalty"])) == (MAX_SCORE, 0.0), alice
         done.append(body)
     assert len(done) == len(blocks) - 1
     assert len(grading_runs) == 2, "the page grades twice"
     assert grading_runs[0] == grading_runs[1], "grading again changed the gradebook or the feedback"
-    assert bob_raw is not None and bob_raw > 5, "the page has no review in formgrader"
+    assert raw and raw["bob"] > 5 and raw["alice"] == MAX_SCORE, "the page has no review in formgrader"

@@ -38,6 +38,15 @@ def test_hidden_points_are_listed_under_their_exercise():
     assert any(line.strip().startswith(found[0][0]) for line in lines[1:]), lines
 
 
+def test_a_written_answer_is_named_as_graded_by_hand_and_counted_in_the_total():
+    nb = nbformat.read(COURSE / "00_environment" / "00_environment.ipynb", as_version=4)
+    assert validation.written_points(nb) == [("Exercise 4 (2 points, graded by hand): answer a classmate", 2.0)]
+    lines = validation.message(nb)
+    assert "of 10 points" in lines[0], lines
+    assert lines[-1] == ("Exercise 4 (2 points, graded by hand): answer a classmate: a written answer, "
+                         "graded by hand after the deadline; Validate does not check it."), lines
+
+
 def _tiny(tmp_path, answer: str):
     """A two-exercise notebook: exercise 1's test is marked as having hidden checks, exercise 2's is not."""
     nb = nbformat.v4.new_notebook()
