@@ -210,6 +210,23 @@ def test_a_course_directory_keeps_its_gradebook_in_postgresql(server, tmp_path):
         assert str(book.find_assignment(ASSIGNMENT).duedate) == "2026-09-07 17:00:00"
 
 
+def test_a_new_gradebook_gets_nbgraders_migration_head_without_starting_alembic(tmp_path):
+    """nbgrader stamps a new gradebook with what the ``alembic heads`` command prints; the grader reads it itself."""
+    import sqlite3
+    from unittest import mock
+
+    import nbgrader.api
+    from autograder.pipeline import tool_env
+
+    with mock.patch.dict(os.environ, {"PATH": tool_env()["PATH"]}):
+        printed = nbgrader.api.get_alembic_version()  # nbgrader's way: the command
+    with grading_environment(), mock.patch("subprocess.check_output", side_effect=AssertionError("alembic started")):
+        with nbgrader.api.Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}"):
+            pass
+    with sqlite3.connect(tmp_path / "gradebook.db") as db:
+        assert list(db.execute("SELECT version_num FROM alembic_version")) == [(printed,)]
+
+
 def test_unreachable_gradebook_is_a_clear_error_before_grading(tmp_path, capsys):
     port = _free_port()  # nothing listens there
     url = f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook"
