@@ -91,7 +91,8 @@ def message(nb) -> list[str]:
                          f"in {tests} test{'' if tests == 1 else 's'}")
         lines.append("Passing Validate does not guarantee those points: make each answer correct in general.")
     for title, _ in written_points(nb):
-        lines.append(f"{title}: a written answer, graded by hand after the deadline; Validate does not check it.")
+        lines.append(f"{title}: a written answer, graded by hand after the deadline; Validate only checks "
+                     "that you wrote one.")
     return lines
 
 

@@ -225,6 +225,11 @@ class Notebook:
         return [i for i, c in enumerate(self.cells)
                 if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")]
 
+    def written_answers(self) -> list[int]:
+        """Answers that no test checks, graded by hand (Exercise 4 of 00)."""
+        return [i for i, c in enumerate(self.cells)
+                if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"].get("solution")]
+
     def first_stub_call(self) -> int:
         """The first code cell after the first answer cell: it calls the answer, still a stub."""
         first_answer = min(i for i, c in enumerate(self.cells) if c.metadata.get("nbgrader", {}).get("solution"))
@@ -372,10 +377,12 @@ def test_environment_report_runs_a_test_on_each_device_and_validate_lists_the_op
             time.sleep(0.1)
     panel.screenshot(path=page.artifacts / "environment-report.png")
 
-    # The untouched student version: Validate names every graded test as failing.
+    # The untouched student version: Validate names every graded test as failing, and the written answer that
+    # still says YOUR ANSWER HERE (nbgrader gives an unchanged answer 0).
     text, failed = validate(notebook)
-    assert failed == [notebook.cells[i].source.splitlines()[0] for i in notebook.graded_tests()], text
-    assert text.count("NotImplementedError") >= len(failed)
+    cells = sorted(notebook.graded_tests() + notebook.written_answers())
+    assert notebook.written_answers() and failed == [notebook.cells[i].source.splitlines()[0] for i in cells], text
+    assert text.count("NotImplementedError") >= len(notebook.graded_tests())
 
 
 def test_map_location_explorer_shows_what_each_choice_loads(page, lab):

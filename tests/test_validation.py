@@ -44,7 +44,7 @@ def test_a_written_answer_is_named_as_graded_by_hand_and_counted_in_the_total():
     lines = validation.message(nb)
     assert "of 10 points" in lines[0], lines
     assert lines[-1] == ("Exercise 4 (2 points, graded by hand): answer a classmate: a written answer, "
-                         "graded by hand after the deadline; Validate does not check it."), lines
+                         "graded by hand after the deadline; Validate only checks that you wrote one."), lines
 
 
 def _tiny(tmp_path, answer: str):
