@@ -51,7 +51,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from autograder.job import RUNNERS, execute, finish, launch, relocate
+from autograder.job import RUNNERS, Runners, execute, finish, launch, relocate
 from autograder.settings import Settings
 
 CONNECT_TIMEOUT_S = 5
@@ -201,16 +201,17 @@ def unpack(data: bytes, folder: Path) -> None:
 # What a Dask worker runs for a job: a builtin (eval) of this expression, so that the task itself
 # unpickles on any worker; on one without the course, the import fails in the task and the job's
 # future carries the ModuleNotFoundError, instead of the worker dying as it unpickles the task.
-ON_WORKER = "__import__('autograder.executors', fromlist=['run_bundle']).run_bundle(bundle, settings)"
+ON_WORKER = "__import__('autograder.executors', fromlist=['run_bundle']).run_bundle(bundle, settings, stop)"
 
 
-def run_bundle(bundle: bytes, settings: dict) -> bytes:
+def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
     """On a worker: run one packed job in a sandbox of this machine; return its results, packed.
 
     ``settings`` are the grader's :class:`Settings` as a dict. The job's folder
     is unpacked into a new temporary folder, which the sandbox hides from the
     kernel (but for the job's working copy), together with this machine's copy
-    of the course.
+    of the course. ``stop`` names the Dask event the grader sets when its run
+    is stopped: the job's runner is then ended as the local pool ends its own.
     """
     settings = Settings(**settings)
     isolation = settings.isolation()
@@ -226,9 +227,40 @@ def run_bundle(bundle: bytes, settings: dict) -> bytes:
         os.chmod(ipc_root, 0o755)
         unpack(bundle, folder)
         relocate(folder / "job.json", settings, ipc_root, hide=[str(root)])
-        execute(folder / "job.json", settings)
+        runners = Runners()
+        with _ended_when_set(stop, runners):
+            execute(folder / "job.json", settings, runners)
         (folder / RAN_ON).write_text(_worker_name() + "\n")
         return pack(folder, skip=(*INPUTS, "work"))
+
+
+@contextlib.contextmanager
+def _ended_when_set(stop: str | None, runners: Runners):
+    """While the block runs, end ``runners`` as soon as the Dask event named ``stop`` is set."""
+    if stop is None:
+        yield
+        return
+    from distributed import Event, get_client
+
+    # The worker's client, named: the listener's thread is not the task's, where Dask would find it.
+    event, finished = Event(stop, client=get_client()), threading.Event()
+
+    def listen() -> None:
+        while not finished.is_set():
+            try:
+                if event.wait(timeout=1.0):
+                    runners.stop()
+                    return
+            except Exception:  # the scheduler is gone: the job runs to its own end
+                return
+
+    listener = threading.Thread(target=listen, name="grading-stop", daemon=True)
+    listener.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        listener.join(timeout=5)
 
 
 def _worker_name() -> str:
@@ -259,6 +291,7 @@ class DaskExecutor(Executor):
             raise ClusterError(f"Dask is not installed ({error}): pip install distributed") from None
         self.settings, self.gpu, self.cluster = settings, gpu, None
         self.run_id = secrets.token_hex(4)
+        self.stop_event = f"grade-stop-{self.run_id}"  # set by stop(): the workers end the jobs they run
         try:
             if local:
                 self.cluster = apart(lambda: LocalCluster(n_workers=local, threads_per_worker=1, processes=True,
@@ -293,7 +326,7 @@ class DaskExecutor(Executor):
         folder = job_file.parent
         done: Future = Future()
         key = f"grade-{self.run_id}-" + "-".join(folder.parts[-3:])
-        arguments = {"bundle": pack(folder), "settings": dataclasses.asdict(self.settings)}
+        arguments = {"bundle": pack(folder), "settings": dataclasses.asdict(self.settings), "stop": self.stop_event}
         with self.lock:
             remote = self.client.submit(eval, ON_WORKER, arguments, key=key, pure=False,
                                         resources={"GPU": 1} if self.gpu else None)
@@ -351,8 +384,13 @@ class DaskExecutor(Executor):
                 done.set_exception(reason)
 
     def stop(self) -> None:
+        """Cancel the jobs not begun, and have the workers end those they run (as the local pool does)."""
+        from distributed import Event
+
         with self.lock:
             remote = list(self.pending)
+        with contextlib.suppress(Exception):  # a scheduler that is gone runs nothing more anyway
+            Event(self.stop_event, client=self.client).set()
         self.client.cancel(remote, force=True)
 
     def close(self) -> None:

@@ -7,11 +7,13 @@ again on the other worker, every submission is graded once, with the scores
 ``tests/test_grade.py`` checks against the local pool). Then what a cluster
 cannot grade with: a worker whose Python lacks the course (the only one that
 offers the GPU resource, with ``--gpu-jobs``), jobs that no worker can take,
-and a scheduler that does not answer.
+a run stopped (Ctrl-C) while a worker runs a student's job, which the worker
+ends, and a scheduler that does not answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -291,6 +293,63 @@ def test_the_cluster_is_reached_from_a_thread_whose_event_loop_runs(cluster):
     cell.start()
     cell.join(timeout=60)
     assert found and found[0] >= 1
+
+
+WAITING_ANSWER = '''\
+import os, subprocess, time
+_child = subprocess.Popen(["sleep", "317"])  # a process of the student's own, found by its command line
+while not os.path.exists("go.txt"):
+    time.sleep(0.2)
+'''
+
+
+def _sleepers() -> list[int]:
+    """The processes ``sleep 317`` on this machine (the cluster's workers run here)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == b"sleep\x00317\x00":
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            pass
+    return found
+
+
+def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
+    """Ctrl-C to the grader while a worker runs a student's job: the job's kernel and what it started end too."""
+    import nbformat
+
+    address, _, _ = cluster
+    nb = nbformat.read(DEMO_CLASS / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
+    cell.source = WAITING_ANSWER + cell.source
+    (tmp_path / "submitted" / "slow" / ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "submitted" / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    command = [sys.executable, "-m", "autograder.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
+               str(tmp_path / "work"), "--scheduler", address, "--no-feedback", "--quiet", "--cell-timeout", "120"]
+    run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)  # its own process group, as a terminal's foreground job
+    try:
+        deadline = time.monotonic() + 120
+        while not _sleepers():
+            assert run.poll() is None, f"the run ended early:\n{run.communicate(timeout=30)}"
+            assert time.monotonic() < deadline, "slow's kernel never started on a worker"
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)  # Ctrl-C: the grader's group; the workers are not in it
+        _, err = run.communicate(timeout=30)
+        assert run.returncode == 128 + signal.SIGINT, err
+        assert f"Not graded: slow/{ASSIGNMENT}" in err, err
+        deadline = time.monotonic() + 15
+        while _sleepers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _sleepers() == [], "the student's process on the worker outlived the stopped run"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate(timeout=30)
+        for pid in _sleepers():  # whatever a failed check left behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_scheduler_that_does_not_answer_is_a_clear_error_within_seconds_and_nothing_is_written(tmp_path, capsys):
