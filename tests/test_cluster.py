@@ -8,7 +8,8 @@ again on the other worker, every submission is graded once, with the scores
 cannot grade with: a worker whose Python lacks the course (the only one that
 offers the GPU resource, with ``--gpu-jobs``), jobs that no worker can take,
 a run stopped (Ctrl-C) while a worker runs a student's job, which the worker
-ends, and a scheduler that does not answer.
+ends, workers that keep dying in one job (Dask's KilledWorker), and a
+scheduler that does not answer.
 """
 
 from __future__ import annotations
@@ -67,8 +68,11 @@ def cluster(tmp_path_factory):
     logs = tmp_path_factory.mktemp("cluster")
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
+    # Dask gives a job up (KilledWorker) once workers died in it more than allowed-failures times: 1 here, so that
+    # one death moves a job and a second one ends it.
     processes = {"scheduler": _start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                      "--port", str(port), "--no-dashboard"], logs / "scheduler.log")}
+                                      "--port", str(port), "--no-dashboard"], logs / "scheduler.log",
+                                     env={**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"})}
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -350,6 +354,55 @@ def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
         for pid in _sleepers():  # whatever a failed check left behind
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_that_keep_dying_in_a_job_stop_grading_with_the_reason(cluster, tmp_path):
+    """Two GPU=1 workers, each killed in the same student's job: Dask gives it up (KilledWorker) and the run stops."""
+    from distributed import Client
+
+    import nbformat
+
+    address, _, logs = cluster
+    nb = nbformat.read(DEMO_CLASS / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
+    cell.source = WAITING_ANSWER + cell.source
+    (tmp_path / "submitted" / "slow" / ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "submitted" / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    workers = {name: _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0",
+                             "--name", name, "--no-nanny"], logs / f"{name}.log") for name in ("d1", "d2")}
+    command = [sys.executable, "-m", "autograder.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
+               str(tmp_path / "work"), "--scheduler", address, "--gpu-jobs", "--no-feedback", "--quiet",
+               "--cell-timeout", "120"]
+    run = None
+    try:
+        with Client(address, timeout=30, set_as_default=False) as client:
+            _wait_for_workers(client, set(workers))
+            run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            killed, deadline = [], time.monotonic() + 180
+            while len(killed) < 2 and run.poll() is None:  # each worker, once slow's job runs on it
+                assert time.monotonic() < deadline, f"killed {killed} only"
+                names = {a: w["name"] for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+                for worker, keys in client.processing().items():
+                    name = names.get(worker)
+                    if name in workers and name not in killed and any("-slow-" in k for k in keys) and _sleepers():
+                        workers[name].kill()
+                        killed.append(name)
+                time.sleep(0.2)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run is not None and run.poll() is None:
+            run.kill()
+            run.communicate(timeout=30)
+        for worker in workers.values():
+            stop_lab(worker)
+        for pid in _sleepers():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert sorted(killed) == ["d1", "d2"], err
+    assert run.returncode == 2, err
+    assert err.startswith("grading stopped: the Dask cluster") and "KilledWorker" in err, err
+    assert f"Not graded: slow/{ASSIGNMENT}" in err, err
+    assert not (tmp_path / "work" / "executed" / "slow").exists()
 
 
 def test_a_scheduler_that_does_not_answer_is_a_clear_error_within_seconds_and_nothing_is_written(tmp_path, capsys):
