@@ -44,8 +44,9 @@ from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
-from autograder.submission import SubmissionError, fingerprint, grade_ids_of, max_points, read_submission, write_whole
+from autograder.submission import SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
 from autograder.verdict import judge
+from devcourse.validation import total_points
 
 
 class GradingStopped(Exception):
@@ -366,7 +367,8 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     with Gradebook(db_url, course_id) as gradebook:
         for student in students:
             for name in names:
-                max_score = max_points(sources[name].values())  # nbgrader's, also where it has not generated it
+                # nbgrader's maximum (every grade cell's points), also of an assignment it has not generated
+                max_score = sum(total_points(nb) for nb in sources[name].values())
                 pair, key = (student, name), f"{student}/{name}"
                 pair_notes = notes.get(pair, [])
                 seconds = sum(j.status.get("seconds", 0) for j in jobs.get(pair, []))
@@ -404,13 +406,15 @@ SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")
 
 
 def hand_graded_points_left(submission) -> float:
-    """The points of a graded submission's written answers that nobody has graded yet.
-
-    nbgrader gives a written answer no automatic score (an unchanged one gets 0
-    at once); until a grader enters one in formgrader it counts as 0.
-    """
+    """The points of a graded submission's written answers that nobody has graded yet."""
     return sum(grade.max_score for notebook in submission.notebooks for grade in notebook.grades
-               if grade.auto_score is None and grade.manual_score is None)
+               if awaits_a_grader(grade))
+
+
+def awaits_a_grader(grade) -> bool:
+    """A written answer nobody has graded: nbgrader gives it no automatic score (an unchanged one gets 0 at
+    once), and until a grader enters one in formgrader it counts as 0."""
+    return grade.auto_score is None and grade.manual_score is None
 
 
 def late_text(seconds: float) -> str:
@@ -437,7 +441,7 @@ def mark_review(db_url: str, course_id: str, pair: tuple[str, str], comments: di
             except MissingEntry:
                 continue
             for grade in graded.grades:  # a written answer nobody has graded yet stays listed
-                grade.needs_manual_grade = needs_manual_grade or (grade.auto_score is None and grade.manual_score is None)
+                grade.needs_manual_grade = needs_manual_grade or awaits_a_grader(grade)
             for comment in graded.comments[:1]:
                 comment.manual_comment = text
         gradebook.db.commit()

@@ -33,12 +33,6 @@ def is_test(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
-def max_points(notebooks) -> float:
-    """What nbgrader counts as the notebooks' maximum score: the points of every grade cell."""
-    return sum(float(nbgrader_meta(c).get("points", 0)) for nb in notebooks for c in nb.cells
-               if nbgrader_meta(c).get("grade"))
-
-
 def grade_ids_of(nb: nbformat.NotebookNode) -> set[str]:
     return {nbgrader_meta(c)["grade_id"] for c in nb.cells if nbgrader_meta(c).get("grade_id")}
 
