@@ -319,16 +319,21 @@ def _sleepers() -> list[int]:
     return found
 
 
-def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
-    """Ctrl-C to the grader while a worker runs a student's job: the job's kernel and what it started end too."""
+def _slow_submission(submitted: Path) -> None:
+    """slow's 00: ada's answers, the first of them starting ``sleep 317`` and then waiting forever."""
     import nbformat
 
-    address, _, _ = cluster
     nb = nbformat.read(DEMO_CLASS / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
     cell.source = WAITING_ANSWER + cell.source
-    (tmp_path / "submitted" / "slow" / ASSIGNMENT).mkdir(parents=True)
-    nbformat.write(nb, tmp_path / "submitted" / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    (submitted / "slow" / ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(nb, submitted / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+
+
+def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
+    """Ctrl-C to the grader while a worker runs a student's job: the job's kernel and what it started end too."""
+    address, _, _ = cluster
+    _slow_submission(tmp_path / "submitted")
     command = [sys.executable, "-m", "autograder.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
                str(tmp_path / "work"), "--scheduler", address, "--no-feedback", "--quiet", "--cell-timeout", "120"]
     run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -360,14 +365,8 @@ def test_workers_that_keep_dying_in_a_job_stop_grading_with_the_reason(cluster, 
     """Two GPU=1 workers, each killed in the same student's job: Dask gives it up (KilledWorker) and the run stops."""
     from distributed import Client
 
-    import nbformat
-
     address, _, logs = cluster
-    nb = nbformat.read(DEMO_CLASS / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
-    cell.source = WAITING_ANSWER + cell.source
-    (tmp_path / "submitted" / "slow" / ASSIGNMENT).mkdir(parents=True)
-    nbformat.write(nb, tmp_path / "submitted" / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    _slow_submission(tmp_path / "submitted")
     workers = {name: _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0",
                              "--name", name, "--no-nanny"], logs / f"{name}.log") for name in ("d1", "d2")}
     command = [sys.executable, "-m", "autograder.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
