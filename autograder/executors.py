@@ -254,13 +254,11 @@ def _ended_when_set(stop: str | None, runners: Runners):
             except Exception:  # the scheduler is gone: the job runs to its own end
                 return
 
-    listener = threading.Thread(target=listen, name="grading-stop", daemon=True)
-    listener.start()
+    threading.Thread(target=listen, name="grading-stop", daemon=True).start()
     try:
         yield
-    finally:
+    finally:  # not waited for: it sees this within its 1 s wait, and a job's end must not wait for that
         finished.set()
-        listener.join(timeout=5)
 
 
 def _worker_name() -> str:
