@@ -52,7 +52,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from autograder.job import RUNNERS, Runners, execute, finish, launch, relocate
+from autograder.pipeline import ROOT, tool_env
+from autograder.runner import kernel_env
 from autograder.settings import Settings
+from autograder.zygote import Zygote, usable as zygote_usable
 
 CONNECT_TIMEOUT_S = 5
 WORKERLESS_S = 120  # jobs waiting, and no worker that can run them: the cluster cannot grade
@@ -97,6 +100,12 @@ class LocalPool(Executor):
 
     def __init__(self, settings: Settings, runners=RUNNERS):
         self.settings, self.runners = settings, runners
+        self.zygote, self.zygote_log, why = None, None, self.no_zygote(settings)
+        if not why:
+            handle, name = tempfile.mkstemp(prefix="grade-zygote-", suffix=".log")
+            os.close(handle)
+            self.zygote_log = Path(name)
+            self.zygote = Zygote(kernel_env("/tmp/home", tool_env()), self.zygote_log, ROOT)
         self.jobs = max(1, settings.jobs)
         self.ahead = self.jobs if settings.warm else 0
         self.line: collections.deque[tuple[Path, Future]] = collections.deque()
@@ -107,7 +116,17 @@ class LocalPool(Executor):
                       for n in range(self.jobs)]
         for slot in self.slots:
             slot.start()
-        self.description = f"this machine, {self.jobs} at a time" + (", kernels started ahead" if self.ahead else "")
+        self.description = (f"this machine, {self.jobs} at a time" + (", kernels started ahead" if self.ahead else "")
+                            + (", runners and kernels forked from a zygote" if self.zygote else ""))
+
+    @staticmethod
+    def no_zygote(settings: Settings) -> str:
+        """Why this pool starts every runner and kernel fresh; "" when it forks them (:mod:`autograder.zygote`)."""
+        if not settings.zygote:
+            return "--no-zygote"
+        if not settings.isolation().namespaces:
+            return "the sandbox has no namespaces here"
+        return zygote_usable()
 
     def submit(self, job_file: Path) -> Future:
         future: Future = Future()
@@ -134,7 +153,7 @@ class LocalPool(Executor):
                             break
                         if waiting not in self.warm:
                             try:
-                                started = launch(waiting, self.runners, warm=True)
+                                started = launch(waiting, self.runners, warm=True, zygote=self.zygote)
                             except OSError:  # it starts when its turn comes, and says then what fails
                                 started = None
                             if started is not None:
@@ -143,7 +162,8 @@ class LocalPool(Executor):
                 finish(process, job_file, self.settings, self.runners, go=False)
                 continue
             try:
-                finish(process or launch(job_file, self.runners), job_file, self.settings, self.runners)
+                finish(process or launch(job_file, self.runners, zygote=self.zygote), job_file, self.settings,
+                       self.runners)
             except BaseException as error:  # noqa: BLE001 - the future carries it
                 future.set_exception(error)
             else:
@@ -169,6 +189,10 @@ class LocalPool(Executor):
             self.changed.notify_all()
         for slot in self.slots:
             slot.join()
+        if self.zygote is not None:
+            self.zygote.close()
+            if not self.zygote.problem:  # its log says why it could not fork: kept then
+                self.zygote_log.unlink(missing_ok=True)
 
 
 def one_line(error: BaseException) -> str:

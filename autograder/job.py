@@ -29,6 +29,7 @@ from autograder.pipeline import ROOT, tool_env
 from autograder.scan import ipython_free, scan
 from autograder.settings import Settings
 from autograder.submission import assemble, is_answer, is_test, nbgrader_meta
+from autograder.zygote import ZygoteUnavailable
 
 
 @dataclass
@@ -225,14 +226,32 @@ def execute(job_file: Path, settings: Settings, runners: Runners = RUNNERS) -> N
     finish(launch(job_file, runners), job_file, settings, runners)
 
 
-def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False) -> subprocess.Popen | None:
-    """Start the runner of one job (None once ``runners`` is stopping).
+def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False, zygote=None, note: str = ""):
+    """Start the runner of one job (None once ``runners`` is stopping): a ``subprocess.Popen``, or with
+    ``zygote`` (an :class:`autograder.zygote.Zygote`) a runner it forked, which is used the same way.
 
     ``warm``: it starts the kernel in its sandbox, imports torch, installs the guard, then waits for
-    :func:`finish` to let it run the notebook (or to take the job back).
+    :func:`finish` to let it run the notebook (or to take the job back). ``note`` begins its log.
     """
     log = job_file.parent / "runner.log"
-    with log.open("w") as handle, runners.lock:
+    with log.open("w") as handle:
+        if note:
+            handle.write(note + "\n")
+            handle.flush()
+        if zygote is not None and not runners.stopping.is_set():
+            try:
+                process = zygote.spawn(job_file, handle.fileno(), warm, tool_env())
+            except ZygoteUnavailable as error:  # every later job starts fresh too
+                handle.write(f"runner started fresh: the zygote cannot fork runners, {error}\n")
+                handle.flush()
+            else:
+                with runners.lock:
+                    runners.running.add(process)
+                    if not runners.stopping.is_set():
+                        return process
+                process.kill()
+                return None
+    with log.open("a") as handle, runners.lock:
         if runners.stopping.is_set():
             return None
         process = subprocess.Popen(
@@ -246,7 +265,10 @@ def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False) -> su
 def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings, runners: Runners = RUNNERS,
            go: bool = True) -> None:
     """Let a started runner (warm or not) run its job to its end, or take a warm one's job back
-    (``go=False``: it ends writing nothing); never raises. Removes the job's working copy."""
+    (``go=False``: it ends writing nothing); never raises. Removes the job's working copy.
+
+    A runner forked by a zygote that died while it ran died with it, its job not done: the job runs
+    again from its start, in a runner started fresh."""
     try:
         if process is not None:
             if process.stdin is not None:
@@ -258,6 +280,14 @@ def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings,
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            if go and getattr(process, "lost", False):
+                with runners.lock:
+                    runners.running.discard(process)
+                Path(json.loads(job_file.read_text())["probes_log"]).unlink(missing_ok=True)
+                fresh = launch(job_file, runners, note="this job runs again, in a runner started fresh: the zygote "
+                                                        "that had forked its runner ended while it ran")
+                finish(fresh, job_file, settings, runners)
+                return
     finally:
         if process is not None:
             with runners.lock:

@@ -239,8 +239,12 @@ def _wait_for(child: int) -> int:
             return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
-def _start_kernel(spec: dict, command: list[str], own_group: bool) -> int:
-    """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``."""
+def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -> int:
+    """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``.
+
+    ``start`` (a launcher forked by :mod:`autograder.zygote`): called with ``command`` in place of the
+    exec, it runs the kernel in the forked process and never returns.
+    """
     parent = os.getpid()
     child = os.fork()
     if child:
@@ -260,13 +264,15 @@ def _start_kernel(spec: dict, command: list[str], own_group: bool) -> int:
         os.chdir(spec["workdir"])
         # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader kills it instead.
         os.environ.pop("JPY_PARENT_PID", None)
+        if start is not None:
+            start(command)
         os.execvp(command[0], command)
     except BaseException as error:  # noqa: BLE001 - report anything, then leave the child
         print(f"sandbox: cannot start {command[0]}: {error}", file=sys.stderr, flush=True)
     os._exit(127)
 
 
-def _init(spec: dict, command: list[str]) -> int:
+def _init(spec: dict, command: list[str], start=None) -> int:
     """PID 1 of the sandbox's namespaces: set up the view, start the kernel, reap until it ends."""
     _run("mount", "--make-rprivate", "/")
     _run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
@@ -278,7 +284,7 @@ def _init(spec: dict, command: list[str]) -> int:
     home = Path("/tmp/home")
     home.mkdir(mode=0o700)
     os.chown(home, spec["uid"], spec["gid"])
-    kernel = _start_kernel(spec, command, own_group=False)
+    kernel = _start_kernel(spec, command, own_group=False, start=start)
 
     def interrupt(signum, _frame):
         try:
@@ -311,8 +317,11 @@ def join_cgroups(paths: list[str]) -> None:
             handle.write(str(os.getpid()))
 
 
-def launch(spec_path: str, parent: int, command: list[str]) -> int:
-    """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left alone."""
+def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
+    """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left alone.
+
+    ``start``: how the kernel runs ``command`` once forked (see :func:`_start_kernel`); None: exec.
+    """
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # until the sandbox exists: just go
     die_with_parent(parent, signal.SIGTERM)
     spec = json.loads(Path(spec_path).read_text())
@@ -334,12 +343,12 @@ def launch(spec_path: str, parent: int, command: list[str]) -> int:
             code = 1
             try:
                 die_with_parent(launcher, signal.SIGKILL)
-                code = _init(spec, command)
+                code = _init(spec, command, start)
             except BaseException as error:  # noqa: BLE001 - report, then end the namespace
                 print(f"sandbox: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
             os._exit(code)
     else:
-        child = _start_kernel(spec, command, own_group=True)
+        child = _start_kernel(spec, command, own_group=True, start=start)
 
     def end(signum, _frame):
         try:  # the init's end ends its namespace; without one, the kernel's group goes

@@ -95,11 +95,15 @@ def processes_of(value: str, variable: str = RUN_MARKER) -> dict[int, str]:
     return found
 
 
-def tree_usage(root: int) -> tuple[float, int]:
+def tree_usage(root: int, uncounted: int = 0) -> tuple[float, int]:
     """Process ``root`` and all its descendants together: memory in MiB, and processes and threads.
 
     Memory is ``RssAnon + RssShmem`` of each, from /proc (Linux; elsewhere 0): what the processes hold
     themselves, not the libraries' file pages, which every process of PyTorch maps and the system can drop.
+    The memory of the first ``uncounted`` generations (``root`` is the first) is left out, their threads
+    are not: the sandbox's own processes, which run nothing of the submission's (its launcher, and with
+    namespaces its init). Forked from the zygote they map its pages, torch's included, as the kernel does
+    (:mod:`autograder.zygote`), and counted they would count those two or three times.
     """
     children: dict[int, list[int]] = {}
     try:
@@ -110,16 +114,16 @@ def tree_usage(root: int) -> tuple[float, int]:
         fields = _stat(pid)
         if fields:
             children.setdefault(int(fields[1]), []).append(pid)
-    total_kib, tasks, todo = 0, 0, [root]
+    total_kib, tasks, todo = 0, 0, [(root, 0)]
     while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
+        pid, generation = todo.pop()
+        todo += [(child, generation + 1) for child in children.get(pid, [])]
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
         for line in status.splitlines():
-            if line.startswith(("RssAnon:", "RssShmem:")):
+            if line.startswith(("RssAnon:", "RssShmem:")) and generation >= uncounted:
                 total_kib += int(line.split()[1])
             elif line.startswith("Threads:"):
                 tasks += int(line.split()[1])
@@ -177,10 +181,11 @@ def _kernel_manager_class():
     return SandboxedKernelManager
 
 
-def kernel_env(home: str) -> dict[str, str]:
-    """The kernel's environment: what Python, PyTorch and CUDA need, and nothing of the grader's."""
+def kernel_env(home: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The kernel's environment: what Python, PyTorch and CUDA need of ``base`` (default: this process's),
+    and nothing else of the grader's."""
     keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", RUN_MARKER)
-    env = {key: value for key, value in os.environ.items()
+    env = {key: value for key, value in (os.environ if base is None else base).items()
            if key in keep or key.startswith(("LC_", "CUDA_", "NVIDIA_", "NCCL_"))}
     env.update(HOME=home, IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.matplotlib",
                MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1", JPY_SESSION_NAME="submission.ipynb")
@@ -276,7 +281,7 @@ class Session:
             if over:
                 self.kill(over)
                 return
-            used, tasks = tree_usage(process.pid)
+            used, tasks = tree_usage(process.pid, uncounted=2 if spec.namespaces else 1)  # launcher, init
             if spec.memory_mib and used > spec.memory_mib:
                 self.kill(self._memory_limit(f"{used:.0f} MiB in use"))
                 return
@@ -464,9 +469,14 @@ def _go_from_stdin() -> bool:
     return sys.stdin.readline().strip() == "go"
 
 
+def start(job_file: str, warm: bool) -> None:
+    """Run the job of ``job_file``; a warm runner waits for ``go`` on standard input first."""
+    run(json.loads(Path(job_file).read_text()), go=_go_from_stdin if warm else None)
+
+
 if __name__ == "__main__":
     warm = sys.argv[3:] == ["--warm"]
     if len(sys.argv) != 3 + warm or not sys.argv[2].isdigit():
         sys.exit("usage: python -m autograder.runner JOB.json GRADER_PID [--warm]")
     launcher.die_with_parent(int(sys.argv[2]), signal.SIGKILL)
-    run(json.loads(Path(sys.argv[1]).read_text()), go=_go_from_stdin if warm else None)
+    start(sys.argv[1], warm)

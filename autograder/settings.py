@@ -65,6 +65,7 @@ class Settings:
     scheduler: str | None = None  # a Dask scheduler's address: jobs run on its workers (autograder.executors)
     dask_local: int = 0  # start a Dask cluster of this many workers on this machine for the run
     warm: bool = True  # the local pool starts the kernels of the next jobs in line while the current ones run
+    zygote: bool = True  # the local pool forks runners and kernels from one process with torch imported (Linux, with namespaces)
     gpu_jobs: bool = False  # on a Dask cluster, each job asks for the resource GPU=1
 
     def isolation(self) -> sandbox.Isolation:
