@@ -34,6 +34,7 @@ accelerator); nothing here needs a GPU.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import contextlib
 import dataclasses
@@ -100,12 +101,7 @@ class LocalPool(Executor):
 
     def __init__(self, settings: Settings, runners=RUNNERS):
         self.settings, self.runners = settings, runners
-        self.zygote, self.zygote_log, why = None, None, self.no_zygote(settings)
-        if not why:
-            handle, name = tempfile.mkstemp(prefix="grade-zygote-", suffix=".log")
-            os.close(handle)
-            self.zygote_log = Path(name)
-            self.zygote = Zygote(kernel_env("/tmp/home", tool_env()), self.zygote_log, ROOT)
+        self.zygote = None if no_zygote(settings) else new_zygote()
         self.jobs = max(1, settings.jobs)
         self.ahead = self.jobs if settings.warm else 0
         self.line: collections.deque[tuple[Path, Future]] = collections.deque()
@@ -119,14 +115,6 @@ class LocalPool(Executor):
         self.description = (f"this machine, {self.jobs} at a time" + (", kernels started ahead" if self.ahead else "")
                             + (", runners and kernels forked from a zygote" if self.zygote else ""))
 
-    @staticmethod
-    def no_zygote(settings: Settings) -> str:
-        """Why this pool starts every runner and kernel fresh; "" when it forks them (:mod:`autograder.zygote`)."""
-        if not settings.zygote:
-            return "--no-zygote"
-        if not settings.isolation().namespaces:
-            return "the sandbox has no namespaces here"
-        return zygote_usable()
 
     def submit(self, job_file: Path) -> Future:
         future: Future = Future()
@@ -191,8 +179,35 @@ class LocalPool(Executor):
             slot.join()
         if self.zygote is not None:
             self.zygote.close()
-            if not self.zygote.problem:  # its log says why it could not fork: kept then
-                self.zygote_log.unlink(missing_ok=True)
+
+
+def no_zygote(settings: Settings) -> str:
+    """Why runners and kernels start fresh here; "" where a zygote forks them (:mod:`autograder.zygote`)."""
+    if not settings.zygote:
+        return "--no-zygote"
+    if not settings.isolation().namespaces:
+        return "the sandbox has no namespaces here"
+    return zygote_usable()
+
+
+def new_zygote() -> Zygote:
+    """A zygote with the kernel's environment, started at its first runner."""
+    return Zygote(kernel_env("/tmp/home", tool_env()), ROOT)
+
+
+_WORKER_ZYGOTE: list[Zygote] = []  # a Dask worker's, made at its first job that can use one, kept for its life
+_WORKER_ZYGOTE_LOCK = threading.Lock()
+
+
+def worker_zygote(settings: Settings) -> Zygote | None:
+    """On a Dask worker: the zygote its jobs' runners are forked from, or None where they start fresh."""
+    if no_zygote(settings):
+        return None
+    with _WORKER_ZYGOTE_LOCK:
+        if not _WORKER_ZYGOTE:
+            _WORKER_ZYGOTE.append(new_zygote())
+            atexit.register(_WORKER_ZYGOTE[0].close)
+        return _WORKER_ZYGOTE[0]
 
 
 def one_line(error: BaseException) -> str:
@@ -253,7 +268,7 @@ def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
         relocate(folder / "job.json", settings, ipc_root, hide=[str(root)])
         runners = Runners()
         with _ended_when_set(stop, runners):
-            execute(folder / "job.json", settings, runners)
+            execute(folder / "job.json", settings, runners, zygote=worker_zygote(settings))
         (folder / RAN_ON).write_text(_worker_name() + "\n")
         return pack(folder, skip=(*INPUTS, "work"))
 

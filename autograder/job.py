@@ -221,9 +221,10 @@ class Runners:
 RUNNERS = Runners()
 
 
-def execute(job_file: Path, settings: Settings, runners: Runners = RUNNERS) -> None:
-    """Run the runner for one job in its own process; never raises. Does nothing once ``runners`` is stopping."""
-    finish(launch(job_file, runners), job_file, settings, runners)
+def execute(job_file: Path, settings: Settings, runners: Runners = RUNNERS, zygote=None) -> None:
+    """Run the runner for one job in its own process (forked by ``zygote`` if given, see :func:`launch`); never
+    raises. Does nothing once ``runners`` is stopping."""
+    finish(launch(job_file, runners, zygote=zygote), job_file, settings, runners)
 
 
 def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False, zygote=None, note: str = ""):

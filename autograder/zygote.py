@@ -55,6 +55,7 @@ with ``--no-zygote``, and on Dask workers, runners and kernels start fresh.
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import json
 import os
@@ -151,12 +152,13 @@ class ForkedRunner:
 class Zygote:
     """The grader's handle on its zygote: started at the first :meth:`spawn`, ended by :meth:`close`.
 
-    ``env`` is the kernel's environment (the zygote's and every runner's), ``log`` where the zygote's own
-    output goes.
+    ``env`` is the kernel's environment (the zygote's and every runner's until it has its job), ``cwd`` its
+    folder. The last lines the zygote printed are kept (``output``) and quoted when it fails.
     """
 
-    def __init__(self, env: dict[str, str], log: Path, cwd: Path):
-        self.env, self.log, self.cwd = env, log, cwd
+    def __init__(self, env: dict[str, str], cwd: Path):
+        self.env, self.cwd = env, cwd
+        self.output: collections.deque[str] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
         self.started = self.closed = False
         self.ready = threading.Event()
@@ -174,21 +176,30 @@ class Zygote:
 
         def keeper() -> None:  # the zygote's parent thread for as long as it lives (PR_SET_PDEATHSIG)
             try:
-                with open(self.log, "ab") as out:
-                    self.process = subprocess.Popen(
-                        [sys.executable, "-m", "autograder.zygote", str(theirs.fileno()), str(os.getpid()),
-                         "-" * TITLE_ROOM],
-                        pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                        stdout=out, stderr=subprocess.STDOUT)
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "autograder.zygote", str(theirs.fileno()), str(os.getpid()),
+                     "-" * TITLE_ROOM],
+                    pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
             except OSError as error:
                 self._gone(f"it could not start: {error}")
                 return
             finally:
                 theirs.close()
+            threading.Thread(target=self._keep_output, name="zygote-output", daemon=True).start()
             self._read()
             self.process.wait()
 
         threading.Thread(target=keeper, name="zygote", daemon=True).start()
+
+    def _keep_output(self) -> None:
+        for line in self.process.stdout:
+            if line.strip():
+                self.output.append(line.rstrip())
+
+    def _said(self) -> str:
+        time.sleep(0.2)  # what it printed last, as it ended, reaches the pipe first
+        return " | ".join(list(self.output)[-3:]) or "nothing"
 
     def _read(self) -> None:
         while True:
@@ -197,7 +208,7 @@ class Zygote:
             except OSError:
                 data = b""
             if not data:
-                self._gone(f"it ended (its output: {self.log})")
+                self._gone(f"it ended (its last output: {self._said()})")
                 return
             message = json.loads(data)
             if "ready" in message:

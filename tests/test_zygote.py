@@ -183,7 +183,7 @@ def test_a_zygote_that_cannot_import_says_why(tmp_path):
     broken.mkdir()
     (broken / "numpy.py").write_text("raise ImportError('numpy is broken here')\n")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{broken}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    handle = zygote.Zygote(env, tmp_path / "zygote.log", ROOT)
+    handle = zygote.Zygote(env, ROOT)
     try:
         with pytest.raises(zygote.ZygoteUnavailable, match="numpy is broken here"):
             handle.spawn(tmp_path / "job.json", 1, False, dict(os.environ))
