@@ -191,8 +191,9 @@ def no_zygote(settings: Settings) -> str:
 
 
 def new_zygote() -> Zygote:
-    """A zygote with the kernel's environment, started at its first runner."""
-    return Zygote(kernel_env("/tmp/home", tool_env()), ROOT)
+    """A zygote with the kernel's environment as it is when its first runner starts (a runner's, started
+    fresh then, would have that environment)."""
+    return Zygote(lambda: kernel_env("/tmp/home", tool_env()), ROOT)
 
 
 _WORKER_ZYGOTE: list[Zygote] = []  # a Dask worker's, made at its first job that can use one, kept for its life

@@ -30,7 +30,6 @@ import ctypes
 import fcntl
 import json
 import os
-import resource
 import shutil
 import signal
 import socket
@@ -182,6 +181,8 @@ def _drop_privileges(uid: int, gid: int, user_namespace: bool) -> None:
 
 
 def _limit(spec: dict) -> None:
+    import resource  # here: a kernel forked by the zygote gets no module a fresh one would not have (see there)
+
     if spec["memory_mib"]:
         limit = spec["memory_mib"] << 20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))

@@ -4,8 +4,9 @@ A kernel started the ordinary way spends about 2 s of processor time before
 a notebook's first cell runs: a new Python, then IPython and ipykernel, then
 torch, numpy and every ``devcourse`` module, which the guard imports
 (:mod:`autograder.guard`). Where the sandbox has its namespaces (Linux), the
-local pool starts one *zygote* per grading run (``python -m
-autograder.zygote``) that imports those once, and from then on only forks::
+local pool starts one *zygote* per grading run, and each Dask worker one for
+its life (``python -m autograder.zygote``, at the first job), that imports
+those once and from then on only forks::
 
     grader ── zygote ── runner ─┬─ launcher ── init ── kernel
                                 └─ launcher (kept for a second kernel, see autograder.runner.run)
@@ -48,8 +49,8 @@ runner. The grader signals its runners through the zygote, which is the one
 that reaps them, so no signal can reach a process that took the number of a
 runner already gone.
 
-Without namespaces (macOS, a Linux that forbids them, ``--no-sandbox``),
-with ``--no-zygote``, and on Dask workers, runners and kernels start fresh.
+Without namespaces (macOS, a Linux that forbids them, ``--no-sandbox``) and
+with ``--no-zygote``, runners and kernels start fresh.
 """
 
 from __future__ import annotations
@@ -74,7 +75,10 @@ READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they
 TITLE_ROOM = 8192  # bytes of command line every forked process can write its own into (see retitle)
 LAUNCHER = os.path.realpath(launcher.__file__)
 _MESSAGE = 1 << 20
+_PR_SET_DUMPABLE = 4
 _FRESH_PATH: list[str] = []  # sys.path of a Python started with the kernel's environment, but its first entry
+_PRELOADED: set[str] = set()  # the modules in the zygote once it has imported what kernels import
+_LAUNCHER_ONLY = ("resource",)  # imported on the way to a kernel (the launcher's limits); not by a fresh kernel
 
 
 class ZygoteUnavailable(RuntimeError):
@@ -152,11 +156,12 @@ class ForkedRunner:
 class Zygote:
     """The grader's handle on its zygote: started at the first :meth:`spawn`, ended by :meth:`close`.
 
-    ``env`` is the kernel's environment (the zygote's and every runner's until it has its job), ``cwd`` its
-    folder. The last lines the zygote printed are kept (``output``) and quoted when it fails.
+    ``env`` is the kernel's environment (the zygote's and every runner's until it has its job), or a function
+    that gives it when the zygote starts; ``cwd`` its folder. The last lines the zygote printed are kept
+    (``output``) and quoted when it fails.
     """
 
-    def __init__(self, env: dict[str, str], cwd: Path):
+    def __init__(self, env, cwd: Path):
         self.env, self.cwd = env, cwd
         self.output: collections.deque[str] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
@@ -171,6 +176,8 @@ class Zygote:
         self.stdins: dict[int, object] = {}  # request -> the write end of its runner's standard input
 
     def _start(self) -> None:
+        if callable(self.env):
+            self.env = self.env()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
 
@@ -331,11 +338,14 @@ def preload() -> None:
     import importlib
     import pkgutil
 
-    import devcourse
-    import IPython  # noqa: F401
+    # In the order a fresh kernel imports them (ipykernel as it starts, then the guard), so that the warning
+    # filters they add come in the same order.
     import ipykernel.ipkernel  # noqa: F401
     import ipykernel.kernelapp  # noqa: F401
     import ipykernel.zmqshell  # noqa: F401
+    import IPython  # noqa: F401
+
+    import devcourse
     import numpy  # noqa: F401
     import torch
     import torch.nn  # noqa: F401
@@ -346,6 +356,7 @@ def preload() -> None:
         importlib.import_module(f"devcourse.{info.name}")
     if torch.cuda.is_initialized():
         raise RuntimeError("CUDA was initialised while importing; a forked kernel could not use it")
+    _PRELOADED.update(sys.modules)
 
 
 def serve(sock_fd: int, grader: int) -> None:
@@ -619,19 +630,23 @@ def run_kernel_here(command: list[str]) -> None:
 
     _python_signals()
     retitle(command)
+    # A change of user leaves a process undumpable (its /proc files the superuser's) until it execs a program;
+    # a fresh kernel has exec'd Python, so it is dumpable again.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     sys.path[:] = [os.getcwd(), *_FRESH_PATH]
     sys.orig_argv = list(command)
     sys.argv = list(command[2:])
     sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-    for name in [name for name in sys.modules if name == "autograder" or name.startswith("autograder.")]:
+    for name in [name for name in sys.modules if name == "autograder" or name.startswith("autograder.")
+                 or (name in _LAUNCHER_ONLY and name not in _PRELOADED)]:
         del sys.modules[name]
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
     linecache.clearcache()
     tempfile.tempdir = None
     random.seed()
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
+    if "numpy.random" in sys.modules:  # numpy imports it at its first use, seeded then
+        sys.modules["numpy.random"].seed()
     if "torch" in sys.modules:  # the CPU's generator, as a fresh torch seeds it; others seed at their first use
         sys.modules["torch"].default_generator.seed()
     if "multiprocessing.process" in sys.modules:

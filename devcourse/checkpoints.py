@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import sys
 import zipfile
 from pathlib import Path
 from typing import Callable, Iterator
@@ -75,23 +76,53 @@ def tagged_save(obj: object, path: str | Path, saved_on: str = "cuda:1") -> Path
     return path
 
 
+# The groups single_process_group made that a model may still hold (see there).
+_GROUPS: list = []
+
+
 @contextlib.contextmanager
 def single_process_group() -> Iterator[None]:
     """A one-process ``gloo`` group, so DDP can wrap a model in this process.
 
     Uses the group that already exists if there is one; otherwise creates one
     backed by an in-memory store (no ports, no files) and destroys it after.
+
+    A DDP model made in the block holds the group after it. When such a model
+    is deleted soon after it was made, PyTorch 2.13 can destroy the group from
+    inside the model's teardown while holding the GIL, which one of the
+    group's threads still needs to finish its last work: the process hangs for
+    good (seen at random, more often on a busy machine; the class of deadlock
+    of pytorch/pytorch#56297). So this helper holds each group it made too,
+    and lets go of it at a later call once no model holds it any more
+    (:func:`_let_go_of_unused`), where destroying it releases the GIL first.
+    The same on every machine; it only changes when the group's threads end.
     """
     import torch.distributed as dist
 
+    _let_go_of_unused()
     if dist.is_initialized():
         yield
         return
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    _GROUPS.append(dist.group.WORLD)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        _let_go_of_unused()
+
+
+def _let_go_of_unused() -> None:
+    """Drop the groups :func:`single_process_group` made that nothing else refers to (a DDP model keeps its
+    group as ``process_group``); destroyed here, from Python, a group releases the GIL before it waits for
+    its threads."""
+    kept = []
+    while _GROUPS:
+        group = _GROUPS.pop()
+        if sys.getrefcount(group) > 2:  # more than this name and getrefcount's own argument
+            kept.append(group)
+        del group
+    _GROUPS.extend(kept)
 
 
 def wrapped_state_dict(model: nn.Module, wrapper: str = "plain") -> dict[str, torch.Tensor]:

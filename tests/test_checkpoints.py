@@ -1,5 +1,8 @@
+import os
 import pickle
 import re
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -279,3 +282,47 @@ def test_amp_fixture_adds_the_grad_scaler_state_and_still_loads(tmp_path):
     assert saved["scaler"]["scale"] == 65536.0 and "growth_interval" in saved["scaler"]
     model = ck.load_model(tmp_path / "c.pt", TinyNet, device="cpu")
     assert _equal(model.state_dict(), {k: v.to(model.state_dict()[k].dtype) for k, v in reference.items()})
+
+
+DDP_MADE_AND_DROPPED = """
+import os, sys
+from torch.nn.parallel import DistributedDataParallel
+from devcourse.checkpoints import single_process_group, _GROUPS
+from devcourse.models import TinyNet
+
+for _ in range(int(sys.argv[1])):
+    with single_process_group():
+        ddp = DistributedDataParallel(TinyNet())
+    del ddp  # its group's last work may still be ending in one of the group's threads
+print("done", len(_GROUPS), len(os.listdir("/proc/self/task")), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux: busy processes on the same cores")
+def test_deleting_a_ddp_model_right_after_its_group_never_hangs(tmp_path):
+    """A DDP model made in single_process_group and deleted at once, on a busy machine, 300 times in each of two
+    processes.
+
+    Before the helper held its groups, PyTorch could destroy the group inside the model's teardown with the GIL
+    held while a thread of the group waited for the GIL: on two busy cores 4 of 5 such runs hung for good, and
+    this test failed at its timeout.
+    """
+    script = tmp_path / "ddp_made_and_dropped.py"
+    script.write_text(DDP_MADE_AND_DROPPED)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(len(os.sched_getaffinity(0)))]
+    try:
+        runs = [subprocess.Popen([sys.executable, str(script), "300"], stdout=subprocess.PIPE, text=True)
+                for _ in range(2)]
+        for run in runs:
+            try:
+                out, _ = run.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                pytest.fail("a process that made and deleted DDP models hung")
+            done, groups, threads = out.split()
+            # The groups no model holds are let go of, and their threads end with them.
+            assert done == "done" and int(groups) <= 3 and int(threads) < 30, out
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()

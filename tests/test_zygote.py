@@ -39,10 +39,21 @@ def _fd(fd):
         return re.sub(r":\[\d+\]$", "", os.readlink(f"/proc/self/fd/{fd}"))
     except OSError:
         return "gone"
+def _environ_at_start():
+    try:
+        return sorted(open("/proc/self/environ", "rb").read().decode().split("\0"))
+    except OSError as error:  # a kernel that changed its user cannot read it
+        return type(error).__name__
 _state = {
     "sys.path": sys.path, "sys.argv": sys.argv, "sys.orig_argv": sys.orig_argv, "executable": sys.executable,
     "cmdline": [arg for arg in open("/proc/self/cmdline", "rb").read().decode().split("\0") if arg],
-    "environ": dict(os.environ), "cwd": _work, "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()],
+    "environ": dict(os.environ), "cwd": _work,
+    "environ at start": _environ_at_start(),
+    # The same filters; those ipykernel's shell adds as it starts come after torch's in a forked kernel, before
+    # them in a fresh one (they match other warnings than torch's and numpy's, so the order changes nothing).
+    "warnings": sorted([action, getattr(category, "__name__", ""), str(message), str(module_), line]
+                       for action, message, category, module_, line in __import__("warnings").filters),
+    "modules": sorted(sys.modules), "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()],
     "pids": [os.getpid(), os.getppid()],
     "signals": {s.name: re.sub(r" at 0x[0-9a-f]+", "", repr(signal.getsignal(s)))
                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ,
@@ -50,7 +61,9 @@ _state = {
     "dont_write_bytecode": sys.dont_write_bytecode, "flags": repr(sys.flags),
     "grader modules": sorted(m for m in sys.modules if m.split(".")[0] == "autograder"),
     "stdin": [os.path.basename(_fd(0)), os.read(0, 1).decode()],
-    "fds": sorted(kind for fd in os.listdir("/proc/self/fd") if (kind := _fd(int(fd))) != "gone"),
+    # (IPython's history thread opens a journal now and then: not counted)
+    "fds": sorted(kind for fd in os.listdir("/proc/self/fd")
+                  if (kind := _fd(int(fd))) != "gone" and not kind.endswith("-journal")),
     "main": type(sys.modules["__main__"]).__name__ + " " + sys.modules["__main__"].__name__,
     "torch threads": torch.get_num_threads(), "cuda initialised": torch.cuda.is_initialized(),
 }
