@@ -72,6 +72,7 @@ from pathlib import Path
 from autograder import launcher
 
 READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they take
+FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
 TITLE_ROOM = 8192  # bytes of command line every forked process can write its own into (see retitle)
 LAUNCHER = os.path.realpath(launcher.__file__)
 _MESSAGE = 1 << 20
@@ -282,7 +283,8 @@ class Zygote:
             raise ZygoteUnavailable(f"it could not be asked ({error})") from None
         finally:
             os.close(read_end)
-        waiter[0].wait()
+        if not waiter[0].wait(FORK_TIMEOUT_S):  # stuck: no later job waits for it
+            self.problem = self.problem or f"it did not answer within {FORK_TIMEOUT_S:g} s"
         with self.lock:
             self.waiting.pop(request, None)
             self.stdins.pop(request, None)
@@ -354,9 +356,21 @@ def preload() -> None:
 
     for info in pkgutil.iter_modules(devcourse.__path__):
         importlib.import_module(f"devcourse.{info.name}")
-    if torch.cuda.is_initialized():
-        raise RuntimeError("CUDA was initialised while importing; a forked kernel could not use it")
+    if torch.cuda.is_initialized() or _in_bad_fork_for_cuda():
+        raise RuntimeError("CUDA was started while importing; a kernel forked from here could not use it")
     _PRELOADED.update(sys.modules)
+
+
+def _in_bad_fork_for_cuda() -> bool:
+    """Whether a process forked from this one could not use CUDA (torch marks its children so once this one
+    has asked the CUDA runtime anything, even the number of devices); always False on a CPU-only build."""
+    pid = os.fork()
+    if pid == 0:
+        import torch
+
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
 
 
 def serve(sock_fd: int, grader: int) -> None:
@@ -553,6 +567,8 @@ class _Template:
         code = 1
         try:
             launcher.die_with_parent(parent, signal.SIGKILL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for its runner, which decides; the launcher
+            # it becomes sets its own handler
             retitle([sys.executable, "-I", LAUNCHER, "(forked, its kernel to come)"])
             _close_all_but({theirs.fileno()})
             read_end, write_end = os.pipe()  # standard input at its end, as Popen's closed pipe leaves it
