@@ -37,8 +37,9 @@ Each process also takes the command line it would have had
 (:func:`retitle`), so ``ps`` shows runners, launchers and kernels as before.
 What still differs from a kernel started fresh: Python's hash seed (one per
 run, so a ``set`` of strings iterates in the same order in every kernel of
-it), and the pages the zygote filled, which every kernel shares
-copy-on-write: the runner's
+it); the order of the warning filters (those ipykernel's shell adds come
+after torch's and numpy's, which match other warnings); and the pages the
+zygote filled, which every kernel shares copy-on-write: the runner's
 count of a submission's memory leaves out the sandbox's own processes
 (launcher and init), which hold those pages too
 (:func:`autograder.runner.tree_usage`).
