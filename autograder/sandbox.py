@@ -210,7 +210,9 @@ def tethered(command: list[str], signum: int, uid: int | None = None, gid: int |
     caller): ``command`` runs as that user, who need not be able to read this Python (a change of
     user clears the request, so it is made after the change). Use it rather than a
     ``preexec_fn``, which runs Python between fork and exec and can deadlock in a process with
-    threads (a test process, a Jupyter server).
+    threads (a test process, a Jupyter server). Linux counts the *thread* that starts the process as
+    its parent: started from a thread other than the main one, ``command`` gets ``signum`` when that
+    thread ends, so such a thread must outlive it.
     """
     user = ["--as", f"{uid}:{gid if gid is not None else uid}"] if uid is not None else []
     return [sys.executable, "-I", LAUNCHER, "--tether", str(os.getpid()), str(int(signum)), *user,

@@ -216,6 +216,9 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
             _kill_a_worker_in_a_students_job(address, started, killed, stop)
             if killed:
                 started["bare"] = bare()
+                # The thread that starts a tethered process is its parent for PR_SET_PDEATHSIG: bare would get its
+                # SIGTERM as soon as this thread ended, so the thread lives until the regrade is over.
+                stop.wait()
 
         watcher = threading.Thread(target=kill_g_then_start_bare)
         watcher.start()

@@ -37,9 +37,14 @@ while not os.path.exists("go.txt"):
 '''
 
 
+SEEN: set[int] = set()  # every process of this file's runs seen alive: their runners' cgroups are this file's
+
+
 def live_marked(mark: str) -> list[str]:
     """Command lines of the live processes that carry the run's marker."""
-    return list(processes_of(mark).values())
+    found = processes_of(mark)
+    SEEN.update(found)
+    return list(found.values())
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +135,13 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
 
 
 def stale_cgroups() -> list[str]:
-    """The sandboxes' cgroups whose runner is gone."""
+    """The cgroups of this file's sandboxes whose runner is gone.
+
+    Only this file's runners: a test running beside it (``make test`` runs two files at once) may kill
+    workers whose runners' cgroups wait for that test's own run to sweep them.
+    """
     found = cgroups.find()
+    runners = {str(pid) for pid in SEEN}
     return [str(folder) for parent in set(found.parents.values()) for folder in Path(parent).glob(cgroups.PREFIX + "*")
-            if not Path(f"/proc/{folder.name[len(cgroups.PREFIX):].split('-')[0]}").exists()]
+            if (runner := folder.name[len(cgroups.PREFIX):].split("-")[0]) in runners
+            and not Path(f"/proc/{runner}").exists()]
