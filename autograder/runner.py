@@ -44,12 +44,7 @@ import threading
 import time
 from pathlib import Path
 
-# One runner process starts per notebook: skip the IRI format checker that jsonschema (under
-# nbformat) builds at import when rfc3987-syntax is installed. Notebooks never use that format,
-# and building it costs about 0.7 s, more than the rest of the runner's start-up.
-sys.modules.setdefault("rfc3987_syntax", None)
-
-import nbformat  # noqa: E402
+import nbformat
 
 from autograder import cgroups, launcher, probe, sandbox
 

@@ -70,7 +70,7 @@ import threading
 import time
 from pathlib import Path
 
-from autograder import launcher
+from autograder import SKIPPED_IMPORTS, launcher
 
 READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they take
 FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
@@ -655,7 +655,8 @@ def run_kernel_here(command: list[str]) -> None:
     sys.argv = list(command[2:])
     sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     for name in [name for name in sys.modules if name == "autograder" or name.startswith("autograder.")
-                 or (name in _LAUNCHER_ONLY and name not in _PRELOADED)]:
+                 or (name in _LAUNCHER_ONLY and name not in _PRELOADED)
+                 or (name in SKIPPED_IMPORTS and sys.modules[name] is None)]:
         del sys.modules[name]
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
