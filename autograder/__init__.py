@@ -9,5 +9,4 @@ import sys
 # cannot be imported, so the grader's processes say it cannot (a kernel forked from the zygote is
 # given its imports back: autograder.zygote).
 SKIPPED_IMPORTS = ("rfc3987_syntax",)
-for _name in SKIPPED_IMPORTS:
-    sys.modules.setdefault(_name, None)
+sys.modules.update({name: None for name in SKIPPED_IMPORTS if name not in sys.modules})
