@@ -128,7 +128,10 @@ def read_state(workdir: Path) -> dict | None:
 
 
 def write_state(workdir: Path, state: dict) -> None:
-    write_whole(workdir / STATE, json.dumps(state, indent=1))  # a run stopped here leaves the old state or the new
+    # Whole, once per graded submission: a run stopped here leaves the old state or the new. One entry a line
+    # without indentation, which json writes with its C encoder: 11 ms rather than 35 ms for a class of
+    # 1,000 x 9 notebooks at its end, written after each of them.
+    write_whole(workdir / STATE, json.dumps(state, separators=(",\n", ": ")))
 
 
 def take_in(intake: Path, workdir: Path) -> None:
