@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import math
 import pathlib
 import re
@@ -348,7 +349,16 @@ def notebook_probes(tests: list[str], recorder: str, reference: bool = False) ->
     in the kernel's builtins. ``reference=True`` gives the instructor's probes, which record the expected
     sides too and mark what ran inside the hidden parts; the default gives a student's probes, which never
     hold an expected side.
+
+    The tests of every submission of an assignment are the instructor's, so the grader asks for the same
+    ones once per submission, twice (its job's probes, then its verdict's sites): the answer is kept.
     """
+    probes, sites = _notebook_probes(tuple(tests), recorder, reference)
+    return list(probes), list(sites)
+
+
+@functools.lru_cache(maxsize=64)
+def _notebook_probes(tests: tuple[str, ...], recorder: str, reference: bool) -> tuple[tuple[str, ...], tuple[Site, ...]]:
     local = "_course_probe"  # no leading "__": a class body would mangle it
     sources = [ipython_free(source) for source in tests]
     sites: list[Site] = []
@@ -384,7 +394,7 @@ def notebook_probes(tests: list[str], recorder: str, reference: bool = False) ->
             ast.parse(f"{local}.end()").body[0],
         ], type_ignores=[])
         probes.append(ast.unparse(ast.fix_missing_locations(module)))
-    return probes, sites
+    return tuple(probes), tuple(sites)
 
 
 def probe_source(source: str, recorder: str, reference: bool = False) -> tuple[str, list[Site]]:
