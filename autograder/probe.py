@@ -350,8 +350,8 @@ def notebook_probes(tests: list[str], recorder: str, reference: bool = False) ->
     sides too and mark what ran inside the hidden parts; the default gives a student's probes, which never
     hold an expected side.
 
-    The tests of every submission of an assignment are the instructor's, so the grader asks for the same
-    ones once per submission, twice (its job's probes, then its verdict's sites): the answer is kept.
+    Every submission of an assignment has the instructor's tests, and the grader asks twice per submission
+    (its job's probes, then its verdict's sites): the answer for the same tests is kept.
     """
     probes, sites = _notebook_probes(tuple(tests), recorder, reference)
     return list(probes), list(sites)
