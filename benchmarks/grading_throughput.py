@@ -164,15 +164,19 @@ def statuses(workdir: Path) -> dict[Path, dict]:
     return {path: json.loads(path.read_text()) for path in sorted(workdir.rglob("status.json"))}
 
 
-def where_time_went(workdir: Path) -> str:
+def canary_jobs(found: dict[Path, dict]) -> list[dict]:
+    return [s for path, s in found.items() if "(canary)" in path.parts]
+
+
+def total(key: str, jobs) -> float:
+    """The sum of one time of the jobs' status files (a job stopped early may have none)."""
+    return sum(s.get(key) or 0 for s in jobs)
+
+
+def where_time_went(found: dict[Path, dict]) -> str:
     """Run 4's jobs, from their status files: their kernels' starts, their cells, their probes, the canary's share."""
-    found = statuses(workdir)
-    canary = [s for path, s in found.items() if "(canary)" in path.parts]
+    canary = canary_jobs(found)
     starts = [s["start_s"] for s in found.values() if s.get("start_s") is not None]
-
-    def total(key: str, statuses) -> float:
-        return sum(s.get(key) or 0 for s in statuses)
-
     return (f"{len(found)} jobs, {len(canary)} of them the canary's: kernel starts {sum(starts):.1f} s "
             f"({sum(starts) / max(1, len(starts)):.2f} s each, {sum(1 for s in found.values() if s.get('warm'))} "
             f"started ahead), cells {total('cells_s', found.values()):.1f} s, probes "
@@ -239,10 +243,11 @@ def main() -> int:
             if any((tmp / later / "jobs" / "(canary)").glob("*")):
                 raise SystemExit(f"run {later[-1]} ran the canary: the references of run 3 were not kept")
         print(f"   run 2: the kernels' processor time {alone_cpu[0]:.1f} s")
-        print(f"   run 4: {where_time_went(tmp / 'ours1')}")
-        probes_s = sum(s.get("probes_s") or 0 for s in statuses(tmp / "ours6").values())
-        canary_s = sum((s.get("cells_s") or 0) + (s.get("probes_s") or 0)
-                       for path, s in statuses(tmp / "ours1").items() if "(canary)" in path.parts)
+        run4 = statuses(tmp / "ours1")
+        print(f"   run 4: {where_time_went(run4)}")
+        probes_s = total("probes_s", statuses(tmp / "ours6").values())
+        canary = canary_jobs(run4)
+        canary_s = total("cells_s", canary) + total("probes_s", canary)
         print(f"   run 6: the probes (each test's second pass) {probes_s:.1f} s")
         plain_result, our_result = plain_scores(tmp / "plain"), our_scores(tmp / "ours")
         for later in ("ours5", "ours6"):
