@@ -71,10 +71,10 @@ import time
 from pathlib import Path
 
 from autograder import SKIPPED_IMPORTS, launcher
+from devcourse.warmstart import TITLE_ROOM, refresh, retitle
 
 READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they take
 FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
-TITLE_ROOM = 8192  # bytes of command line every forked process can write its own into (see retitle)
 LAUNCHER = os.path.realpath(launcher.__file__)
 _MESSAGE = 1 << 20
 _PR_SET_DUMPABLE = 4
@@ -98,24 +98,6 @@ def usable() -> str:
     except OSError as error:
         return f"this Linux has no pidfd_open ({error})"
     return ""
-
-
-def retitle(args: list[str]) -> None:
-    """Make this process's command line (``/proc/self/cmdline``, what ``ps`` shows) read ``args``.
-
-    A forked process keeps its parent's; each process of the chain takes the one it would have had,
-    started fresh. It is written over the memory that held the zygote's own command line, and cut
-    to fit there: the zygote starts with :data:`TITLE_ROOM` bytes of it.
-    """
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49 of proc(5)
-    except (OSError, IndexError, ValueError):
-        return
-    if end - start < 2:
-        return
-    data = b"\0".join(arg.encode(errors="replace") for arg in args)[:end - start - 1]
-    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -639,36 +621,17 @@ def run_kernel_here(command: list[str]) -> None:
     """
     if command[:3] != [sys.executable, "-m", "ipykernel_launcher"]:
         return
-    import importlib
-    import linecache
-    import random
     import runpy
-    import tempfile
 
     _python_signals()
-    retitle(command)
     # A change of user leaves a process undumpable (its /proc files the superuser's) until it execs a program;
     # a fresh kernel has exec'd Python, so it is dumpable again.
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
-    sys.path[:] = [os.getcwd(), *_FRESH_PATH]
-    sys.orig_argv = list(command)
-    sys.argv = list(command[2:])
-    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     for name in [name for name in sys.modules if name == "autograder" or name.startswith("autograder.")
                  or (name in _LAUNCHER_ONLY and name not in _PRELOADED)
                  or (name in SKIPPED_IMPORTS and sys.modules[name] is None)]:
         del sys.modules[name]
-    sys.path_importer_cache.clear()
-    importlib.invalidate_caches()
-    linecache.clearcache()
-    tempfile.tempdir = None
-    random.seed()
-    if "numpy.random" in sys.modules:  # numpy imports it at its first use, seeded then
-        sys.modules["numpy.random"].seed()
-    if "torch" in sys.modules:  # the CPU's generator, as a fresh torch seeds it; others seed at their first use
-        sys.modules["torch"].default_generator.seed()
-    if "multiprocessing.process" in sys.modules:
-        sys.modules["multiprocessing.process"].current_process().authkey = os.urandom(32)
+    refresh(command, os.getcwd(), _FRESH_PATH)
     code = 0
     try:
         runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)

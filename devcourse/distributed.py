@@ -6,7 +6,11 @@ goes into a script: :func:`write_script` writes one from functions defined
 anywhere, notebook cells included, and :func:`torchrun` starts it with
 ``torchrun``'s c10d rendezvous on a free local port. :func:`run_functions`
 (the exercises' checks) starts the processes itself, with the variables
-torchrun would give them (:func:`start_ranks`): no agent to wait for.
+torchrun would give them (:func:`start_ranks`): no agent to wait for, and,
+on Linux, each process forked from one that has already imported torch
+(:mod:`devcourse.warmstart`), so a check does not wait for every process to
+import it. On a CPU-only machine all of this runs on the CPU with gloo, or on
+simulated devices (``simulated_devices=N``).
 
 Every run has a wall-time limit. A run that exceeds it, or in which a rank
 dies, ends with :class:`DistributedRunError` naming what happened, and every
@@ -35,6 +39,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+
+from devcourse import warmstart
 
 __all__ = ["DistributedRunError", "RunResult", "free_port", "rank_errors", "run_functions", "start_ranks", "torchrun",
            "write_script"]
@@ -100,7 +106,12 @@ def start_ranks(
     ``init_process_group``'s ``env://`` does without torchrun) and the rest of
     torchrun's set, but no torchrun agent: it saves the agent's start (a second
     and a half on two cores) and its polling, which the exercises' checks pay
-    on every run. The ranks of several nodes run on this machine. As under
+    on every run. On Linux each process is forked from a server that has
+    imported torch (:mod:`devcourse.warmstart`; it looks to the script like
+    ``python SCRIPT ARGS`` started fresh), which saves each process its own
+    import of torch (1.4 s of processor time on two cores); elsewhere, or
+    when that server cannot start, each is a new Python process. The ranks
+    of several nodes run on this machine. As under
     torchrun, the first rank to fail ends the run: the others are killed and
     :class:`DistributedRunError` says which rank exited with which code, then
     the end of the run's output; so does a run past ``timeout_s``.
@@ -115,7 +126,7 @@ def start_ranks(
         node, local = divmod(rank, nproc_per_node)
         ranks.append(([sys.executable, str(script), *args],
                       dict(base, RANK=str(rank), ROLE_RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(node))))
-    return _run(ranks, lambda rank: f"rank {rank}", timeout_s, cwd)
+    return _run(ranks, lambda rank: f"rank {rank}", timeout_s, cwd, warmstart.starter(_environment()))
 
 
 def _environment(**variables: str) -> dict[str, str]:
@@ -125,22 +136,32 @@ def _environment(**variables: str) -> dict[str, str]:
 
 
 def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], timeout_s: float,
-         cwd: str | Path | None) -> RunResult:
+         cwd: str | Path | None, warm: "warmstart.WarmStarter | None" = None) -> RunResult:
     """Start each ``(command, env)`` in a session of its own, all writing to one log, and wait for them all.
 
-    The first to exit non-zero ends the run: the others are killed and :class:`DistributedRunError`
-    says ``name(index)`` exited with which code, then the end of the log. A run past ``timeout_s`` is
-    killed the same way. Nothing of a run is left running, however it ends.
+    With ``warm``, each is forked from that server (:mod:`devcourse.warmstart`); should the server
+    fail to start one, all of them start the ordinary way instead. The first to exit non-zero ends
+    the run: the others are killed and :class:`DistributedRunError` says ``name(index)`` exited with
+    which code, then the end of the log. A run past ``timeout_s`` is killed the same way. Nothing of
+    a run is left running, however it ends.
     """
     import time
 
-    with tempfile.TemporaryFile(mode="w+") as log:
+    with tempfile.NamedTemporaryFile(mode="w+", prefix="ddp-log-") as log:
         start = time.monotonic()
-        started: list[subprocess.Popen] = []
+        started: list = []
         try:
-            for command, env in processes:
-                started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                                start_new_session=True))
+            if warm is not None:
+                try:
+                    for command, env in processes:
+                        started.append(warm.start(command, env, cwd, log.name))
+                except RuntimeError:
+                    _end(started)
+                    started = []
+            if not started:
+                for command, env in processes:
+                    started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                                    start_new_session=True))
             while True:
                 codes = [process.poll() for process in started]
                 failed = next((index for index, code in enumerate(codes) if code not in (None, 0)), None)
