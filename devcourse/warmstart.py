@@ -30,7 +30,8 @@ them, see :func:`starter`), and a new one replaces it when that changes.
 Only Linux forks: elsewhere (macOS, whose system libraries forbid
 forking a process that has started them, and Windows) :func:`starter`
 returns ``None`` and callers start processes the ordinary way, as they do
-when the server could not start. A CUDA machine forks too: the server
+when the server could not start or when ``DEVCOURSE_NO_WARMSTART`` is set
+(``benchmarks/distributed_start.py`` compares the two). A CUDA machine forks too: the server
 imports torch but never touches the GPU, so each process starts CUDA
 itself, as a fresh one does.
 """
@@ -252,15 +253,21 @@ _STARTERS: dict[str, WarmStarter | None] = {}
 _STARTERS_LOCK = threading.Lock()
 
 
+# Read when a process first uses a device, never while torch is imported (torch.cuda reads
+# CUDA_VISIBLE_DEVICES in functions only): a process forked with another value sees its own.
+AT_FIRST_USE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
 def starter(env: dict[str, str]) -> WarmStarter | None:
     """The server for processes started with ``env``; None where forking is not used (see the module).
 
-    One server at a time: a call with another ``env`` ends the old one and starts a new one. A
-    server that could not start is not tried again for the same ``env``.
+    One server at a time: a call with another ``env`` ends the old one and starts a new one, unless
+    only the variables of :data:`AT_FIRST_USE` differ (07 hides the GPUs from some runs). A server
+    that could not start is not tried again for the same ``env``.
     """
     if sys.platform != "linux" or os.environ.get("DEVCOURSE_NO_WARMSTART"):
         return None
-    key = json.dumps(env, sort_keys=True)
+    key = json.dumps({name: value for name, value in env.items() if name not in AT_FIRST_USE}, sort_keys=True)
     with _STARTERS_LOCK:
         if key in _STARTERS and (_STARTERS[key] is None or _STARTERS[key].alive):
             return _STARTERS[key]

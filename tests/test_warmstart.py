@@ -141,3 +141,19 @@ def test_an_idle_server_ends_but_not_while_its_processes_run(monkeypatch, tmp_pa
     assert not starter.alive
     assert warmstart.starter(env) is not starter
     warmstart.starter(env).close()
+
+
+def test_one_server_serves_runs_that_hide_the_gpus_and_each_process_sees_its_own_value(tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COURSE_PROBE="hidden GPUs")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    hidden = dict(env, CUDA_VISIBLE_DEVICES="")
+    starter = warmstart.starter(env)
+    assert warmstart.starter(hidden) is starter
+    script = tmp_path / "visible.py"
+    script.write_text("import os, sys, torch\nprint(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), torch.cuda.device_count())\n")
+    for run_env, log in ((hidden, tmp_path / "hidden"), (env, tmp_path / "shown")):
+        assert starter.start([sys.executable, str(script)], run_env, tmp_path, log).wait(60) == 0
+    fresh = subprocess.run([sys.executable, str(script)], env=hidden, capture_output=True, text=True).stdout
+    assert (tmp_path / "hidden").read_text() == fresh == "'' 0\n"
+    assert (tmp_path / "shown").read_text().startswith("None ")
+    starter.close()
