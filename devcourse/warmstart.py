@@ -182,7 +182,10 @@ class WarmStarter:
             except OSError as error:
                 raise RuntimeError(f"the process server has ended ({error})") from None
             reply = self._reply(30.0)
-            self._wait_idle()
+            if "started" not in reply and self.alive:  # a fork takes milliseconds: this server is stuck
+                self.close()
+            elif self.alive:
+                self._wait_idle()
         if "started" not in reply:
             raise RuntimeError(f"the process server could not start {command[1]}: {reply.get('failed', 'it ended')}")
         return reply["process"]
@@ -213,7 +216,7 @@ class WarmStarter:
 
     def _end_if_idle(self) -> None:
         with self._lock:
-            if any(process.returncode is None for process in self._processes.values()):
+            if any(process.returncode is None for process in list(self._processes.values())):
                 self._wait_idle()
             elif self.alive:
                 self.close()
