@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,12 +62,24 @@ def submitted(tmp_path_factory) -> Path:
     return folder
 
 
-def start(submitted: Path, workdir: Path, mark: str) -> subprocess.Popen:
+@pytest.fixture(scope="module")
+def temporary() -> Path:
+    """The runs' temporary folder (``TMPDIR``), where each makes its folder of sockets: this file's runs only.
+
+    Outside pytest's own folders, which only this user may enter: the sandboxed kernels reach their
+    sockets there."""
+    folder = Path(tempfile.mkdtemp(prefix="stopped-runs-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def start(submitted: Path, workdir: Path, mark: str, temporary: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
                "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120"]
     # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to the whole process group.
-    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "TMPDIR": str(temporary)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def wait_until_slow_waits(run: subprocess.Popen, mark: str) -> None:
@@ -85,9 +98,9 @@ def gone_within(mark: str, seconds: float) -> list[str]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, signum):
+def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, tmp_path, signum):
     workdir, mark = tmp_path / "work", f"stopped-{signum.name}-{os.getpid()}"
-    run = start(submitted, workdir, mark)
+    run = start(submitted, workdir, mark, temporary)
     try:
         wait_until_slow_waits(run, mark)
         assert any("/zed/" in line and line.endswith("--warm") for line in live_marked(mark)), live_marked(mark)
@@ -117,7 +130,7 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
     ada_runs = ada_log.stat().st_mtime_ns
     (submitted / "slow" / ASSIGNMENT / "go.txt").write_text("go")
     try:
-        again = start(submitted, workdir, mark)
+        again = start(submitted, workdir, mark, temporary)
         out, err = again.communicate(timeout=300)
     finally:
         (submitted / "slow" / ASSIGNMENT / "go.txt").unlink()
@@ -132,6 +145,8 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, tmp_path, s
     assert live_marked(mark) == []
     # Runners killed outright (the SIGKILL and SIGTERM cases) left their sandboxes' cgroups: a run sweeps them.
     assert stale_cgroups() == [], "a cgroup of a runner that is gone is still there"
+    # So is the folder of sockets of the grader killed outright (the SIGKILL case); the others removed their own.
+    assert list(temporary.glob("grade-*")) == [], "a folder of a run that is gone is still there"
 
 
 def stale_cgroups() -> list[str]:
