@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from autograder.runner import alive
 from devcourse import warmstart
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the server forks on Linux only")
@@ -33,13 +34,6 @@ def server():
     starter = warmstart.WarmStarter(env)
     yield starter, env
     starter.close()
-
-
-def _running(pid):
-    try:  # a process that ended but that nobody reaped yet is a zombie ("Z")
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _ran(process, timeout=60):
@@ -110,9 +104,9 @@ def test_a_server_that_dies_ends_its_processes_and_another_takes_its_place(tmp_p
     first._server.kill()
     assert sleeper.wait(30) == -signal.SIGKILL
     deadline = time.monotonic() + 10
-    while _running(sleeper.pid) and time.monotonic() < deadline:
+    while alive(sleeper.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _running(sleeper.pid), "the dead server's process was left running"
+    assert not alive(sleeper.pid), "the dead server's process was left running"
     with pytest.raises(RuntimeError, match="ended"):
         first.start([sys.executable, str(script)], env, tmp_path, tmp_path / "log")
     second = warmstart.starter(env)
