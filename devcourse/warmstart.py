@@ -256,8 +256,8 @@ class WarmStarter:
         self._processes.clear()
 
 
-_STARTERS: dict[str, WarmStarter | None] = {}
-_STARTERS_LOCK = threading.Lock()
+_CURRENT: tuple[str, WarmStarter | None] | None = None  # (its environment's key, the server or None if it failed)
+_CURRENT_LOCK = threading.Lock()
 
 
 # Read when a process first uses a device, never while torch is imported (torch.cuda reads
@@ -275,17 +275,20 @@ def starter(env: dict[str, str]) -> WarmStarter | None:
     if sys.platform != "linux" or os.environ.get("DEVCOURSE_NO_WARMSTART"):
         return None
     key = json.dumps({name: value for name, value in env.items() if name not in AT_FIRST_USE}, sort_keys=True)
-    with _STARTERS_LOCK:
-        if key in _STARTERS and (_STARTERS[key] is None or _STARTERS[key].alive):
-            return _STARTERS[key]
-        for old in [old for old in _STARTERS.values() if old is not None]:
-            old.close()
-        _STARTERS.clear()
+    global _CURRENT
+    with _CURRENT_LOCK:
+        if _CURRENT is not None:
+            current_key, current = _CURRENT
+            if current_key == key and (current is None or current.alive):
+                return current
+            if current is not None:
+                current.close()
         try:
-            _STARTERS[key] = WarmStarter(env)
+            server = WarmStarter(env)
         except (OSError, RuntimeError):
-            _STARTERS[key] = None
-        return _STARTERS[key]
+            server = None
+        _CURRENT = (key, server)
+        return server
 
 
 # ---------------------------------------------------------------------------------------------------------------
