@@ -113,9 +113,11 @@ clean:
 # ---- GPU check -------------------------------------------------------------
 # A GPU box may have PyTorch with CUDA and nothing else, and no network. gpu-check
 # uses that PyTorch as it is, and installs the rest of the stack next to it
-# (into build/gpu-site) from wheels/ when that folder holds wheels.
+# (into GPU_SITE) from wheels/ when that folder holds wheels. GPU_SITE lies outside
+# the course folder: the grading sandbox hides the course folder from kernels, and
+# brings back only the Python folders outside it (autograder.sandbox.python_paths).
 GPU_PYTHON   ?= python3
-GPU_SITE     := build/gpu-site
+GPU_SITE     ?= $(HOME)/.cache/devcourse/gpu-site
 WHEELS       := wheels
 WHEEL_PYTHON ?= 3.12
 GPU_CHECK_ARGS ?=
@@ -134,7 +136,8 @@ gpu-torch:
 	  { echo "make gpu-check uses this machine's own PyTorch, and '$(GPU_PYTHON)' cannot import torch (set GPU_PYTHON=...)"; exit 2; }
 
 gpu-check: gpu-torch $(GPU_SITE)/.installed
-	env PATH="$(CURDIR)/$(GPU_SITE)/bin:$(ORIGINAL_PATH)" PYTHONPATH="$(CURDIR)/$(GPU_SITE):$(CURDIR)" \
+	env PATH="$(abspath $(GPU_SITE))/bin:$(ORIGINAL_PATH)" PYTHONPATH="$(abspath $(GPU_SITE)):$(CURDIR)" \
+	  JUPYTER_PATH="$(abspath $(GPU_SITE))/share/jupyter" \
 	  $(GPU_PYTHON) -m autograder.gpucheck $(GPU_CHECK_ARGS)
 
 wheels: build/requirements-gpu.txt

@@ -11,7 +11,11 @@ Checks, in order (``--only`` picks some):
   compared across ranks afterwards;
 * ``amp``: training steps in fp32, bf16 autocast and fp16 autocast with
   GradScaler, on the GPU;
-* ``loading``: the large-checkpoint benchmark, loading straight onto the GPU.
+* ``loading``: the large-checkpoint benchmark, loading straight onto the GPU;
+* ``cluster``: part of the demo class (``CLUSTER_ASSIGNMENTS``) graded through a
+  real Dask scheduler with ``--gpu-jobs``, by a worker started with ``--gpu 0``
+  beside one without the GPU resource: every job must run on the GPU worker,
+  whose runners see only its GPU, with the expected scores.
 
 The report goes to ``docs/gpu-report.md``. Without CUDA the command stops
 with a message that says so. ``--dry-run`` rehearses on the CPU instead: it
@@ -27,9 +31,13 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import os
 import platform
+import signal
+import socket
 import subprocess
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +50,8 @@ from autograder.pipeline import ROOT, tool_env
 GPU_REPORT = ROOT / "docs" / "gpu-report.md"
 DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
 WORKDIR = ROOT / "build" / "gpu-check"
-STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading")
+STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading", "cluster")
+CLUSTER_ASSIGNMENTS = ("01_device_placement", "07_multi_device_training")
 
 
 @dataclass
@@ -98,6 +107,9 @@ def check_notebooks(ctx: Context) -> Check:
 
     junit = WORKDIR / "nbval.xml"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "solutions", f"--junitxml={junit}"]
+    processes = min(4, (os.cpu_count() or 1) // 2)
+    if processes >= 2:  # a notebook per process, as make test runs them (pytest-xdist, one file per process)
+        command += ["-n", str(processes), "--dist", "loadfile"]
     done = subprocess.run(command, cwd=ROOT, env=tool_env(), capture_output=True, text=True)
     per_notebook: dict[str, list[int]] = {}
     failures = []
@@ -119,19 +131,25 @@ def check_notebooks(ctx: Context) -> Check:
     return Check("notebooks", status, f"nbval over {len(per_notebook)} notebooks {where}: exit code {done.returncode}", table)
 
 
+def _unexpected(results) -> list[str]:
+    """Each result whose score is not the one ``expected_scores.csv`` holds, as a line that says both."""
+    from autograder import demo
+    from autograder.report import score_text
+
+    with demo.EXPECTED_SCORES.open() as handle:
+        expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
+    return [f"{r.student} / {r.assignment}: got {score_text(r) or 'nothing'}, "
+            f"expected {expected.get((r.student, r.assignment)) or 'nothing'}"
+            for r in results if score_text(r) != expected.get((r.student, r.assignment))]
+
+
 def check_grading(ctx: Context) -> Check:
-    from autograder import demo, grade
+    from autograder import grade
     from autograder.report import format_table
     from devcourse.grading import device_matrix
 
     results = grade.grade(workdir=WORKDIR / "grade")
-    with demo.EXPECTED_SCORES.open() as handle:
-        expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
-    wrong = [
-        f"{r.student} / {r.assignment}: got {r.score}, expected {expected.get((r.student, r.assignment))}"
-        for r in results
-        if ("" if r.score is None else f"{r.score:g}") != expected.get((r.student, r.assignment))
-    ]
+    wrong = _unexpected(results)
     devices = ", ".join(str(d) for d in device_matrix("tensor"))
     body = [f"Device matrix: {devices}", "", "```", format_table(results), "```"]
     if wrong:
@@ -205,6 +223,98 @@ def check_loading(ctx: Context) -> Check:
                  ["```", format_table(results), "```"])
 
 
+def _runner_sees() -> dict:
+    """What a process that this Dask worker starts sees of the GPUs (a runner is such a process)."""
+    code = ("import json, os, torch; print(json.dumps({'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES'), "
+            "'device_count': torch.cuda.device_count(), "
+            "'name': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))")
+    import json
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-500:]}
+
+
+def _cluster_process(command: list[str], log: Path) -> subprocess.Popen:
+    from autograder.sandbox import tethered
+
+    with log.open("w") as handle:
+        return subprocess.Popen(tethered(command, signal.SIGTERM), cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+                                env=tool_env(), start_new_session=True)
+
+
+def check_cluster(ctx: Context) -> Check:
+    from distributed import Client
+
+    from autograder import batch
+    from autograder.executors import RAN_ON
+    from autograder.report import format_table
+    from autograder.settings import DEMO_CLASS, Settings
+
+    folder = WORKDIR / "cluster"
+    folder.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    processes = [_cluster_process([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                   "--port", str(port), "--no-dashboard"], folder / "scheduler.log")]
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or processes[0].poll() is not None:
+                    raise RuntimeError(f"the scheduler did not start: {(folder / 'scheduler.log').read_text()[-2000:]}")
+                time.sleep(0.2)
+        worker = [sys.executable, "-m", "autograder.executors", "worker", address]
+        processes.append(_cluster_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"], folder / "gpu0.log"))
+        processes.append(_cluster_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
+        with Client(address, timeout=30, set_as_default=False) as client:
+            deadline = time.monotonic() + 90
+            while {w["name"] for w in client.scheduler_info()["workers"].values()} != {"gpu0", "cpu-only"}:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the two workers did not join the scheduler within 90 s")
+                time.sleep(0.2)
+            sees = client.submit(_runner_sees, resources={"GPU": 1}, pure=False).result(timeout=180)
+        settings = Settings(scheduler=address, gpu_jobs=True, assignments=CLUSTER_ASSIGNMENTS, progress=False,
+                            feedback=False)
+        started = time.monotonic()
+        results = [r for r in batch.grade(DEMO_CLASS, folder / "work", settings) if r.assignment in CLUSTER_ASSIGNMENTS]
+        seconds = time.monotonic() - started
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    wrong = _unexpected(results)
+    ran_on: dict[str, int] = {}
+    for path in sorted((folder / "work").glob(f"jobs/*/*/*/{RAN_ON}")):
+        name = path.read_text().split()[0]
+        ran_on[name] = ran_on.get(name, 0) + 1
+    body = [f"Scheduler and workers: separate processes on this machine; `gpu0` started with "
+            f"`python -m autograder.executors worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
+            f"- a process started by `gpu0` sees: {sees}",
+            f"- jobs per worker (`{RAN_ON}`): {ran_on}",
+            f"- {len(results)} rows of {', '.join(CLUSTER_ASSIGNMENTS)} graded in {seconds:.1f} s "
+            f"(submitted notebooks and each assignment's solution, the canary)",
+            "", "```", format_table(results), "```"]
+    if wrong:
+        body += ["", "Scores that differ from expected_scores.csv:", *(f"- {w}" for w in wrong)]
+    routed = set(ran_on) == {"gpu0"} and sum(ran_on.values()) >= sum(r.score is not None for r in results)
+    pinned = sees.get("CUDA_VISIBLE_DEVICES") == "0" and sees.get("device_count") == (1 if ctx.cuda else 0)
+    good = routed and pinned and not wrong and results
+    summary = (f"{len(results)} rows, jobs per worker {ran_on}, runner sees CUDA_VISIBLE_DEVICES="
+               f"{sees.get('CUDA_VISIBLE_DEVICES')} and {sees.get('device_count')} GPU(s); {len(wrong)} unexpected scores")
+    if not ctx.cuda:
+        return Check("cluster", "not run" if good else "failed", "rehearsed on the CPU: " + summary, body)
+    return Check("cluster", "passed" if good else "failed", summary, body)
+
+
 CHECKS: dict[str, Callable[[Context], Check]] = {
     "environment": check_environment,
     "notebooks": check_notebooks,
@@ -212,11 +322,16 @@ CHECKS: dict[str, Callable[[Context], Check]] = {
     "ddp": check_ddp,
     "amp": check_amp,
     "loading": check_loading,
+    "cluster": check_cluster,
 }
 
 
-def run(steps: list[str], ctx: Context) -> list[Check]:
-    """Run each named check; a check that raises is recorded as failed and the rest still run."""
+def run(steps: list[str], ctx: Context, after_each: Callable[[list[Check]], None] | None = None) -> list[Check]:
+    """Run each named check; a check that raises is recorded as failed and the rest still run.
+
+    ``after_each`` gets the checks so far after each one (the report is rewritten then, so a run
+    stopped half-way keeps what it measured).
+    """
     checks = []
     for step in steps:
         print(f"[gpu-check] {step} ...", flush=True)
@@ -227,6 +342,8 @@ def run(steps: list[str], ctx: Context) -> list[Check]:
                           ["```", traceback.format_exc()[-3000:], "```"])
         print(f"[gpu-check] {step}: {check.status}: {check.summary}", flush=True)
         checks.append(check)
+        if after_each is not None:
+            after_each(checks)
     return checks
 
 
@@ -268,9 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     report = args.report or (GPU_REPORT if ctx.cuda else DRY_RUN_REPORT)
     if not ctx.cuda and report.resolve() == GPU_REPORT.resolve():
         parser.error(f"a dry run never writes {GPU_REPORT.relative_to(ROOT)}: that file holds GPU measurements only")
-    checks = run(steps, ctx)
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(render(checks, ctx))
+    checks = run(steps, ctx, after_each=lambda so_far: report.write_text(render(so_far, ctx)))
     print(f"[gpu-check] report written to {report}")
     return 1 if any(c.status == "failed" for c in checks) else 0
 

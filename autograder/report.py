@@ -73,13 +73,17 @@ def format_table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def score_text(result: Result) -> str:
+    """A result's score as the CSV writes it (and ``expected_scores.csv`` holds it): ``withheld``, empty, or the number."""
+    return "withheld" if result.withheld else "" if result.score is None else f"{result.score:g}"
+
+
 def write_csv(results: list[Result], path: Path) -> None:
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["student", "assignment", "score", "max_score", "devices", "seconds", "note"])
         for r in results:
-            score = "withheld" if r.withheld else "" if r.score is None else f"{r.score:g}"
-            writer.writerow([r.student, r.assignment, score, f"{r.max_score:g}",
+            writer.writerow([r.student, r.assignment, score_text(r), f"{r.max_score:g}",
                              r.devices, f"{r.seconds:g}", r.note])
 
 

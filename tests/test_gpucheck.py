@@ -55,3 +55,39 @@ def test_report_has_a_summary_table_and_a_section_per_check():
     text = gpucheck.render(checks, ctx)
     assert "| ddp | passed | nccl, world size 2 |" in text and "| amp | not run | no GPU |" in text
     assert "## ddp: passed" in text and "- rank 0" in text and "## amp: not run" in text
+
+
+def test_the_report_is_rewritten_after_each_check_so_a_stopped_run_keeps_what_it_measured(monkeypatch, tmp_path):
+    report = tmp_path / "r.md"
+    seen = []
+
+    def stopped(ctx):
+        seen.append(report.read_text())  # what a run stopped here would have left
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(gpucheck.CHECKS, "amp", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        gpucheck.main(["--dry-run", "--only", "environment,amp", "--report", str(report)])
+    assert "| environment | not run |" in seen[0] and "| amp |" not in seen[0]
+
+
+def test_make_gpu_check_installs_where_the_sandbox_lets_kernels_import_from(monkeypatch, tmp_path):
+    """The sandbox hides the course folder from kernels; a package folder inside it would not come back
+    (with GPU_SITE=build/gpu-site, its old place, this fails)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from autograder import sandbox
+    from autograder.pipeline import ROOT
+
+    home = tmp_path / "home"
+    dry = subprocess.run(["make", "-n", "gpu-check", f"GPU_PYTHON={sys.executable}"], cwd=ROOT,
+                         capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)}).stdout
+    site = os.path.join(ROOT, re.search(r"--target (\S+)", dry).group(1))  # make runs in ROOT
+    pythonpath = re.search(r'PYTHONPATH="([^"]+)"', dry).group(1).split(":")
+    assert site == pythonpath[0]
+    os.makedirs(site, exist_ok=True)
+    monkeypatch.syspath_prepend(site)  # as PYTHONPATH puts it, before the environment's own folders
+    assert os.path.realpath(site) in sandbox.python_paths(hide=[str(ROOT)])
