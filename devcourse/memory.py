@@ -177,11 +177,12 @@ def memory_profile() -> Iterator[torch.profiler.profile]:
 def held_over_time(trace: list[dict]) -> list[int]:
     """The bytes a snapshot trace holds after each of its entries, oldest first.
 
-    ``trace`` is one device's list of entries (``snapshot["device_traces"][0]``
-    of ``torch.cuda._memory_viz._profile_to_snapshot(prof)``): an ``"alloc"``
+    ``trace`` is one device's list of entries (``snapshot["device_traces"][-1]``
+    of ``torch.cuda._memory_viz._profile_to_snapshot(prof)`` is the CPU's: that
+    list holds one trace per CUDA device first, then the CPU's): an ``"alloc"``
     adds its ``"size"``, a ``"free_completed"`` takes it away; other actions
     (``"free_requested"``, ``"segment_alloc"`` ...) change nothing. The same on
-    any machine; on a CPU-only one the traces are the CPU allocator's.
+    any machine; on a CPU-only one the CPU's trace is the only one.
     """
     held, total = [], 0
     for entry in trace:

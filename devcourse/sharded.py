@@ -36,6 +36,7 @@ def _save_sharded_worker(outdir):
 
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     from devcourse.models import seeded_tinynet
@@ -46,9 +47,12 @@ def _save_sharded_worker(outdir):
     # eval(): BatchNorm's running statistics are buffers, which FSDP2 does not shard or
     # synchronise; trained per rank they would differ, and DCP saves one rank's copy.
     model = seeded_tinynet(request["seed"]).eval()
+    # A CPU mesh, named: without one FSDP2 makes a mesh on the machine's accelerator and moves
+    # each rank to the GPU of its local rank, which a machine with fewer GPUs than ranks lacks.
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for child in model.children():
-        fully_shard(child)
-    fully_shard(model)
+        fully_shard(child, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
     generator = torch.Generator().manual_seed(request["seed"] * 100 + rank)  # each rank its own batch
     model(torch.randn(8, 8, generator=generator)).square().mean().backward()

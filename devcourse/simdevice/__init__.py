@@ -32,6 +32,15 @@ time, to be waited for), page-locked memory (``pin_memory()`` gives a CPU copy
 marked pinned), a random generator of its own (random
 numbers on ``sim`` come from the CPU generator), and several processes
 sharing one device. This package imports nothing from the course around it.
+
+On a machine with a real accelerator, ``enable()`` costs that accelerator
+part of the process: PyTorch then names ``sim`` its accelerator
+(``torch.accelerator.current_accelerator()``), refuses ``torch.accelerator``
+calls that name the real device, and fails every backward pass through CUDA
+tensors inside its autograd engine (``opt_ready_stream && opt_parent_stream
+INTERNAL ASSERT FAILED``; measured on an NVIDIA H200 with PyTorch 2.11, see
+``docs/gpu-report.md``, and pytorch/pytorch#161129). Nothing undoes it but a
+new process. On a CPU-only machine nothing is lost.
 """
 
 from __future__ import annotations
