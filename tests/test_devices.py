@@ -75,3 +75,27 @@ def test_same_device_compares_type_and_index():
     assert same_device("cpu", "cpu:0")
     assert not same_device("cpu", "meta")
     assert same_device("sim:1", torch.device("sim", 1)) and not same_device("sim:0", "sim:1")
+
+
+@pytest.mark.parametrize("kind", ["cuda", "mps", "xpu"])
+def test_beside_a_real_accelerator_the_simulated_one_stays_off(kind, monkeypatch):
+    """Turned on beside CUDA, the simulated device makes every CUDA backward pass fail (pytorch#161129)."""
+    from devcourse import accelerator_or_simulated
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the simulated device was turned on beside a real accelerator")
+
+    monkeypatch.setattr(simdevice, "enable", refuse)
+    with _accelerator(kind):
+        assert accelerator_or_simulated() == torch.device(kind, 0)
+
+
+def test_without_an_accelerator_it_is_the_simulated_second_device():
+    from devcourse import accelerator_or_simulated
+
+    if hardware_accelerator() is not None:
+        pytest.skip("describes a machine without an accelerator")
+    device = accelerator_or_simulated()
+    assert device == torch.device(simdevice.NAME, 1) and simdevice.is_enabled()
+    assert accelerator_or_simulated(0) == torch.device(simdevice.NAME, 0)
+    torch.ones(2, device=device)  # it holds tensors

@@ -138,3 +138,28 @@ def test_devcourse_modules_import_without_jupyters_server_or_jsonschema():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"importing devcourse's modules brought in {done.stdout.strip()}"
+
+
+def test_sim_output_cells_are_compared_only_where_there_is_no_real_accelerator(monkeypatch):
+    import conftest
+    from devcourse import devices
+
+    class Cell:
+        def __init__(self, tags):
+            self.cell, self.options = {"metadata": {"tags": tags}}, {"check": True}
+
+    tagged, plain = Cell(["sim-output"]), Cell(["nbval-ignore-output"])
+    monkeypatch.setattr(devices, "hardware_accelerator", lambda: None)
+    assert conftest.ignore_simulated_outputs([tagged, plain]) == [] and tagged.options["check"]
+    monkeypatch.setattr(devices, "hardware_accelerator", lambda: "cuda")
+    assert conftest.ignore_simulated_outputs([tagged, plain]) == [tagged]
+    assert tagged.options["check"] is False and plain.options["check"] is True
+
+
+def test_every_sim_output_cell_asks_for_its_device():
+    """A cell tagged sim-output runs on a real accelerator where there is one, so it must not turn on sim itself."""
+    for name in pipeline.assignments():
+        nb = nbformat.read(pipeline.solution_path(name), as_version=4)
+        for cell in nb.cells:
+            if "sim-output" in cell.metadata.get("tags", []):
+                assert "simdevice.enable(" not in cell.source, f"{name}: {cell.source[:80]}"
