@@ -62,6 +62,7 @@ class Check:
     status: str
     summary: str
     details: list[str] = field(default_factory=list)
+    seconds: float | None = None  # how long the check took, set by run()
 
 
 class Context:
@@ -107,7 +108,7 @@ def check_notebooks(ctx: Context) -> Check:
 
     junit = WORKDIR / "nbval.xml"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "solutions", f"--junitxml={junit}"]
-    processes = min(4, (os.cpu_count() or 1) // 2)
+    processes = min(8, (os.cpu_count() or 1) // 2)
     if processes >= 2:  # a notebook per process, as make test runs them (pytest-xdist, one file per process)
         command += ["-n", str(processes), "--dist", "loadfile"]
     done = subprocess.run(command, cwd=ROOT, env=tool_env(), capture_output=True, text=True)
@@ -335,12 +336,14 @@ def run(steps: list[str], ctx: Context, after_each: Callable[[list[Check]], None
     checks = []
     for step in steps:
         print(f"[gpu-check] {step} ...", flush=True)
+        started = time.monotonic()
         try:
             check = CHECKS[step](ctx)
         except Exception as exc:  # a broken check is reported, not fatal
             check = Check(step, "failed", f"{type(exc).__name__}: {exc}".splitlines()[0],
                           ["```", traceback.format_exc()[-3000:], "```"])
-        print(f"[gpu-check] {step}: {check.status}: {check.summary}", flush=True)
+        check.seconds = time.monotonic() - started
+        print(f"[gpu-check] {step}: {check.status} in {check.seconds:.0f} s: {check.summary}", flush=True)
         checks.append(check)
         if after_each is not None:
             after_each(checks)
@@ -357,8 +360,9 @@ def render(checks: list[Check], ctx: Context) -> str:
         title = "# GPU check, dry run on a machine without a GPU"
         note = (f"Dry run on a CPU-only machine ({platform.machine()}, torch {torch.__version__}), {when}. "
                 "Nothing here was measured on a GPU; checks that need one say `not run`.")
-    lines = [title, "", note, "", "| check | status | summary |", "|---|---|---|"]
-    lines += [f"| {c.name} | {c.status} | {c.summary} |" for c in checks]
+    lines = [title, "", note, "", "| check | status | seconds | summary |", "|---|---|---|---|"]
+    lines += [f"| {c.name} | {c.status} | {'' if c.seconds is None else f'{c.seconds:.0f}'} | {c.summary} |"
+              for c in checks]
     for c in checks:
         lines += ["", f"## {c.name}: {c.status}", "", c.summary, ""] + c.details
     return "\n".join(lines) + "\n"

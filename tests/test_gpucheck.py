@@ -1,5 +1,7 @@
 """make gpu-check: refuses clearly without CUDA, rehearses on the CPU, never writes CPU results as GPU ones."""
 
+import re
+
 import pytest
 import torch
 
@@ -23,8 +25,8 @@ def test_a_dry_run_rehearses_and_marks_gpu_checks_not_run(tmp_path):
     text = report.read_text()
     assert text.startswith("# GPU check, dry run on a machine without a GPU")
     assert "Nothing here was measured on a GPU" in text
-    assert "| ddp | not run | rehearsed with gloo on the CPU, world size 2" in text
-    assert "| amp | not run |" in text and "| loading | not run |" in text
+    assert re.search(r"\| ddp \| not run \| \d+ \| rehearsed with gloo on the CPU, world size 2", text)
+    assert re.search(r"\| amp \| not run \| \d+ \|", text) and re.search(r"\| loading \| not run \| \d+ \|", text)
     assert "parameters equal on all ranks: True" in text
 
 
@@ -53,7 +55,7 @@ def test_report_has_a_summary_table_and_a_section_per_check():
     ctx = gpucheck.Context(dry_run=True, size_mib=1)
     checks = [gpucheck.Check("ddp", "passed", "nccl, world size 2", ["- rank 0"]), gpucheck.Check("amp", "not run", "no GPU")]
     text = gpucheck.render(checks, ctx)
-    assert "| ddp | passed | nccl, world size 2 |" in text and "| amp | not run | no GPU |" in text
+    assert "| ddp | passed |  | nccl, world size 2 |" in text and "| amp | not run |  | no GPU |" in text
     assert "## ddp: passed" in text and "- rank 0" in text and "## amp: not run" in text
 
 
