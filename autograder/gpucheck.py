@@ -297,10 +297,15 @@ def check_cluster(ctx: Context) -> Check:
     for path in sorted((folder / "work").glob(f"jobs/*/*/*/{RAN_ON}")):
         name = path.read_text().split()[0]
         ran_on[name] = ran_on.get(name, 0) + 1
+    # The values the checks saw, kept per job by the grader: a CUDA tensor or device among them shows that the
+    # kernel in the job's sandbox ran checks on the GPU (on a machine without one they show sim:0 and sim:1).
+    observed = sorted((folder / "work").glob("jobs/*/*/*/observations.json"))
+    on_gpu = sum('"cuda:' in path.read_text() for path in observed)
     body = [f"Scheduler and workers: separate processes on this machine; `gpu0` started with "
             f"`python -m autograder.executors worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
             f"- a process started by `gpu0` sees: {sees}",
             f"- jobs per worker (`{RAN_ON}`): {ran_on}",
+            f"- jobs whose checks saw a CUDA device (`observations.json`): {on_gpu} of {len(observed)}",
             f"- {len(results)} rows of {', '.join(CLUSTER_ASSIGNMENTS)} graded in {seconds:.1f} s "
             f"(submitted notebooks and each assignment's solution, the canary)",
             "", "```", format_table(results), "```"]
@@ -308,9 +313,10 @@ def check_cluster(ctx: Context) -> Check:
         body += ["", "Scores that differ from expected_scores.csv:", *(f"- {w}" for w in wrong)]
     routed = set(ran_on) == {"gpu0"} and sum(ran_on.values()) >= sum(r.score is not None for r in results)
     pinned = sees.get("CUDA_VISIBLE_DEVICES") == "0" and sees.get("device_count") == (1 if ctx.cuda else 0)
-    good = routed and pinned and not wrong and results
+    good = routed and pinned and not wrong and results and (on_gpu > 0 or not ctx.cuda)
     summary = (f"{len(results)} rows, jobs per worker {ran_on}, runner sees CUDA_VISIBLE_DEVICES="
-               f"{sees.get('CUDA_VISIBLE_DEVICES')} and {sees.get('device_count')} GPU(s); {len(wrong)} unexpected scores")
+               f"{sees.get('CUDA_VISIBLE_DEVICES')} and {sees.get('device_count')} GPU(s), checks on CUDA in "
+               f"{on_gpu} of {len(observed)} jobs; {len(wrong)} unexpected scores")
     if not ctx.cuda:
         return Check("cluster", "not run" if good else "failed", "rehearsed on the CPU: " + summary, body)
     return Check("cluster", "passed" if good else "failed", summary, body)
