@@ -89,9 +89,22 @@ def check_environment(ctx: Context) -> Check:
         props = torch.cuda.get_device_properties(i)
         rows.append((f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}"))
     table = ["| what | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+    pinned = pinned_torch()
+    if pinned and torch.__version__.split("+")[0] != pinned:
+        table += ["", f"The course pins torch {pinned} (requirements.txt); this machine's {torch.__version__} "
+                      "is used as it is, so a cell that shows something that changed between the two versions "
+                      "can differ from its stored output here."]
     if ctx.cuda:
         return Check("environment", "passed", f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}", table)
     return Check("environment", "not run", "no CUDA device: this is not a GPU machine", table)
+
+
+def pinned_torch() -> str | None:
+    """The torch version requirements.txt pins (``torch==X``), or None."""
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.split("==", 1)[1].strip()
+    return None
 
 
 def _driver_version() -> str:

@@ -93,3 +93,11 @@ def test_make_gpu_check_installs_where_the_sandbox_lets_kernels_import_from(monk
     os.makedirs(site, exist_ok=True)
     monkeypatch.syspath_prepend(site)  # as PYTHONPATH puts it, before the environment's own folders
     assert os.path.realpath(site) in sandbox.python_paths(hide=[str(ROOT)])
+
+
+def test_the_environment_says_when_torch_is_not_the_pinned_one(monkeypatch):
+    assert gpucheck.pinned_torch() == "2.13.0"
+    ctx = gpucheck.Context(dry_run=True, size_mib=1)
+    assert not any("pins torch" in line for line in gpucheck.check_environment(ctx).details)
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    assert any("pins torch 2.13.0" in line and "2.11.0+cu130" in line for line in gpucheck.check_environment(ctx).details)
