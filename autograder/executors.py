@@ -42,6 +42,7 @@ import io
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -481,6 +482,48 @@ def check_scheduler(address: str) -> None:
         raise unanswered(address, error) from None
     if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
         raise ClusterError(f"what answered at {address} is not a Dask scheduler; nothing was graded")
+
+
+def start_scheduler(log: Path, env: dict | None = None, timeout_s: float = 60) -> tuple[subprocess.Popen, str]:
+    """A ``dask scheduler`` on a free port of 127.0.0.1, as a process of its own; returns it and its address.
+
+    It writes to ``log``, runs in a session of its own and gets SIGTERM when this process ends, however
+    that happens (:func:`autograder.sandbox.tethered`). Returns once it accepts connections; raises
+    RuntimeError, with the end of its log, if it ended or did not within ``timeout_s``. For checks
+    and tests on one machine; end it with :func:`stop_group`.
+    """
+    from autograder.sandbox import tethered
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+               "--no-dashboard"]
+    with log.open("w") as handle:
+        process = subprocess.Popen(tethered(command, signal.SIGTERM), cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+                                   env=env or tool_env(), start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, f"tcp://127.0.0.1:{port}"
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop_group(process)
+                raise RuntimeError(f"the Dask scheduler did not start within {timeout_s:g} s:\n"
+                                   f"{log.read_text(errors='replace')[-2000:]}") from None
+            time.sleep(0.2)
+
+
+def stop_group(process: subprocess.Popen, timeout_s: float = 15) -> None:
+    """SIGTERM ``process`` (a server, a scheduler, a worker), then SIGKILL its process group if it has not ended."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def executor_for(settings: Settings) -> Executor:

@@ -34,7 +34,6 @@ import datetime
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -260,28 +259,15 @@ def check_cluster(ctx: Context) -> Check:
     from distributed import Client
 
     from autograder import batch
-    from autograder.executors import RAN_ON
+    from autograder.executors import RAN_ON, start_scheduler, stop_group
     from autograder.report import format_table
     from autograder.settings import DEMO_CLASS, Settings
 
     folder = WORKDIR / "cluster"
     folder.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
-    processes = [_cluster_process([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                   "--port", str(port), "--no-dashboard"], folder / "scheduler.log")]
+    scheduler, address = start_scheduler(folder / "scheduler.log")
+    processes = [scheduler]
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or processes[0].poll() is not None:
-                    raise RuntimeError(f"the scheduler did not start: {(folder / 'scheduler.log').read_text()[-2000:]}")
-                time.sleep(0.2)
         worker = [sys.executable, "-m", "autograder.executors", "worker", address]
         processes.append(_cluster_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"], folder / "gpu0.log"))
         processes.append(_cluster_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
@@ -299,12 +285,7 @@ def check_cluster(ctx: Context) -> Check:
         seconds = time.monotonic() - started
     finally:
         for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process)
     wrong = _unexpected(results)
     ran_on: dict[str, int] = {}
     for path in sorted((folder / "work").glob(f"jobs/*/*/*/{RAN_ON}")):
@@ -314,8 +295,8 @@ def check_cluster(ctx: Context) -> Check:
     # kernel in the job's sandbox ran checks on the GPU (on a machine without one they show sim:0 and sim:1).
     observed = sorted((folder / "work").glob("jobs/*/*/*/observations.json"))
     on_gpu = sum('"cuda:' in path.read_text() for path in observed)
-    body = [f"Scheduler and workers: separate processes on this machine; `gpu0` started with "
-            f"`python -m autograder.executors worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
+    body = ["Scheduler and workers: separate processes on this machine; `gpu0` started with "
+            "`python -m autograder.executors worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
             f"- a process started by `gpu0` sees: {sees}",
             f"- jobs per worker (`{RAN_ON}`): {ran_on}",
             f"- jobs whose checks saw a CUDA device (`observations.json`): {on_gpu} of {len(observed)}",

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.executors import stop_group
 from autograder.runner import alive
 from autograder.sandbox import tethered
 from devcourse import validation
@@ -137,12 +138,7 @@ def start_lab(home: Path) -> tuple[subprocess.Popen, Lab]:
 
 def stop_lab(server: subprocess.Popen) -> None:
     """Stop a server of :func:`start_lab`: it stops its kernels on SIGTERM; its whole process group goes if not."""
-    server.terminate()
-    try:
-        server.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+    stop_group(server)
 
 
 @pytest.fixture(scope="session")

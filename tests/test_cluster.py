@@ -19,7 +19,6 @@ import csv
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from autograder import demo, grade
-from autograder.executors import ClusterError, DaskExecutor, check_scheduler
+from autograder.executors import ClusterError, DaskExecutor, check_scheduler, start_scheduler
 from autograder.pipeline import ROOT
 from autograder.sandbox import tethered
 from autograder.settings import DEMO_CLASS, Settings
@@ -66,23 +65,12 @@ def cluster(tmp_path_factory):
     from distributed import Client
 
     logs = tmp_path_factory.mktemp("cluster")
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
     # Dask gives a job up (KilledWorker) once workers died in it more than allowed-failures times: 1 here, so that
     # one death moves a job and a second one ends it.
-    processes = {"scheduler": _start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                      "--port", str(port), "--no-dashboard"], logs / "scheduler.log",
-                                     env={**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"})}
+    scheduler, address = start_scheduler(logs / "scheduler.log",
+                                         env={**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"})
+    processes = {"scheduler": scheduler}
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert processes["scheduler"].poll() is None, (logs / "scheduler.log").read_text()
-                assert time.monotonic() < deadline, "the scheduler did not start within 60 s"
-                time.sleep(0.2)
         for name in ("w1", "w2"):
             processes[name] = _worker(address, name, logs / f"{name}.log")
         with Client(address, timeout=30, set_as_default=False) as client:
