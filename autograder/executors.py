@@ -484,24 +484,41 @@ def check_scheduler(address: str) -> None:
         raise ClusterError(f"what answered at {address} is not a Dask scheduler; nothing was graded")
 
 
+def start_process(command: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
+    """``command`` (a scheduler, a worker) as a process of its own session, writing to ``log``.
+
+    It gets SIGTERM when this process ends, however that happens (:func:`autograder.sandbox.tethered`);
+    ``env`` defaults to :func:`autograder.pipeline.tool_env`. End it with :func:`stop_group`.
+    """
+    from autograder.sandbox import tethered
+
+    with log.open("w") as handle:
+        return subprocess.Popen(tethered(command, signal.SIGTERM), cwd=cwd, stdout=handle, stderr=subprocess.STDOUT,
+                                env=env or tool_env(), start_new_session=True)
+
+
+def wait_for_workers(client, names: set[str], timeout_s: float = 60) -> None:
+    """Wait until workers of each of ``names`` have joined ``client``'s scheduler; RuntimeError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not names <= {worker["name"] for worker in client.scheduler_info()["workers"].values()}:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"workers {sorted(names)} did not join the scheduler within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
 def start_scheduler(log: Path, env: dict | None = None, timeout_s: float = 60) -> tuple[subprocess.Popen, str]:
     """A ``dask scheduler`` on a free port of 127.0.0.1, as a process of its own; returns it and its address.
 
     It writes to ``log``, runs in a session of its own and gets SIGTERM when this process ends, however
-    that happens (:func:`autograder.sandbox.tethered`). Returns once it accepts connections; raises
+    that happens (:func:`start_process`). Returns once it accepts connections; raises
     RuntimeError, with the end of its log, if it ended or did not within ``timeout_s``. For checks
     and tests on one machine; end it with :func:`stop_group`.
     """
-    from autograder.sandbox import tethered
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
-               "--no-dashboard"]
-    with log.open("w") as handle:
-        process = subprocess.Popen(tethered(command, signal.SIGTERM), cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-                                   env=env or tool_env(), start_new_session=True)
+    process = start_process([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                             "--port", str(port), "--no-dashboard"], log, env)
     deadline = time.monotonic() + timeout_s
     while True:
         try:

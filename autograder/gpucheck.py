@@ -33,7 +33,6 @@ import csv
 import datetime
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -247,19 +246,11 @@ def _runner_sees() -> dict:
     return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-500:]}
 
 
-def _cluster_process(command: list[str], log: Path) -> subprocess.Popen:
-    from autograder.sandbox import tethered
-
-    with log.open("w") as handle:
-        return subprocess.Popen(tethered(command, signal.SIGTERM), cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-                                env=tool_env(), start_new_session=True)
-
-
 def check_cluster(ctx: Context) -> Check:
     from distributed import Client
 
     from autograder import batch
-    from autograder.executors import RAN_ON, start_scheduler, stop_group
+    from autograder.executors import RAN_ON, start_process, start_scheduler, stop_group, wait_for_workers
     from autograder.report import format_table
     from autograder.settings import DEMO_CLASS, Settings
 
@@ -269,14 +260,10 @@ def check_cluster(ctx: Context) -> Check:
     processes = [scheduler]
     try:
         worker = [sys.executable, "-m", "autograder.executors", "worker", address]
-        processes.append(_cluster_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"], folder / "gpu0.log"))
-        processes.append(_cluster_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
+        processes.append(start_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"], folder / "gpu0.log"))
+        processes.append(start_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
         with Client(address, timeout=30, set_as_default=False) as client:
-            deadline = time.monotonic() + 90
-            while {w["name"] for w in client.scheduler_info()["workers"].values()} != {"gpu0", "cpu-only"}:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the two workers did not join the scheduler within 90 s")
-                time.sleep(0.2)
+            wait_for_workers(client, {"gpu0", "cpu-only"}, timeout_s=90)
             sees = client.submit(_runner_sees, resources={"GPU": 1}, pure=False).result(timeout=180)
         settings = Settings(scheduler=address, gpu_jobs=True, assignments=CLUSTER_ASSIGNMENTS, progress=False,
                             feedback=False)

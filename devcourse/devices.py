@@ -62,22 +62,24 @@ def hardware_accelerator() -> str | None:
 def accelerator_or_simulated(index: int = 1) -> torch.device:
     """A device that is not the CPU: the machine's own accelerator where it has one, else ``sim:index``.
 
-    On a CPU-only machine it turns the simulated accelerator on (two devices,
-    unless it is already on with another count) and returns ``sim:index``.
-    On a machine with CUDA, an Apple GPU (MPS) or an Intel GPU it returns
-    :func:`best_device` and leaves the simulated accelerator off: turned on
-    beside a real accelerator, it becomes PyTorch's accelerator for the rest
-    of the process, and every backward pass through the real one then fails
-    inside PyTorch's autograd engine (measured on CUDA; pytorch/pytorch#161129).
+    On a CPU-only machine it turns the simulated accelerator on, as the
+    grader's device matrix does (:func:`devcourse.grading.simulated_devices`),
+    and returns ``sim:index`` (0 or 1). On a machine with CUDA, an Apple GPU
+    (MPS) or an Intel GPU it returns :func:`best_device` and leaves the
+    simulated accelerator off: turned on beside a real accelerator, it becomes
+    PyTorch's accelerator for the rest of the process (PyTorch's
+    ``DeviceAccelerator.cpp``), and every backward pass through CUDA then fails
+    inside PyTorch's autograd engine (measured; pytorch/pytorch#161129). MPS
+    and XPU go through the same choice of accelerator; that they fail alike
+    was not run.
 
     Introduced in 06_mixed_precision.
     """
     if hardware_accelerator() is not None:
         return best_device()
-    from devcourse import simdevice
+    from devcourse.grading import simulated_devices
 
-    devices = simdevice.devices() if simdevice.is_enabled() else simdevice.enable(2)
-    return devices[index]
+    return simulated_devices()[index]
 
 
 def _current_index(accelerator: str) -> int:

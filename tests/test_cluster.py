@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from autograder import demo, grade
-from autograder.executors import ClusterError, DaskExecutor, check_scheduler, start_scheduler
+from autograder.executors import (ClusterError, DaskExecutor, check_scheduler, start_process, start_scheduler,
+                                  wait_for_workers)
 from autograder.pipeline import ROOT
-from autograder.sandbox import tethered
 from autograder.settings import DEMO_CLASS, Settings
 from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, then its group's SIGKILL
 from test_grade import _table_dump  # every table of a gradebook, rows sorted
@@ -42,21 +42,12 @@ STUDENTS = ["ada", "grace", "margaret", "linus"]
 
 def _start(command: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
     """A process of the cluster, ended (SIGTERM) with this test process however it ends."""
-    with log.open("w") as handle:
-        return subprocess.Popen(tethered(command, signal.SIGTERM), cwd=cwd, stdout=handle, stderr=subprocess.STDOUT,
-                                env=env or os.environ.copy(), start_new_session=True)
+    return start_process(command, log, env or os.environ.copy(), cwd)
 
 
 def _worker(address: str, name: str, log: Path, env: dict | None = None) -> subprocess.Popen:
     return _start([sys.executable, "-m", "autograder.executors", "worker", address, "--name", name, "--no-nanny"],
                   log, env)
-
-
-def _wait_for_workers(client, names: set[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not names <= {w["name"] for w in client.scheduler_info()["workers"].values()}:
-        assert time.monotonic() < deadline, f"workers {names} did not join within {timeout:g} s"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +65,7 @@ def cluster(tmp_path_factory):
         for name in ("w1", "w2"):
             processes[name] = _worker(address, name, logs / f"{name}.log")
         with Client(address, timeout=30, set_as_default=False) as client:
-            _wait_for_workers(client, {"w1", "w2"})
+            wait_for_workers(client, {"w1", "w2"})
         yield address, processes, logs
     finally:
         for process in processes.values():
@@ -187,7 +178,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
     started: dict[str, subprocess.Popen] = {"bare": bare()}
     try:
         with Client(address, timeout=30, set_as_default=False) as client:
-            _wait_for_workers(client, {"bare"})
+            wait_for_workers(client, {"bare"})
             begun = time.monotonic()
             new = grade.main(["--submitted", str(tmp_path / "submitted"), "--workdir", str(tmp_path / "work"),
                               "--scheduler", address, "--gpu-jobs", "--quiet", "--no-feedback"])
@@ -196,7 +187,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
             stop_lab(started.pop("bare"))
             started["g"] = _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0",
                                    "--name", "g", "--no-nanny"], logs / "g.log")
-            _wait_for_workers(client, {"g"})
+            wait_for_workers(client, {"g"})
         killed: dict = {}
         stop = threading.Event()
 
@@ -244,7 +235,7 @@ def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cl
     shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
     try:
         with Client(address, timeout=30, set_as_default=False) as client:
-            _wait_for_workers(client, {"nomount"})
+            wait_for_workers(client, {"nomount"})
         code = grade.main(["--submitted", str(tmp_path / "submitted"), "--workdir", str(tmp_path / "work"),
                            "--scheduler", address, "--gpu-jobs", "--quiet", "--no-feedback"])
     finally:
@@ -366,7 +357,7 @@ def test_workers_that_keep_dying_in_a_job_stop_grading_with_the_reason(cluster, 
     run = None
     try:
         with Client(address, timeout=30, set_as_default=False) as client:
-            _wait_for_workers(client, set(workers))
+            wait_for_workers(client, set(workers))
             run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             killed, deadline = [], time.monotonic() + 180
             while len(killed) < 2 and run.poll() is None:  # each worker, once slow's job runs on it
