@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 import weakref
 from typing import Iterator
 
@@ -158,20 +159,31 @@ def memory_profile() -> Iterator[torch.profiler.profile]:
     with_stack=True)`` (its memory timeline needs all three), except that the two lines the
     profiler's C++ side (kineto) logs when it starts and stops, with a time stamp and process ids, are
     dropped: only the starting and stopping run with the error stream silenced, never the code in the
-    block. ``torch.cuda._memory_viz._profile_to_snapshot(prof)`` turns the result into the snapshot format
+    block. Starting and stopping also drop the ``UserWarning`` "Profiler clears events at the end of each
+    cycle", which older PyTorch releases give for a profile without cycles (seen with 2.11 on a GPU
+    machine; pytorch/pytorch#180387 stopped it). ``torch.cuda._memory_viz._profile_to_snapshot(prof)`` turns the result into the snapshot format
     of the viewer at pytorch.org/memory_viz, ``profile_plot(prof)`` into a page of it. Works on any machine:
     on a CPU-only one it records the CPU's allocator.
     """
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True)
-    with _error_stream_silenced():
+    with _profiler_quiet():
         prof.__enter__()
     try:
         yield prof
     finally:
-        with _error_stream_silenced():
+        with _profiler_quiet():
             prof.__exit__(*sys.exc_info())
+
+
+@contextlib.contextmanager
+def _profiler_quiet() -> Iterator[None]:
+    """The profiler's start or stop without its log lines and its warning about cycles (see memory_profile)."""
+    with _error_stream_silenced(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle",
+                                category=UserWarning)
+        yield
 
 
 def held_over_time(trace: list[dict]) -> list[int]:
