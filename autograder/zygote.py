@@ -358,6 +358,7 @@ def _in_bad_fork_for_cuda() -> bool:
 
 def serve(sock_fd: int, grader: int) -> None:
     """The zygote's loop: fork a runner when asked, pass on signals to runners, report each runner's end."""
+    _STARTED_WITH.update({signum: handler for signum in _SIGNALS if (handler := signal.getsignal(signum)) is not None})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the runners end their jobs
     launcher.die_with_parent(grader, signal.SIGKILL)
     sock = socket.socket(fileno=sock_fd)
@@ -404,14 +405,23 @@ def serve(sock_fd: int, grader: int) -> None:
                     os.close(passed)
 
 
+_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
+            signal.SIGQUIT, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ)
+_STARTED_WITH: dict[int, object] = {}  # the zygote's handlers as it started, before it changed any
+
+
 def _python_signals() -> None:
-    """The signal handlers a Python process starts with."""
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
-                   signal.SIGQUIT):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    """The signal handlers a Python process started by the grader starts with: the zygote's own at its start.
+
+    The zygote is such a process. Python's defaults (``default_int_handler`` for SIGINT, SIGPIPE and SIGXFSZ
+    ignored, the rest ``SIG_DFL``) where it has not recorded them; a signal the grader ignores (as under
+    ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh.
+    """
+    defaults = {signum: signal.SIG_DFL for signum in _SIGNALS}
+    defaults.update({signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN,
+                     signal.SIGXFSZ: signal.SIG_IGN})
+    for signum, handler in {**defaults, **_STARTED_WITH}.items():
+        signal.signal(signum, handler)
 
 
 def _close_all_but(keep: set[int]) -> None:

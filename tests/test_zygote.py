@@ -91,7 +91,16 @@ def grade(submitted: Path, workdir: Path, *flags: str, mark: str = "zygote-test"
     command = [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
                "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120", *flags]
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_the_background)
+
+
+def _as_in_the_background() -> None:
+    """Signals as a grader started with ``nohup ... &`` from a script has them: hang-up and quit ignored.
+
+    A process started fresh inherits an ignored signal, so a forked kernel must too.
+    """
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
 def reports(workdir: Path, student: str) -> tuple[dict, dict]:
