@@ -9,7 +9,7 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels
+.PHONY: help install browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels slurm-check
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
@@ -26,6 +26,7 @@ help:
 	@echo "make both-ways  every solution passes its tests, every student version none"
 	@echo "make gpu-check  on a CUDA machine: notebooks, grading, DDP, AMP and loading on the GPU -> docs/gpu-report.md"
 	@echo "make wheels     download the packages gpu-check needs (all but torch) into wheels/, for a GPU box without network"
+	@echo "make slurm-check  on a Slurm login node: grade part of the demo class through Slurm jobs (SLURM_CHECK_ARGS=--gpu ...)"
 	@echo "make lab-plugin rebuild the students' Lab plugin for Validate (needs node and npm)"
 	@echo "make clean      remove build output (keeps .venv)"
 
@@ -146,3 +147,9 @@ wheels: build/requirements-gpu.txt
 	  --python-version $(WHEEL_PYTHON) --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -d $(WHEELS) -r build/requirements-gpu.txt
+
+# On a Slurm login node: workers as Slurm jobs through dask-jobqueue, as docs/cluster.md sets them up,
+# grading 01 of the demo class (python -m autograder.slurmcheck --help for the options).
+SLURM_CHECK_ARGS ?=
+slurm-check: $(READY)
+	$(BIN)/python -m autograder.slurmcheck $(SLURM_CHECK_ARGS)

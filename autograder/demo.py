@@ -14,6 +14,7 @@ after changing a notebook.
 
 from __future__ import annotations
 
+import csv
 import shutil
 import sys
 import textwrap
@@ -28,6 +29,20 @@ from autograder.settings import DEMO_DUE
 DEMO_DIR = ROOT / "autograder" / "demo_class"
 SUBMITTED = DEMO_DIR / "submitted"
 EXPECTED_SCORES = DEMO_DIR / "expected_scores.csv"
+
+
+def unexpected_scores(results) -> list[str]:
+    """Each grading result whose score is not the one ``expected_scores.csv`` holds, as a line that says both.
+
+    Scores are compared as the report writes them (``8/8``, ``withheld/10``, empty where nothing was graded).
+    """
+    from autograder.report import score_text
+
+    with EXPECTED_SCORES.open() as handle:
+        expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
+    return [f"{r.student} / {r.assignment}: got {score_text(r) or 'nothing'}, "
+            f"expected {expected.get((r.student, r.assignment)) or 'nothing'}"
+            for r in results if score_text(r) != expected.get((r.student, r.assignment))]
 
 def _code(source: str) -> str:
     return textwrap.dedent(source).strip("\n")

@@ -29,7 +29,6 @@ Run ``python -m autograder.gpucheck --help`` from the repository root.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import os
 import platform
@@ -143,25 +142,14 @@ def check_notebooks(ctx: Context) -> Check:
     return Check("notebooks", status, f"nbval over {len(per_notebook)} notebooks {where}: exit code {done.returncode}", table)
 
 
-def _unexpected(results) -> list[str]:
-    """Each result whose score is not the one ``expected_scores.csv`` holds, as a line that says both."""
-    from autograder import demo
-    from autograder.report import score_text
-
-    with demo.EXPECTED_SCORES.open() as handle:
-        expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
-    return [f"{r.student} / {r.assignment}: got {score_text(r) or 'nothing'}, "
-            f"expected {expected.get((r.student, r.assignment)) or 'nothing'}"
-            for r in results if score_text(r) != expected.get((r.student, r.assignment))]
-
-
 def check_grading(ctx: Context) -> Check:
     from autograder import grade
+    from autograder.demo import unexpected_scores
     from autograder.report import format_table
     from devcourse.grading import device_matrix
 
     results = grade.grade(workdir=WORKDIR / "grade")
-    wrong = _unexpected(results)
+    wrong = unexpected_scores(results)
     devices = ", ".join(str(d) for d in device_matrix("tensor"))
     body = [f"Device matrix: {devices}", "", "```", format_table(results), "```"]
     if wrong:
@@ -251,6 +239,7 @@ def check_cluster(ctx: Context) -> Check:
 
     from autograder import batch
     from autograder.executors import RAN_ON, start_process, start_scheduler, stop_group, wait_for_workers
+    from autograder.demo import unexpected_scores
     from autograder.report import format_table
     from autograder.settings import DEMO_CLASS, Settings
 
@@ -273,7 +262,7 @@ def check_cluster(ctx: Context) -> Check:
     finally:
         for process in reversed(processes):
             stop_group(process)
-    wrong = _unexpected(results)
+    wrong = unexpected_scores(results)
     ran_on: dict[str, int] = {}
     for path in sorted((folder / "work").glob(f"jobs/*/*/*/{RAN_ON}")):
         name = path.read_text().split()[0]

@@ -101,3 +101,22 @@ def test_the_environment_says_when_torch_is_not_the_pinned_one(monkeypatch):
     assert not any("pins torch" in line for line in gpucheck.check_environment(ctx).details)
     monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
     assert any("pins torch 2.13.0" in line and "2.11.0+cu130" in line for line in gpucheck.check_environment(ctx).details)
+
+
+def test_unexpected_scores_names_each_row_that_differs_from_expected_scores_csv():
+    """The comparison gpu-check and slurm-check judge a run by: withheld and ungraded rows as the CSV writes them."""
+    import csv
+
+    from autograder.demo import EXPECTED_SCORES, unexpected_scores
+    from autograder.settings import Result
+
+    with EXPECTED_SCORES.open() as handle:
+        rows = list(csv.DictReader(handle))
+    as_expected = [Result(r["student"], r["assignment"], None if r["score"] in ("", "withheld") else float(r["score"]),
+                          10, withheld=r["score"] == "withheld") for r in rows]
+    assert {r["score"] for r in rows} >= {"", "withheld"}  # both kinds are in the file
+    assert unexpected_scores(as_expected) == []
+    first = as_expected[0]
+    off = Result(first.student, first.assignment, 99.0, 10)
+    assert unexpected_scores([off, *as_expected[1:]]) == [
+        f"{first.student} / {first.assignment}: got 99, expected {rows[0]['score'] or 'nothing'}"]

@@ -1,0 +1,197 @@
+"""python -m autograder.slurmcheck: grade part of the demo class on Slurm, through dask-jobqueue.
+
+Run it on a Slurm login node, from the course's checkout, before grading a
+class there: it sets up workers the way ``docs/cluster.md`` does (a
+``dask_jobqueue.SLURMCluster`` whose jobs run the course's Python from this
+checkout), asks Slurm for ``--jobs`` jobs of one worker each, grades one
+assignment of the demo class (``--assignment``, 01 by default) through them,
+and says whether every job ran on those workers with the scores
+``autograder/demo_class/expected_scores.csv`` holds. It exits 0 when all of
+that held, 1 when something did not, 2 when it could not start.
+
+``--gpu``: each Slurm job asks for one GPU (``--gres=gpu:1``), each worker
+offers the Dask resource ``GPU=1``, the grading runs with ``--gpu-jobs``, and
+the check reports the ``CUDA_VISIBLE_DEVICES`` that a process of each worker
+sees (Slurm sets it from the GPU it allocated).
+
+Without ``sbatch`` on the PATH, or without the ``dask_jobqueue`` package, it
+says so and submits nothing; ``--print-job-script`` prints the batch script
+it would submit and exits. Nothing here needs a GPU unless ``--gpu`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder.pipeline import ROOT
+
+WORKDIR = ROOT / "build" / "slurm-check"
+JOB_NAME = "course-grader"
+
+
+def cluster_options(queue: str | None, account: str | None, walltime: str, memory: str, gpu: bool,
+                    log_directory: Path) -> dict:
+    """The ``SLURMCluster`` parameters: one single-threaded worker per Slurm job, this checkout's Python.
+
+    The names are dask-jobqueue's since 0.8 (``job_extra_directives``, ``worker_extra_args``,
+    ``job_script_prologue``). With ``gpu`` each job asks Slurm for one GPU and its worker offers ``GPU=1``.
+    """
+    options = dict(job_name=JOB_NAME, walltime=walltime, cores=1, processes=1, memory=memory,
+                   python=sys.executable, job_script_prologue=[f"cd {ROOT}"], log_directory=str(log_directory))
+    if queue:
+        options["queue"] = queue
+    if account:
+        options["account"] = account
+    if gpu:
+        options["job_extra_directives"] = ["--gres=gpu:1"]
+        options["worker_extra_args"] = ["--resources", "GPU=1"]
+    return options
+
+
+def job_script(options: dict, scheduler: str = "tcp://SCHEDULER:8786") -> str:
+    """The batch script ``SLURMCluster(**options)`` submits for each job, for a scheduler at ``scheduler``."""
+    from dask_jobqueue.slurm import SLURMJob
+
+    return SLURMJob(scheduler=scheduler, name="worker", **options).job_script()
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot submit to Slurm through dask-jobqueue, or None when it can."""
+    if importlib.util.find_spec("dask_jobqueue") is None:
+        return ("the dask_jobqueue package is not installed: pip install dask-jobqueue "
+                "(into the course's environment, on the login node)")
+    if shutil.which("sbatch") is None:
+        return "sbatch is not on the PATH: run this on a Slurm login node"
+    return None
+
+
+def sbatch_refuses(script: str) -> str | None:
+    """Slurm's reason for refusing ``script`` (``sbatch --test-only``: nothing is submitted), or None."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh") as handle:
+        handle.write(script)
+        handle.flush()
+        done = subprocess.run(["sbatch", "--test-only", handle.name], capture_output=True, text=True, timeout=60)
+    if done.returncode == 0:
+        return None
+    return " ".join(line.removeprefix("sbatch: error: ") for line in done.stderr.strip().splitlines()) or f"exit {done.returncode}"
+
+
+def _runner_sees() -> dict:
+    """What a process that this worker starts sees: Slurm's job id and the GPUs it was given."""
+    import json
+
+    code = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in "
+            "('SLURM_JOB_ID', 'CUDA_VISIBLE_DEVICES')}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-300:]}
+
+
+def _squeue() -> str:
+    done = subprocess.run(["squeue", "--name", JOB_NAME, "--format", "%i %T %R"], capture_output=True, text=True)
+    return (done.stdout or done.stderr).strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.slurmcheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queue", help="the Slurm partition (default: the cluster's default one)")
+    parser.add_argument("--account", help="the Slurm account to charge")
+    parser.add_argument("--jobs", type=int, default=2, help="Slurm jobs to ask for, one worker each (default 2)")
+    parser.add_argument("--walltime", default="00:30:00")
+    parser.add_argument("--memory", default="4GB", help="memory of each job (default 4GB)")
+    parser.add_argument("--gpu", action="store_true", help="one GPU per job, GPU jobs only (--gpu-jobs)")
+    parser.add_argument("--assignment", default="01_device_placement", help="the demo class's assignment to grade")
+    parser.add_argument("--start-timeout", type=float, default=600, metavar="SECONDS",
+                        help="how long to wait for the workers' jobs to start (default 600)")
+    parser.add_argument("--workdir", type=Path, default=WORKDIR)
+    parser.add_argument("--print-job-script", action="store_true", help="print the batch script and exit")
+    args = parser.parse_args(argv)
+
+    options = cluster_options(args.queue, args.account, args.walltime, args.memory, args.gpu, args.workdir / "logs")
+    if args.print_job_script:
+        if importlib.util.find_spec("dask_jobqueue") is None:
+            print(unavailable(), file=sys.stderr)
+            return 2
+        print(job_script(options))
+        return 0
+    why = unavailable()
+    if why:
+        print(f"slurm-check: {why}. Nothing was submitted.", file=sys.stderr)
+        return 2
+
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    from autograder import batch
+    from autograder.executors import RAN_ON
+    from autograder.demo import unexpected_scores
+    from autograder.settings import DEMO_CLASS, Settings
+
+    if args.workdir.exists():
+        shutil.rmtree(args.workdir / "work", ignore_errors=True)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    refused = sbatch_refuses(job_script(options))
+    if refused:
+        print(f"slurm-check: sbatch refuses the workers' job script: {refused}. Nothing was submitted.", file=sys.stderr)
+        return 2
+    cluster = SLURMCluster(**options)
+    try:
+        with Client(cluster) as client:
+            print(f"[slurm-check] scheduler {cluster.scheduler_address}; asking Slurm for {args.jobs} jobs", flush=True)
+            cluster.scale(jobs=args.jobs)
+            try:
+                client.wait_for_workers(args.jobs, timeout=args.start_timeout)
+            except Exception:  # distributed raises TimeoutError (of its own or asyncio's, by version)
+                print(f"[slurm-check] {len(client.scheduler_info()['workers'])} of {args.jobs} workers joined within "
+                      f"{args.start_timeout:g} s; squeue says:\n{_squeue()}\n(job logs: {args.workdir / 'logs'}). "
+                      "Nothing was graded.", file=sys.stderr)
+                return 1
+            workers = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
+            sees = {w["name"]: client.submit(_runner_sees, workers=[address], pure=False,
+                                             allow_other_workers=False).result(60)
+                    for address, w in client.scheduler_info()["workers"].items()}
+            print(f"[slurm-check] {len(workers)} workers up after {time.monotonic() - started:.0f} s: {sees}", flush=True)
+            settings = Settings(scheduler=cluster.scheduler_address, gpu_jobs=args.gpu, assignments=(args.assignment,),
+                                progress=False, feedback=False)
+            graded = time.monotonic()
+            results = [r for r in batch.grade(DEMO_CLASS, args.workdir / "work", settings)
+                       if r.assignment == args.assignment]
+            seconds = time.monotonic() - graded
+    finally:
+        # The scheduler runs in this process. A worker's listener for the grader's stop event
+        # (executors._ended_when_set) may be in a 1 s wait when closing the cluster ends its Slurm job,
+        # which the scheduler logs as an error with a traceback: not one of grading.
+        logging.getLogger("distributed.event").setLevel(logging.CRITICAL)
+        try:
+            cluster.close()  # cancels the Slurm jobs
+        except Exception as error:  # noqa: BLE001 - e.g. a job Slurm never started: say so, keep the result
+            print(f"[slurm-check] closing the cluster: {type(error).__name__} {error}; see squeue --name {JOB_NAME} "
+                  "for jobs left", file=sys.stderr)
+    ran_on: dict[str, int] = {}
+    for path in sorted((args.workdir / "work").glob(f"jobs/*/*/*/{RAN_ON}")):
+        name = path.read_text().split()[0]
+        ran_on[name] = ran_on.get(name, 0) + 1
+    wrong = unexpected_scores(results)
+    in_slurm = all(seen.get("SLURM_JOB_ID") for seen in sees.values())
+    pinned = all(seen.get("CUDA_VISIBLE_DEVICES") for seen in sees.values()) if args.gpu else True
+    good = bool(results) and set(ran_on) <= set(workers) and bool(ran_on) and in_slurm and pinned and not wrong
+    print(f"[slurm-check] {len(results)} rows of {args.assignment} graded in {seconds:.0f} s; jobs per worker "
+          f"{ran_on}; every worker inside a Slurm job: {in_slurm}"
+          + (f"; every worker given a GPU by Slurm: {pinned}" if args.gpu else "")
+          + f"; {len(wrong)} unexpected scores", flush=True)
+    for line in wrong:
+        print(f"  {line}")
+    print(f"[slurm-check] {'passed' if good else 'failed'}")
+    return 0 if good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
