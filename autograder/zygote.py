@@ -71,7 +71,7 @@ import time
 from pathlib import Path
 
 from autograder import SKIPPED_IMPORTS, launcher
-from devcourse.warmstart import TITLE_ROOM, refresh, retitle
+from devcourse.warmstart import TITLE_ROOM, ForkedProcess, refresh, retitle
 
 READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they take
 FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
@@ -104,26 +104,19 @@ def usable() -> str:
 # The grader's side
 
 
-class ForkedRunner:
+class ForkedRunner(ForkedProcess):
     """A runner the zygote forked, with what the grader uses of a runner's ``Popen``: ``stdin``, ``wait``,
-    ``poll``, ``terminate``, ``kill``."""
+    ``poll``, ``terminate``, ``kill`` (the first three as :class:`devcourse.warmstart.ForkedProcess` has them)."""
+
+    kind = "runner"
 
     def __init__(self, zygote: "Zygote", pid: int, stdin):
-        self.zygote, self.pid, self.stdin = zygote, pid, stdin
-        self.returncode: int | None = None
+        super().__init__(pid)
+        self.zygote, self.stdin = zygote, stdin
         self.lost = False  # it died with its zygote: its job was not done
-        self.ended = threading.Event()
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        if not self.ended.wait(timeout):
-            raise subprocess.TimeoutExpired(f"runner {self.pid}", timeout)
-        return self.returncode
 
     def send_signal(self, signum: int) -> None:
-        if not self.ended.is_set():
+        if not self._ended.is_set():
             self.zygote.signal(self.pid, signum)
 
     def terminate(self) -> None:
@@ -131,10 +124,6 @@ class ForkedRunner:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-    def _end(self, code: int) -> None:
-        self.returncode = code
-        self.ended.set()
 
 
 class Zygote:

@@ -121,6 +121,8 @@ class ForkedProcess:
     ``pid``, ``returncode``, ``poll`` and ``wait``. Signal it with ``os.killpg(pid, ...)``: it leads a
     session of its own."""
 
+    kind = "process"  # how a timeout names it
+
     def __init__(self, pid: int):
         self.pid = pid
         self.returncode: int | None = None
@@ -135,7 +137,7 @@ class ForkedProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         if not self._ended.wait(timeout):
-            raise subprocess.TimeoutExpired(f"process {self.pid}", timeout)
+            raise subprocess.TimeoutExpired(f"{self.kind} {self.pid}", timeout)
         return self.returncode
 
 
