@@ -176,14 +176,27 @@ def _kernel_manager_class():
     return SandboxedKernelManager
 
 
+KERNEL_THREADS = "1"  # PyTorch's intra-op threads in every grading kernel, on every machine (see kernel_env)
+
+
 def kernel_env(home: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The kernel's environment: what Python, PyTorch and CUDA need of ``base`` (default: this process's),
-    and nothing else of the grader's."""
-    keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", RUN_MARKER)
+    and nothing else of the grader's.
+
+    PyTorch's CPU operators run in one thread (``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are
+    :data:`KERNEL_THREADS`, whatever ``base`` says). A sum or a product split over more threads can round
+    differently, so a student's values would differ in their last bits from the solution's, which the
+    hidden checks compare exactly, wherever the two ran with different counts: a reference kept from a
+    day when the grader ran with another ``OMP_NUM_THREADS``, or a canary and a student's job on Dask
+    workers of different sizes (measured: a correct student lost points in five notebooks). One thread
+    each also keeps a machine graded one notebook per core from running cores x cores threads.
+    """
+    keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", RUN_MARKER)
     env = {key: value for key, value in (os.environ if base is None else base).items()
            if key in keep or key.startswith(("LC_", "CUDA_", "NVIDIA_", "NCCL_"))}
     env.update(HOME=home, IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.matplotlib",
-               MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1", JPY_SESSION_NAME="submission.ipynb")
+               MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1", JPY_SESSION_NAME="submission.ipynb",
+               OMP_NUM_THREADS=KERNEL_THREADS, MKL_NUM_THREADS=KERNEL_THREADS)
     return env
 
 

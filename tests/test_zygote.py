@@ -90,8 +90,9 @@ def submitted(tmp_path_factory) -> Path:
 def grade(submitted: Path, workdir: Path, *flags: str, mark: str = "zygote-test") -> subprocess.Popen:
     command = [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
                "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120", *flags]
-    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_the_background)
+    # OMP_NUM_THREADS as an HPC module might set it: a grading kernel runs one thread whatever the grader has
+    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "OMP_NUM_THREADS": "2"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_the_background)
 
 
 def _as_in_the_background() -> None:
@@ -137,6 +138,7 @@ def test_a_forked_kernel_sees_what_a_fresh_one_sees(both_ways):
                   if forked.get(key) != fresh.get(key)}
         assert differ == {}, differ
         assert forked["grader modules"] == [] and forked["cuda initialised"] is False
+        assert forked["torch threads"] == 1  # runner.KERNEL_THREADS, as in the fresh kernel (compared above)
         assert forked["cmdline"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
 
 
