@@ -506,6 +506,30 @@ def wait_for_workers(client, names: set[str], timeout_s: float = 60) -> None:
         time.sleep(0.2)
 
 
+def runner_sees() -> dict:
+    """What a process that this Dask worker starts (a runner is one) sees: the job id of the Slurm job it is in
+    (or None), ``CUDA_VISIBLE_DEVICES`` and the GPUs torch finds there. Submit it to a worker; for checks of a
+    cluster's set-up (gpu-check, slurm-check). On a machine without a GPU it reports 0 GPUs and no name.
+    """
+    import json
+
+    code = ("import json, os, torch; print(json.dumps({'SLURM_JOB_ID': os.environ.get('SLURM_JOB_ID'), "
+            "'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES'), "
+            "'device_count': torch.cuda.device_count(), "
+            "'name': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-500:]}
+
+
+def jobs_per_worker(workdir: Path) -> dict[str, int]:
+    """How many of the jobs in a grading work folder each worker ran, by the name in their :data:`RAN_ON`."""
+    counts: dict[str, int] = {}
+    for path in sorted(workdir.glob(f"jobs/*/*/*/{RAN_ON}")):
+        name = path.read_text().split()[0]
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def start_scheduler(log: Path, env: dict | None = None, timeout_s: float = 60) -> tuple[subprocess.Popen, str]:
     """A ``dask scheduler`` on a free port of 127.0.0.1, as a process of its own; returns it and its address.
 

@@ -223,22 +223,12 @@ def check_loading(ctx: Context) -> Check:
                  ["```", format_table(results), "```"])
 
 
-def _runner_sees() -> dict:
-    """What a process that this Dask worker starts sees of the GPUs (a runner is such a process)."""
-    code = ("import json, os, torch; print(json.dumps({'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES'), "
-            "'device_count': torch.cuda.device_count(), "
-            "'name': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))")
-    import json
-
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-500:]}
-
-
 def check_cluster(ctx: Context) -> Check:
     from distributed import Client
 
     from autograder import batch
-    from autograder.executors import RAN_ON, start_process, start_scheduler, stop_group, wait_for_workers
+    from autograder.executors import (RAN_ON, jobs_per_worker, runner_sees, start_process, start_scheduler,
+                                      stop_group, wait_for_workers)
     from autograder.demo import unexpected_scores
     from autograder.report import format_table
     from autograder.settings import DEMO_CLASS, Settings
@@ -253,7 +243,7 @@ def check_cluster(ctx: Context) -> Check:
         processes.append(start_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
         with Client(address, timeout=30, set_as_default=False) as client:
             wait_for_workers(client, {"gpu0", "cpu-only"}, timeout_s=90)
-            sees = client.submit(_runner_sees, resources={"GPU": 1}, pure=False).result(timeout=180)
+            sees = client.submit(runner_sees, resources={"GPU": 1}, pure=False).result(timeout=180)
         settings = Settings(scheduler=address, gpu_jobs=True, assignments=CLUSTER_ASSIGNMENTS, progress=False,
                             feedback=False)
         started = time.monotonic()
@@ -263,10 +253,7 @@ def check_cluster(ctx: Context) -> Check:
         for process in reversed(processes):
             stop_group(process)
     wrong = unexpected_scores(results)
-    ran_on: dict[str, int] = {}
-    for path in sorted((folder / "work").glob(f"jobs/*/*/*/{RAN_ON}")):
-        name = path.read_text().split()[0]
-        ran_on[name] = ran_on.get(name, 0) + 1
+    ran_on = jobs_per_worker(folder / "work")
     # The values the checks saw, kept per job by the grader: a CUDA tensor or device among them shows that the
     # kernel in the job's sandbox ran checks on the GPU (on a machine without one they show sim:0 and sim:1).
     observed = sorted((folder / "work").glob("jobs/*/*/*/observations.json"))

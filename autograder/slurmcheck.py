@@ -84,16 +84,6 @@ def sbatch_refuses(script: str) -> str | None:
     return " ".join(line.removeprefix("sbatch: error: ") for line in done.stderr.strip().splitlines()) or f"exit {done.returncode}"
 
 
-def _runner_sees() -> dict:
-    """What a process that this worker starts sees: Slurm's job id and the GPUs it was given."""
-    import json
-
-    code = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in "
-            "('SLURM_JOB_ID', 'CUDA_VISIBLE_DEVICES')}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-300:]}
-
-
 def _squeue() -> str:
     done = subprocess.run(["squeue", "--name", JOB_NAME, "--format", "%i %T %R"], capture_output=True, text=True)
     return (done.stdout or done.stderr).strip()
@@ -130,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     from distributed import Client
 
     from autograder import batch
-    from autograder.executors import RAN_ON
+    from autograder.executors import jobs_per_worker, runner_sees
     from autograder.demo import unexpected_scores
     from autograder.settings import DEMO_CLASS, Settings
 
@@ -155,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                       "Nothing was graded.", file=sys.stderr)
                 return 1
             workers = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
-            sees = {w["name"]: client.submit(_runner_sees, workers=[address], pure=False,
+            sees = {w["name"]: client.submit(runner_sees, workers=[address], pure=False,
                                              allow_other_workers=False).result(60)
                     for address, w in client.scheduler_info()["workers"].items()}
             print(f"[slurm-check] {len(workers)} workers up after {time.monotonic() - started:.0f} s: {sees}", flush=True)
@@ -175,10 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # noqa: BLE001 - e.g. a job Slurm never started: say so, keep the result
             print(f"[slurm-check] closing the cluster: {type(error).__name__} {error}; see squeue --name {JOB_NAME} "
                   "for jobs left", file=sys.stderr)
-    ran_on: dict[str, int] = {}
-    for path in sorted((args.workdir / "work").glob(f"jobs/*/*/*/{RAN_ON}")):
-        name = path.read_text().split()[0]
-        ran_on[name] = ran_on.get(name, 0) + 1
+    ran_on = jobs_per_worker(args.workdir / "work")
     wrong = unexpected_scores(results)
     in_slurm = all(seen.get("SLURM_JOB_ID") for seen in sees.values())
     pinned = all(seen.get("CUDA_VISIBLE_DEVICES") for seen in sees.values()) if args.gpu else True
