@@ -402,14 +402,11 @@ _STARTED_WITH: dict[int, object] = {}  # the zygote's handlers as it started, be
 def _python_signals() -> None:
     """The signal handlers a Python process started by the grader starts with: the zygote's own at its start.
 
-    The zygote is such a process. Python's defaults (``default_int_handler`` for SIGINT, SIGPIPE and SIGXFSZ
-    ignored, the rest ``SIG_DFL``) where it has not recorded them; a signal the grader ignores (as under
-    ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh.
+    The zygote is such a process, and records them before it changes any (:func:`serve`; every runner and
+    kernel is forked from it after that): Python's defaults, except that a signal the grader ignores (as
+    under ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh.
     """
-    defaults = {signum: signal.SIG_DFL for signum in _SIGNALS}
-    defaults.update({signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN,
-                     signal.SIGXFSZ: signal.SIG_IGN})
-    for signum, handler in {**defaults, **_STARTED_WITH}.items():
+    for signum, handler in _STARTED_WITH.items():
         signal.signal(signum, handler)
 
 
