@@ -288,52 +288,58 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
             else:
                 notes[student, name] = ["not graded yet"]
     canary_names = names if settings.canary == "all" else sorted({name for _, name in todo})
-    for name in canary_names:  # nbgrader's release and gradebook entries: only of what this run grades
-        source_print = fingerprint(workdir / "source" / name, recursive=True)
-        if state["generated"].get(name) != source_print or not (workdir / "release" / name).is_dir():
-            with INTERRUPTS.holding(), lock.held():
-                outcome = api.generate_assignment(name, force=True)
-            if not outcome["success"]:
-                raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
-            state["generated"][name] = source_print
-    write_state(workdir, state)
     references = canary.references([(name, notebook, nb) for name in canary_names
                                     for notebook, nb in sources[name].items()], workdir, run)
-    jobs: dict[tuple[str, str], list[Job]] = {}
-    job_files: list[tuple[Job, Path]] = []
-    for student, name in todo:
-        folder = submitted / student / name
+    for student, name in todo:  # graded afresh below: what an earlier run kept of them goes first
         state["graded"].pop(f"{student}/{name}", None)
         state["rows"].pop(f"{student}/{name}", None)
-        state.setdefault("withheld", {}).pop(f"{student}/{name}", None)  # graded afresh below
+        state.setdefault("withheld", {}).pop(f"{student}/{name}", None)
         state.setdefault("reviewed", {}).pop(f"{student}/{name}", None)
         shutil.rmtree(workdir / EXECUTED / student / name, ignore_errors=True)
         shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
-        others = {a: ids for a, ids in grade_ids.items() if a != name}
-        for notebook, source in sources[name].items():
-            path = submitted_notebook(folder, notebook)
-            if path is None:
-                notes.setdefault((student, name), []).append(f"{notebook}.ipynb missing: 0 points for it")
-                continue
-            if path.name != f"{notebook}.ipynb":
-                notes.setdefault((student, name), []).append(f"graded {path.name} as {notebook}.ipynb")
-            try:
-                nb = read_submission(path, grade_ids_of(source), others)
-            except SubmissionError as error:
-                notes.setdefault((student, name), []).append(f"not graded: {error}")
-                continue
-            job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
-            job_files.append((job, prepare(job, source, nb, folder, run)))
-            jobs.setdefault((student, name), []).append(job)
     write_state(workdir, state)
 
-    hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
-    progress = Progress(len(job_files), settings.progress)
-    remaining = {pair: len(pair_jobs) for pair, pair_jobs in jobs.items()}
+    jobs: dict[tuple[str, str], list[Job]] = {}
+    remaining: dict[tuple[str, str], int] = {}
     graded: set[tuple[str, str]] = set(earlier)
-    futures = {executor.submit(path): job for job, path in job_files}
+    futures: dict = {}
+    reached = 0  # the pairs of todo whose jobs are prepared and submitted
     handling_s = 0.0  # this process's own time per finished job (judge, gradebook, feedback): what workers cannot share
     try:
+        # Each job goes to the executor as soon as it is prepared: the first run while the rest are prepared
+        # (a class of a thousand has thousands), and nbgrader's release is made while they run.
+        for student, name in todo:
+            folder = submitted / student / name
+            others = {a: ids for a, ids in grade_ids.items() if a != name}
+            for notebook, source in sources[name].items():
+                path = submitted_notebook(folder, notebook)
+                if path is None:
+                    notes.setdefault((student, name), []).append(f"{notebook}.ipynb missing: 0 points for it")
+                    continue
+                if path.name != f"{notebook}.ipynb":
+                    notes.setdefault((student, name), []).append(f"graded {path.name} as {notebook}.ipynb")
+                try:
+                    nb = read_submission(path, grade_ids_of(source), others)
+                except SubmissionError as error:
+                    notes.setdefault((student, name), []).append(f"not graded: {error}")
+                    continue
+                job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
+                job_file = prepare(job, source, nb, folder, run)
+                jobs.setdefault((student, name), []).append(job)
+                remaining[student, name] = remaining.get((student, name), 0) + 1
+                futures[executor.submit(job_file)] = job
+            reached += 1
+        for name in canary_names:  # nbgrader's release and gradebook entries: only of what this run grades
+            source_print = fingerprint(workdir / "source" / name, recursive=True)
+            if state["generated"].get(name) != source_print or not (workdir / "release" / name).is_dir():
+                with INTERRUPTS.holding(), lock.held():
+                    outcome = api.generate_assignment(name, force=True)
+                if not outcome["success"]:
+                    raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
+                state["generated"][name] = source_print
+        write_state(workdir, state)
+        hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
+        progress = Progress(len(futures), settings.progress)
         for future in as_completed(futures):
             if future.exception() is not None:  # the cluster could not run the job (a ClusterError)
                 raise future.exception()
@@ -380,7 +386,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
             handling_s += time.monotonic() - began
     except (KeyboardInterrupt, ClusterError) as error:
         executor.stop()
-        unfinished = sorted(pair for pair, left in remaining.items() if left)
+        unfinished = sorted({pair for pair, left in remaining.items() if left} | set(todo[reached:]))
         for student, name in unfinished:  # what they wrote is not graded: nothing of it stays
             shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
             with contextlib.suppress(OSError):
@@ -388,9 +394,12 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
         if isinstance(error, ClusterError):
             raise GradingStopped(0, sorted(graded), unfinished, reason=f"grading stopped: {error}") from None
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
+    except BaseException:  # anything else (a release nbgrader cannot make): no job goes on without the run
+        executor.stop()
+        raise
     cgroups.sweep(run.cgroups)
     state["finished"] = True
-    state["last_run"] = {"jobs": len(job_files), "grader_s": round(handling_s, 2)}
+    state["last_run"] = {"jobs": len(futures), "grader_s": round(handling_s, 2)}
     write_state(workdir, state)
 
     devices = devices_text()

@@ -103,6 +103,8 @@ class LocalPool(Executor):
     def __init__(self, settings: Settings, runners=RUNNERS):
         self.settings, self.runners = settings, runners
         self.zygote = None if no_zygote(settings) else new_zygote()
+        if self.zygote is not None:
+            self.zygote.start()  # its imports (torch's 2 s) run while the grader sets the run up
         self.jobs = max(1, settings.jobs)
         self.ahead = self.jobs if settings.warm else 0
         self.line: collections.deque[tuple[Path, Future]] = collections.deque()

@@ -44,7 +44,9 @@ def tool_env() -> dict[str, str]:
     start ``python`` by name, so both must resolve to this environment.
     """
     env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    here = str(Path(sys.executable).parent)
+    if env.get("PATH", "").split(os.pathsep)[0] != here:  # the same however often it is applied
+        env["PATH"] = here + os.pathsep + env.get("PATH", "")
     return env
 
 

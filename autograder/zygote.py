@@ -127,7 +127,8 @@ class ForkedRunner(ForkedProcess):
 
 
 class Zygote:
-    """The grader's handle on its zygote: started at the first :meth:`spawn`, ended by :meth:`close`.
+    """The grader's handle on its zygote: started by :meth:`start` or at the first :meth:`spawn`, ended by
+    :meth:`close`.
 
     ``env`` is the kernel's environment (the zygote's and every runner's until it has its job), or a function
     that gives it when the zygote starts; ``cwd`` its folder. The last lines the zygote printed are kept
@@ -148,6 +149,14 @@ class Zygote:
         self.requests = 0
         self.stdins: dict[int, object] = {}  # request -> the write end of its runner's standard input
 
+    def start(self) -> None:
+        """Start the zygote now, if it has not started, without waiting for its imports: a grader that
+        starts it before its own set-up has it ready by the time the first job needs a runner."""
+        with self.lock:
+            if not self.started and not self.closed:
+                self.started = True
+                self._start()
+
     def _start(self) -> None:
         if callable(self.env):
             self.env = self.env()
@@ -166,6 +175,8 @@ class Zygote:
                 return
             finally:
                 theirs.close()
+            if self.closed:  # closed while it started: nothing of it is wanted
+                self.process.kill()
             threading.Thread(target=self._keep_output, name="zygote-output", daemon=True).start()
             self._read()
             self.process.wait()
@@ -232,10 +243,7 @@ class Zygote:
 
         Raises :class:`ZygoteUnavailable` when the zygote cannot fork it.
         """
-        with self.lock:
-            if not self.started:
-                self.started = True
-                self._start()
+        self.start()
         if not self.ready.wait(READY_TIMEOUT_S) and not self.problem:
             self.problem = f"its imports took more than {READY_TIMEOUT_S:g} s"
         if self.problem or self.closed:
@@ -288,6 +296,8 @@ class Zygote:
         with self.lock:
             sock, process = self.sock, self.process
             self.closed = True
+        if process is not None and not self.ready.is_set():  # still importing: no runner of it exists
+            process.kill()
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)

@@ -497,6 +497,32 @@ def test_the_canary_grades_each_assignment_that_has_submissions_and_its_referenc
     assert graded("again") == ["02_cross_device_errors"]
 
 
+def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypatch):
+    """A class of a thousand has thousands of jobs: the first runs while the others are still being prepared."""
+    from autograder import batch, executors
+
+    for student in ("ada", "linus"):
+        shutil.copytree(DEMO_CLASS / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
+    events = []
+    prepare, submit = batch.prepare, executors.LocalPool.submit
+
+    def preparing(job, *args, **kwargs):
+        events.append(("prepared", job.student))
+        return prepare(job, *args, **kwargs)
+
+    def submitting(pool, job_file):
+        events.append(("submitted", job_file.parent.parent.parent.name))
+        return submit(pool, job_file)
+
+    monkeypatch.setattr(batch, "prepare", preparing)
+    monkeypatch.setattr(executors.LocalPool, "submit", submitting)
+    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False)
+    results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+    assert {(r.student, r.score) for r in results if r.score is not None} == {("ada", 8), ("linus", 0)}
+    students = [event for event in events if event[1] != "(canary)"]
+    assert students == [("prepared", "ada"), ("submitted", "ada"), ("prepared", "linus"), ("submitted", "linus")]
+
+
 def test_a_reference_being_made_is_locked_for_other_graders_until_its_maker_lets_go(tmp_path):
     from autograder.canary import _KeyLock
 

@@ -217,3 +217,21 @@ def test_a_zygote_that_cannot_import_says_why(tmp_path):
     finally:
         handle.close()
     shutil.rmtree(broken)
+
+
+def test_a_local_pool_starts_its_zygote_at_once_and_one_closed_early_ends_it():
+    """The zygote's imports (torch's 2 s) run while the grader sets the run up; a run that stops before its
+    first job (a student chosen who is not there) does not wait for them."""
+    from autograder.executors import LocalPool
+    from autograder.settings import Settings
+
+    pool = LocalPool(Settings(jobs=1))
+    assert pool.zygote is not None and pool.zygote.started
+    deadline = time.monotonic() + 10
+    while pool.zygote.process is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process = pool.zygote.process
+    assert process is not None and process.poll() is None, "the zygote did not start"
+    began = time.monotonic()
+    pool.close()
+    assert process.wait(timeout=5) is not None and time.monotonic() - began < 2
