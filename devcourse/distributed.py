@@ -141,7 +141,8 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
 
     With ``warm``, each is forked from that server (:mod:`devcourse.warmstart`); should the server
     fail to start one, all of them start the ordinary way instead. The first to exit non-zero ends
-    the run: the others are killed and :class:`DistributedRunError` says ``name(index)`` exited with
+    the run: the others have :data:`FAILURE_GRACE_S` to end by themselves (a rank left waiting for
+    the one that is gone usually fails at once, and records what it raised), then are killed, and :class:`DistributedRunError` says ``name(index)`` exited with
     which code, then the end of the log. A run past ``timeout_s`` is killed the same way. Nothing of
     a run is left running, however it ends.
     """
@@ -149,6 +150,7 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
 
     with tempfile.NamedTemporaryFile(mode="w+", prefix="ddp-log-") as log:
         start = time.monotonic()
+        failed_at = None
         started: list = []
         try:
             if warm is not None:
@@ -165,8 +167,16 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
             while True:
                 codes = [process.poll() for process in started]
                 failed = next((index for index, code in enumerate(codes) if code not in (None, 0)), None)
-                if failed is not None or all(code == 0 for code in codes):
+                if all(code == 0 for code in codes):
                     break
+                if failed is not None:
+                    # The others usually fail right after, waiting for a rank that is gone: a moment for them to
+                    # end on their own, so that what they raised is recorded too (rank_errors), then they are killed.
+                    if failed_at is None:
+                        failed_at, first_failed = time.monotonic(), failed
+                    if None not in codes or time.monotonic() - failed_at > FAILURE_GRACE_S:
+                        failed = first_failed
+                        break
                 if time.monotonic() - start > timeout_s:
                     _end(started)
                     log.seek(0)
@@ -181,6 +191,9 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
     if failed is not None:
         raise DistributedRunError(f"{name(failed)} exited with code {codes[failed]}; output:\n{_tail(output)}")
     return RunResult(0, output, time.monotonic() - start)
+
+
+FAILURE_GRACE_S = 1.0  # how long the other processes of a failed run have to end by themselves
 
 
 def _end(launchers: list[subprocess.Popen]) -> None:

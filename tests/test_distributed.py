@@ -133,6 +133,24 @@ def test_the_first_exception_of_a_rank_leads_the_message_with_its_traceback():
     assert "in _wrong_answer" in message and "then rank 0 raised" in message, message[:2000]
 
 
+def _rank_zero_fails_a_moment_later(outdir):
+    import time
+
+    if int(os.environ["RANK"]) == 1:
+        raise ValueError("rank 1 fails first")
+    time.sleep(0.3)  # as a rank does that finds its peer gone, under load
+    raise RuntimeError("rank 0 fails a moment later")
+
+
+def test_a_rank_that_fails_a_moment_after_the_first_is_reported_too():
+    with pytest.raises(DistributedRunError) as failure:
+        run_functions([], _rank_zero_fails_a_moment_later, timeout_s=60)
+    message = str(failure.value)
+    assert message.startswith("rank 1 raised ValueError: rank 1 fails first"), message[:300]
+    assert "then rank 0 raised RuntimeError: rank 0 fails a moment later" in message, message[:2000]
+    assert "rank 1 exited with code" in message, message[-500:]
+
+
 def test_helpers():
     port = free_port()
     assert 1024 < port < 65536
