@@ -142,8 +142,8 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
     With ``warm``, each is forked from that server (:mod:`devcourse.warmstart`); should the server
     fail to start one, all of them start the ordinary way instead. The first to exit non-zero ends
     the run: the others have :data:`FAILURE_GRACE_S` to end by themselves (a rank left waiting for
-    the one that is gone usually fails at once, and records what it raised), then are killed, and :class:`DistributedRunError` says ``name(index)`` exited with
-    which code, then the end of the log. A run past ``timeout_s`` is killed the same way. Nothing of
+    the one that is gone usually fails at once, and records what it raised), then are killed, and
+    :class:`DistributedRunError` says ``name(index)`` exited with which code, then the end of the log. A run past ``timeout_s`` is killed the same way. Nothing of
     a run is left running, however it ends.
     """
     import time
