@@ -27,6 +27,7 @@ import secrets
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from concurrent.futures import as_completed
 from pathlib import Path
@@ -193,11 +194,16 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR, settings
     intake = Path(submitted).resolve() if submitted is not None else None
     if intake is None and not is_course_dir(workdir):
         raise ChoiceError(f"{workdir} is not a course directory: name the submissions folder")
-    executor = executor_for(settings)  # a cluster that does not answer stops here, before anything is written
-    try:
-        return _grade_with(workdir, intake, settings, executor)
-    finally:
-        executor.close()
+    # Called as a library (gpu-check, slurm-check, a notebook) too: a Ctrl-C must wait for nbgrader's calls to end,
+    # since nbgrader catches every exception there, KeyboardInterrupt too (a bare except in its capture_log), and the
+    # pair would be recorded as not graded while the run went on.
+    main_thread = threading.current_thread() is threading.main_thread()
+    with INTERRUPTS.installed() if main_thread else contextlib.nullcontext():
+        executor = executor_for(settings)  # a cluster that does not answer stops here, before anything is written
+        try:
+            return _grade_with(workdir, intake, settings, executor)
+        finally:
+            executor.close()
 
 
 def _grade_with(workdir: Path, intake: Path | None, settings: Settings, executor: Executor) -> list[Result]:

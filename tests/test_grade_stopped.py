@@ -160,3 +160,34 @@ def stale_cgroups() -> list[str]:
     return [str(folder) for parent in set(found.parents.values()) for folder in Path(parent).glob(cgroups.PREFIX + "*")
             if (runner := folder.name[len(cgroups.PREFIX):].split("-")[0]) in runners
             and not Path(f"/proc/{runner}").exists()]
+
+
+def test_a_ctrl_c_during_nbgraders_autograde_waits_for_it_then_stops_the_run(tmp_path, monkeypatch):
+    """The grader called as a library (gpu-check and slurm-check do, without grade.main's handlers).
+
+    nbgrader's apps catch every exception, KeyboardInterrupt too (a bare ``except`` in
+    ``nbgrader.utils.capture_log``): a Ctrl-C landing inside its autograde was recorded as ada's error
+    ("not graded: KeyboardInterrupt"), and the run went on to zed. Seen on a GPU machine, where a time
+    limit's SIGINT reached the grader during autograde. Now the signal waits for nbgrader's return: ada
+    is graded, and the run stops before zed."""
+    from nbgrader.converters import Autograde
+
+    from autograder.batch import GradingStopped, grade
+    from autograder.settings import Settings
+
+    original = Autograde.start
+
+    def start_after_a_ctrl_c(app):
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(app)
+
+    monkeypatch.setattr(Autograde, "start", start_after_a_ctrl_c)
+    for student in ("ada", "zed"):
+        shutil.copytree(SUBMITTED / "ada" / ASSIGNMENT, tmp_path / "submitted" / student / ASSIGNMENT)
+    settings = Settings(jobs=1, progress=False, feedback=False, warm=False, assignments=(ASSIGNMENT,))
+    with pytest.raises(GradingStopped) as stopped:
+        grade(tmp_path / "submitted", tmp_path / "work", settings)
+    assert stopped.value.signum == signal.SIGINT
+    assert stopped.value.graded == [("ada", ASSIGNMENT)], "ada's autograde ran to its end"
+    assert stopped.value.not_graded == [("zed", ASSIGNMENT)]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handlers are given back"
