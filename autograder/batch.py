@@ -294,16 +294,25 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
             else:
                 notes[student, name] = ["not graded yet"]
     canary_names = names if settings.canary == "all" else sorted({name for _, name in todo})
-    references = canary.references([(name, notebook, nb) for name in canary_names
-                                    for notebook, nb in sources[name].items()], workdir, run)
-    for student, name in todo:  # graded afresh below: what an earlier run kept of them goes first
-        state["graded"].pop(f"{student}/{name}", None)
-        state["rows"].pop(f"{student}/{name}", None)
-        state.setdefault("withheld", {}).pop(f"{student}/{name}", None)
-        state.setdefault("reviewed", {}).pop(f"{student}/{name}", None)
-        shutil.rmtree(workdir / EXECUTED / student / name, ignore_errors=True)
-        shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
-    write_state(workdir, state)
+    # The canary's jobs go first; students' follow at once and run beside them (on a cluster, the longest solution
+    # notebook would otherwise keep every worker waiting). A pair an earlier run graded keeps what that run left
+    # until the canary has passed: a failed canary loses nothing.
+    pending = canary.start([(name, notebook, nb) for name in canary_names for notebook, nb in sources[name].items()],
+                           workdir, run)
+    before = [pair for pair in todo if has_earlier(workdir, state, pair)]
+    todo = [pair for pair in todo if pair not in before] + before
+    cleared: set[tuple[str, str]] = set()  # what an earlier run kept of these is gone: graded afresh below
+
+    def clear(pairs: list[tuple[str, str]]) -> None:
+        for student, name in pairs:
+            for kept in ("graded", "rows", "withheld", "reviewed"):
+                state.setdefault(kept, {}).pop(f"{student}/{name}", None)
+            shutil.rmtree(workdir / EXECUTED / student / name, ignore_errors=True)
+            shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
+            cleared.add((student, name))
+        write_state(workdir, state)
+
+    clear(todo[:len(todo) - len(before)])  # new pairs: at most the job folders of a stopped run
 
     jobs: dict[tuple[str, str], list[Job]] = {}
     remaining: dict[tuple[str, str], int] = {}
@@ -314,7 +323,10 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     try:
         # Each job goes to the executor as soon as it is prepared: the first run while the rest are prepared
         # (a class of a thousand has thousands), and nbgrader's release is made while they run.
-        for student, name in todo:
+        for index, (student, name) in enumerate(todo):
+            if index == len(todo) - len(before):
+                pending.result()
+                clear(before)
             folder = submitted / student / name
             others = {a: ids for a, ids in grade_ids.items() if a != name}
             for notebook, source in sources[name].items():
@@ -335,6 +347,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                 remaining[student, name] = remaining.get((student, name), 0) + 1
                 futures[executor.submit(job_file)] = job
             reached += 1
+        references = pending.result()
         for name in canary_names:  # nbgrader's release and gradebook entries: only of what this run grades
             source_print = fingerprint(workdir / "source" / name, recursive=True)
             if state["generated"].get(name) != source_print or not (workdir / "release" / name).is_dir():
@@ -392,16 +405,16 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
             handling_s += time.monotonic() - began
     except (KeyboardInterrupt, ClusterError) as error:
         executor.stop()
+        pending.close()
         unfinished = sorted({pair for pair, left in remaining.items() if left} | set(todo[reached:]))
-        for student, name in unfinished:  # what they wrote is not graded: nothing of it stays
-            shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (workdir / "jobs" / student).rmdir()  # if no other assignment of theirs is there
+        discard(workdir, [pair for pair in unfinished if pair in cleared])
         if isinstance(error, ClusterError):
             raise GradingStopped(0, sorted(graded), unfinished, reason=f"grading stopped: {error}") from None
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None
-    except BaseException:  # anything else (a release nbgrader cannot make): no job goes on without the run
+    except BaseException:  # a failed canary, a release nbgrader cannot make: no job goes on without the run
         executor.stop()
+        pending.close()
+        discard(workdir, [pair for pair, left in remaining.items() if left and pair in cleared])
         raise
     cgroups.sweep(run.cgroups)
     state["finished"] = True
@@ -449,6 +462,21 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
 
 
 SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")
+
+
+def has_earlier(workdir: Path, state: dict, pair: tuple[str, str]) -> bool:
+    """Whether an earlier run left anything of the pair: a score, a withheld or reviewed row, executed notebooks."""
+    key = f"{pair[0]}/{pair[1]}"
+    return (any(key in state.get(kept, {}) for kept in ("graded", "rows", "withheld", "reviewed"))
+            or (workdir / EXECUTED / pair[0] / pair[1]).exists())
+
+
+def discard(workdir: Path, pairs: list[tuple[str, str]]) -> None:
+    """What a stopped run's unfinished pairs wrote is not graded: nothing of it stays."""
+    for student, name in pairs:
+        shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (workdir / "jobs" / student).rmdir()  # if no other assignment of theirs is there
 
 
 def hand_graded_points_left(submission) -> float:

@@ -18,7 +18,10 @@ that is resumed reuses them.
 
 The notebooks of each assignment that has submissions to grade are run
 (``graded``, the default: grading needs their references); ``--canary all``
-runs every assignment's.
+runs every assignment's. :func:`start` hands them to the executor and
+returns at once: :mod:`autograder.batch` sends new submissions' jobs beside
+them and waits for :meth:`Pending.result` before it judges any, or replaces
+anything an earlier run graded.
 
 A reference is kept with its key (:func:`reference_key`): a hash of all
 that could change what the solution does in the sandbox, namely the
@@ -117,58 +120,103 @@ def references(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir:
     """Run each ``(assignment, notebook, source)`` solution as a submission, with the instructor's probes.
 
     Returns assignment -> notebook -> grade_id -> the reference's records; raises CanaryFailed unless every
-    test passes. A notebook whose reference is kept under the same key, in the work folder or the shared
-    cache, is not run again; one that another grader is making in the shared cache is waited for.
+    test passes. ``start(...).result()``: see :func:`start`.
+    """
+    return start(notebooks, workdir, run).result()
+
+
+def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path, run: RunContext) -> "Pending":
+    """Hand the solutions whose references must be made to the executor, and return at once.
+
+    A notebook whose reference is kept under the same key, in the work folder or the shared cache, is not
+    run again; one that another grader is making in the shared cache is waited for in
+    :meth:`Pending.result`. The jobs go to the executor before any student's, so they start first, and the
+    grader can prepare and hand over students' jobs while they run.
     """
     cache = cache_folder(run.settings)
     fresh = run.settings.rerun_canary
-    found: dict[str, dict[str, dict]] = {}
-    todo, waiting, reused = [], [], []
+    pending = Pending(workdir, cache, run)
+    todo = []
     machine = this_machine()
-    with contextlib.ExitStack() as held:
+    try:
         for name, notebook, source in notebooks:
             key = reference_key(name, notebook, workdir / "source" / name, run, machine)
             kept = None if fresh else _kept(workdir, cache, name, notebook, key)
             if kept is not None:
-                found.setdefault(name, {})[notebook] = kept
-                reused.append(f"{name}/{notebook}")
+                pending.found.setdefault(name, {})[notebook] = kept
+                pending.reused.append(f"{name}/{notebook}")
                 continue
             if cache is not None and key is not None and not fresh:
                 lock = _KeyLock(cache, key)
                 if not lock.acquire(wait=False):  # another grader is making it
                     lock.release()
-                    waiting.append((name, notebook, source, key))
+                    pending.waiting.append((name, notebook, source, key))
                     continue
-                held.callback(lock.release)
+                pending.held.callback(lock.release)
             todo.append((name, notebook, source, key))
-        _run(todo, workdir, cache, run, found)
-    again = []
-    for name, notebook, source, key in waiting:
-        lock = _KeyLock(cache, key)
+        pending.jobs = _submit(todo, workdir, run)
+    except BaseException:
+        pending.close()
+        raise
+    return pending
+
+
+class Pending:
+    """The canary under way: :meth:`result` waits for its jobs, checks them and keeps the references."""
+
+    def __init__(self, workdir: Path, cache: Path | None, run: RunContext):
+        self.workdir, self.cache, self.run = workdir, cache, run
+        self.found: dict[str, dict[str, dict]] = {}
+        self.reused: list[str] = []
+        self.waiting: list = []
+        self.jobs: list = []
+        self.held = contextlib.ExitStack()  # the locks on the references this grader makes in the shared cache
+        self.done = False
+
+    def result(self) -> dict[str, dict[str, dict]]:
+        """assignment -> notebook -> grade_id -> records; raises CanaryFailed unless every test passed."""
+        if self.done:
+            return self.found
         try:
-            lock.acquire(wait=True)
-            kept = _kept(workdir, cache, name, notebook, key)
+            _finish(self.jobs, self.workdir, self.cache, self.found)
         finally:
-            lock.release()
-        if kept is None:  # the other grader did not make it (stopped, or its canary failed): made here
-            again.append((name, notebook, source, key))
-        else:
-            found.setdefault(name, {})[notebook] = kept
-            reused.append(f"{name}/{notebook}")
-    _run(again, workdir, cache, run, found)
-    if reused and run.settings.progress:
-        print(f"References kept from an earlier run, not made again: {', '.join(reused)}", flush=True)
-    return found
+            self.close()
+        again = []
+        for name, notebook, source, key in self.waiting:
+            lock = _KeyLock(self.cache, key)
+            try:
+                lock.acquire(wait=True)
+                kept = _kept(self.workdir, self.cache, name, notebook, key)
+            finally:
+                lock.release()
+            if kept is None:  # the other grader did not make it (stopped, or its canary failed): made here
+                again.append((name, notebook, source, key))
+            else:
+                self.found.setdefault(name, {})[notebook] = kept
+                self.reused.append(f"{name}/{notebook}")
+        _finish(_submit(again, self.workdir, self.run), self.workdir, self.cache, self.found)
+        if self.reused and self.run.settings.progress:
+            print(f"References kept from an earlier run, not made again: {', '.join(self.reused)}", flush=True)
+        self.done = True
+        return self.found
+
+    def close(self) -> None:
+        """Let go of the shared cache's locks (a stopped run: another grader may make those references)."""
+        self.held.close()
 
 
-def _run(items: list, workdir: Path, cache: Path | None, run: RunContext, found: dict) -> None:
+def _submit(items: list, workdir: Path, run: RunContext) -> list:
     jobs = []
     for name, notebook, source, key in items:
         job = Job(STUDENT, name, notebook, workdir / "jobs" / STUDENT / name / notebook)
         shutil.rmtree(job.folder, ignore_errors=True)  # left by a run stopped before its reference was kept
         path = prepare(job, source, source, workdir / "source" / name, run, reference=True)
-        jobs.append((job, path, source, key))
-    for future in [run.executor.submit(path) for _, path, _, _ in jobs]:
+        jobs.append((job, run.executor.submit(path), source, key))
+    return jobs
+
+
+def _finish(jobs: list, workdir: Path, cache: Path | None, found: dict) -> None:
+    for _, future, _, _ in jobs:
         future.result()
     for job, _, source, key in jobs:
         problem = _problem(job, source)

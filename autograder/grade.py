@@ -2,9 +2,10 @@
 
 First the instructor's solution of each assignment that has submissions to
 grade (``--canary all``: of every assignment) runs in the same sandbox
-(:mod:`autograder.canary`): unless it passes every test, grading stops with
-exit code 3 and the reason on the first line of the error output; its run is
-also the reference every submission is judged against. Then, for every
+(:mod:`autograder.canary`), new submissions' notebooks starting beside it:
+unless it passes every test, grading stops with exit code 3 and the reason on
+the first line of the error output, and nothing of any student is graded;
+its run is also the reference every submission is judged against. Then, for every
 ``<submitted>/<student>/<assignment>/`` folder, and for each notebook of
 that assignment:
 
@@ -193,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     checked_first = {"graded": "of each assignment with submissions", "all": "of every assignment"}[settings.canary]
     # It runs before the progress bar starts: say what the wait is for.
     header.append(f"First the instructor's solution {checked_first} runs in the same sandbox "
-                  f"(--canary {settings.canary}): the reference for the grading; it stops unless it gets full marks. "
+                  f"(--canary {settings.canary}), new submissions starting beside it: the reference for the grading; "
+                  f"it stops unless it gets full marks. "
                   f"A reference kept from an earlier run with the same solution, grader, packages, devices and "
                   f"limits is reused (--rerun-canary runs it anyway).")
     print("\n".join(header), flush=True)

@@ -523,6 +523,48 @@ def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypat
     assert students == [("prepared", "ada"), ("submitted", "ada"), ("prepared", "linus"), ("submitted", "linus")]
 
 
+def test_students_run_beside_the_canary_and_a_failed_canary_loses_no_earlier_grading(tmp_path, monkeypatch):
+    """New submissions start while the solution runs (no worker waits for the longest solution notebook).
+
+    A regrade whose canary fails keeps what the earlier run graded: its scores, executed notebooks and job
+    folders (a withheld score's review reads them), none of its jobs started."""
+    from autograder import batch, canary, executors
+
+    for student in ("ada", "linus"):
+        shutil.copytree(DEMO_CLASS / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
+    events = []
+    submit, result = executors.LocalPool.submit, canary.Pending.result
+
+    def submitting(pool, job_file):
+        events.append(("submitted", job_file.parent.parent.parent.name))
+        return submit(pool, job_file)
+
+    def awaited(pending):
+        events.append(("canary awaited", ""))
+        return result(pending)
+
+    monkeypatch.setattr(executors.LocalPool, "submit", submitting)
+    monkeypatch.setattr(canary.Pending, "result", awaited)
+    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, rerun_canary=True)
+    results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+    assert {(r.student, r.score) for r in results if r.score is not None} == {("ada", 8), ("linus", 0)}
+    assert events[:4] == [("submitted", "(canary)"), ("submitted", "ada"), ("submitted", "linus"),
+                          ("canary awaited", "")], events
+
+    work = tmp_path / "work"
+    kept = {path: path.read_bytes() for folder in (work / "executed", work / "jobs" / "ada", work / "jobs" / "linus")
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+    graded = json.loads((work / batch.STATE).read_text())["graded"]
+    assert set(graded) == {"ada/00_environment", "linus/00_environment"} and kept
+    events.clear()
+    settings.regrade, settings.memory_mib = True, 64  # PyTorch cannot start: the canary fails
+    with pytest.raises(canary.CanaryFailed):
+        grade.grade(tmp_path / "submitted", work, settings)
+    assert [who for what, who in events if what == "submitted"] == ["(canary)"], events
+    assert json.loads((work / batch.STATE).read_text())["graded"] == graded
+    assert {path: path.read_bytes() for path in kept if path.is_file()} == kept, "an earlier run's file is gone"
+
+
 def test_a_reference_being_made_is_locked_for_other_graders_until_its_maker_lets_go(tmp_path):
     from autograder.canary import _KeyLock
 
