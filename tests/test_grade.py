@@ -110,6 +110,33 @@ def test_report_names_devices_and_limits(run):
     assert (workdir / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the_same(tmp_path, monkeypatch):
+    """nbgrader makes a new exporter for each student's assignment; the templates are compiled for the first only."""
+    import jinja2
+    from nbconvert.exporters import HTMLExporter
+
+    from autograder import feedback, gradebook
+
+    nb = nbformat.read(DEMO_CLASS / "ada" / "00_environment" / "00_environment.ipynb", as_version=4)
+    plain = HTMLExporter().from_notebook_node(nb)[0]
+    compiled = []
+    compile_source = jinja2.Environment.compile
+
+    def compiling(environment, source, name=None, *args, **kwargs):
+        compiled.append(name)
+        return compile_source(environment, source, name, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", compiling)
+    monkeypatch.setattr(feedback.TEMPLATES, "codes", {})
+    first = feedback.FeedbackExporter().from_notebook_node(nb)[0]
+    assert compiled, "the first page compiles the templates"
+    compiled.clear()
+    assert feedback.FeedbackExporter().from_notebook_node(nb)[0] == first == plain
+    assert compiled == [], "a second page compiled them again"
+    api = gradebook.nbgrader_api(tmp_path)
+    assert api.config.GenerateFeedback.exporter_class is feedback.FeedbackExporter
+
+
 def test_feedback_has_no_hidden_tests(run):
     workdir, _ = run
     pages = list((workdir / "feedback").rglob("*.html"))
