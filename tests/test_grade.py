@@ -137,6 +137,33 @@ def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the
     assert api.config.GenerateFeedback.exporter_class is feedback.FeedbackExporter
 
 
+def test_feedback_pages_without_nbconverts_second_pass_read_as_the_same_document():
+    """nbgrader's feedback template has no JupyterLab cells: its pages skip nbconvert's BeautifulSoup pass.
+
+    The classic template stands in for it (nbgrader's needs a gradebook's scores); 08 has a picture, and a cell
+    adds what a text edit could get wrong: an attribute with ">", an upper-case tag with its alt, tags inside
+    a script and a comment, a self-closing tag, an attribute whose name ends in "alt"."""
+    from bs4 import BeautifulSoup
+    from nbconvert.exporters import HTMLExporter
+    from traitlets.config import Config
+
+    from autograder.feedback import NO_ALT, FeedbackExporter
+
+    nb = nbformat.read(pipeline.SOLUTIONS / "08_portable_models_and_memory" / "08_portable_models_and_memory.ipynb",
+                       as_version=4)
+    tricky = ('<img src="a.png" title="x > y"><IMG SRC="b.png" ALT="b"><script>var s = "<img src=c.png>";</script>'
+              '<!-- <img src="d.png"> --><img src=e.png /><img data-alt="no">')
+    nb.cells.append(nbformat.v4.new_code_cell("", outputs=[
+        nbformat.v4.new_output("display_data", data={"text/html": tricky})]))
+    config = Config()
+    config.HTMLExporter.template_name = "classic"
+    ours = FeedbackExporter(config=config).from_notebook_node(nb)[0]
+    theirs = HTMLExporter(config=config).from_notebook_node(nb)[0]
+    assert "jp-Notebook" not in ours and ours != theirs, "the page took the text path"
+    assert str(BeautifulSoup(ours, features="html.parser")) == theirs
+    assert ours.count(NO_ALT) == 4  # 08's picture, a.png, e.png, the data-alt one
+
+
 def test_feedback_has_no_hidden_tests(run):
     workdir, _ = run
     pages = list((workdir / "feedback").rglob("*.html"))
