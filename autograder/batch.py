@@ -305,7 +305,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
 
     def clear(pairs: list[tuple[str, str]]) -> None:
         for student, name in pairs:
-            for kept in ("graded", "rows", "withheld", "reviewed"):
+            for kept in EARLIER:
                 state.setdefault(kept, {}).pop(f"{student}/{name}", None)
             shutil.rmtree(workdir / EXECUTED / student / name, ignore_errors=True)
             shutil.rmtree(workdir / "jobs" / student / name, ignore_errors=True)
@@ -464,10 +464,13 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
 SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")
 
 
+EARLIER = ("graded", "rows", "withheld", "reviewed")  # what state.json keeps of each graded pair
+
+
 def has_earlier(workdir: Path, state: dict, pair: tuple[str, str]) -> bool:
     """Whether an earlier run left anything of the pair: a score, a withheld or reviewed row, executed notebooks."""
     key = f"{pair[0]}/{pair[1]}"
-    return (any(key in state.get(kept, {}) for kept in ("graded", "rows", "withheld", "reviewed"))
+    return (any(key in state.get(kept, {}) for kept in EARLIER)
             or (workdir / EXECUTED / pair[0] / pair[1]).exists())
 
 

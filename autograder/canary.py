@@ -115,18 +115,12 @@ def cache_folder(settings) -> Path | None:
     return Path(chosen).expanduser().resolve() if chosen else None
 
 
-def references(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path,
-               run: RunContext) -> dict[str, dict[str, dict]]:
+def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path, run: RunContext) -> "Pending":
     """Run each ``(assignment, notebook, source)`` solution as a submission, with the instructor's probes.
 
-    Returns assignment -> notebook -> grade_id -> the reference's records; raises CanaryFailed unless every
-    test passes. ``start(...).result()``: see :func:`start`.
-    """
-    return start(notebooks, workdir, run).result()
-
-
-def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path, run: RunContext) -> "Pending":
-    """Hand the solutions whose references must be made to the executor, and return at once.
+    Hands the solutions whose references must be made to the executor and returns at once;
+    :meth:`Pending.result` gives assignment -> notebook -> grade_id -> the reference's records, and
+    raises CanaryFailed unless every test passes.
 
     A notebook whose reference is kept under the same key, in the work folder or the shared cache, is not
     run again; one that another grader is making in the shared cache is waited for in

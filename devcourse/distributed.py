@@ -143,8 +143,9 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
     fail to start one, all of them start the ordinary way instead. The first to exit non-zero ends
     the run: the others have :data:`FAILURE_GRACE_S` to end by themselves (a rank left waiting for
     the one that is gone usually fails at once, and records what it raised), then are killed, and
-    :class:`DistributedRunError` says ``name(index)`` exited with which code, then the end of the log. A run past ``timeout_s`` is killed the same way. Nothing of
-    a run is left running, however it ends.
+    :class:`DistributedRunError` says ``name(index)`` exited with which code, then the end of the
+    log. A run past ``timeout_s`` is killed the same way. Nothing of a run is left running, however it
+    ends.
     """
     import time
 
