@@ -39,13 +39,12 @@ from autograder.feedback import hidden_lines, write_feedback
 from autograder.course import is_course_dir
 from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
                                   nbgrader_api)
-from autograder.intake import RENAMED
 from autograder.executors import ClusterError, Executor, executor_for
 from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
-from autograder.submission import SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
+from autograder.submission import RENAMED, SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
 from autograder.verdict import judge
 from devcourse.validation import total_points
 

@@ -102,7 +102,7 @@ class LocalPool(Executor):
 
     def __init__(self, settings: Settings, runners=RUNNERS):
         self.settings, self.runners = settings, runners
-        self.zygote = None if no_zygote(settings) else new_zygote()
+        self.zygote = None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote()
         if self.zygote is not None:
             self.zygote.start()  # its imports (torch's 2 s) run while the grader sets the run up
         self.jobs = max(1, settings.jobs)
@@ -197,6 +197,25 @@ def new_zygote() -> Zygote:
     """A zygote with the kernel's environment as it is when its first runner starts (a runner's, started
     fresh then, would have that environment)."""
     return Zygote(lambda: kernel_env("/tmp/home", tool_env()), ROOT)
+
+
+_EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's LocalPool
+
+
+def start_zygote_early(settings: Settings) -> None:
+    """Start the zygote of this run's local pool now, for the pool to take when it is made.
+
+    Its imports (torch's, over a second of one core) then run beside the grader's own set-up (which
+    imports torch too, to name the devices a run checks) instead of after it, so the first runner
+    forks sooner. Nothing for a Dask cluster, whose workers have their own, or where no zygote is used;
+    a zygote no pool takes (the run stopped first) ends when the grader does.
+    """
+    if settings.scheduler or settings.dask_local or no_zygote(settings) or _EARLY:
+        return
+    zygote = new_zygote()
+    zygote.start()
+    atexit.register(zygote.close)
+    _EARLY.append(zygote)
 
 
 _WORKER_ZYGOTE: list[Zygote] = []  # a Dask worker's, made at its first job that can use one, kept for its life

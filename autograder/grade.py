@@ -61,7 +61,7 @@ from pathlib import Path
 
 from autograder import cgroups, sandbox
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
-from autograder.executors import ClusterError, check_scheduler
+from autograder.executors import ClusterError, check_scheduler, start_zygote_early
 from autograder.canary import CACHE_ENV, CanaryFailed
 from autograder.course import CourseError, is_course_dir, parse_due
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
                         keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
                         regrade=args.regrade, due=due, scheduler=args.scheduler, dask_local=args.dask_local,
                         gpu_jobs=args.gpu_jobs, warm=not args.no_warm, zygote=not args.no_zygote)
+    # Every process of this run carries the marker (a test or a wrapper may have chosen it): the zygote's too.
+    os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
+    start_zygote_early(settings)
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)
@@ -200,8 +203,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"limits is reused (--rerun-canary runs it anyway).")
     print("\n".join(header), flush=True)
     started = time.monotonic()
-    # Every process of this run carries the marker (a test or a wrapper may have chosen it).
-    os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
     try:
         with INTERRUPTS.installed():
             results = grade(args.submitted, args.workdir, settings)

@@ -33,9 +33,10 @@ import re
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
+from autograder.submission import RENAMED
+
 CANVAS = re.compile(r"^(?P<name>[^_]+?)(?P<late>_LATE)?_(?P<student_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)$")
 MOODLE = re.compile(r"^(?P<full_name>.+?)_(?P<student_id>\d+)_assign(?:submission|feedback)_[a-z]+_(?P<file>.*)$")
-RENAMED = re.compile(r"^(?P<stem>.+?)(?: \(\d+\)|-\d+)$")
 
 
 def parse(path: str) -> dict[str, str] | None:

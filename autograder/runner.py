@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -100,19 +101,11 @@ def tree_usage(root: int, uncounted: int = 0) -> tuple[float, int]:
     namespaces its init). Forked from the zygote they map its pages, torch's included, as the kernel does
     (:mod:`autograder.zygote`), and counted they would count those two or three times.
     """
-    children: dict[int, list[int]] = {}
-    try:
-        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return 0.0, 0
-    for pid in entries:
-        fields = _stat(pid)
-        if fields:
-            children.setdefault(int(fields[1]), []).append(pid)
+    children = _children if _children_listed() else _children_from_stat()
     total_kib, tasks, todo = 0, 0, [(root, 0)]
     while todo:
         pid, generation = todo.pop()
-        todo += [(child, generation + 1) for child in children.get(pid, [])]
+        todo += [(child, generation + 1) for child in children(pid)]
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
@@ -123,6 +116,41 @@ def tree_usage(root: int, uncounted: int = 0) -> tuple[float, int]:
             elif line.startswith("Threads:"):
                 tasks += int(line.split()[1])
     return total_kib / 1024, tasks
+
+
+@functools.lru_cache(maxsize=1)
+def _children_listed() -> bool:
+    """Whether Linux lists each thread's children in /proc (``/proc/PID/task/TID/children``, most kernels)."""
+    return os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def _children(pid: int) -> list[int]:
+    """The children of process ``pid`` (of every thread of it), read from its own /proc entries only."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            found += [int(child) for child in Path(f"/proc/{pid}/task/{thread}/children").read_text().split()]
+        except OSError:  # the thread or the process ended
+            continue
+    return found
+
+
+def _children_from_stat():
+    """Where Linux does not list children: every process's parent, read from every /proc/PID/stat."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        entries = []
+    for pid in entries:
+        fields = _stat(pid)
+        if fields:
+            children.setdefault(int(fields[1]), []).append(pid)
+    return lambda pid: children.get(pid, [])
 
 
 def disk_used_mib(launcher: int, size_mib: int) -> float | None:

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import nbformat
 
 from autograder.pipeline import course_config
+
+# A copy an LMS or a browser renamed: ``00_environment (1).ipynb``, ``00_environment-1.ipynb``.
+RENAMED = re.compile(r"^(?P<stem>.+?)(?: \(\d+\)|-\d+)$")
 
 
 def nbgrader_meta(cell) -> dict:

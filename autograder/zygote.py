@@ -358,6 +358,11 @@ def _in_bad_fork_for_cuda() -> bool:
 def serve(sock_fd: int, grader: int) -> None:
     """The zygote's loop: fork a runner when asked, pass on signals to runners, report each runner's end."""
     _STARTED_WITH.update({signum: handler for signum in _SIGNALS if (handler := signal.getsignal(signum)) is not None})
+    # A runner handles these three, so its kernel starts with Python's defaults for them, whatever the grader
+    # ignored; and the grader, which may start the zygote before it handles them itself, hands its runners
+    # the defaults too. Forked, both start with those.
+    _STARTED_WITH.update({signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                          signal.SIGHUP: signal.SIG_DFL})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the runners end their jobs
     launcher.die_with_parent(grader, signal.SIGKILL)
     sock = socket.socket(fileno=sock_fd)
@@ -414,7 +419,8 @@ def _python_signals() -> None:
 
     The zygote is such a process, and records them before it changes any (:func:`serve`; every runner and
     kernel is forked from it after that): Python's defaults, except that a signal the grader ignores (as
-    under ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh.
+    under ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh; SIGINT,
+    SIGTERM and SIGHUP, which the grader and the runners handle, are at their defaults in both.
     """
     for signum, handler in _STARTED_WITH.items():
         signal.signal(signum, handler)

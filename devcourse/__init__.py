@@ -5,7 +5,19 @@ does there. The lesson that introduces a helper is named at the end of its
 docstring, so a reader can go back to where it is explained.
 """
 
-from devcourse.devices import accelerator_or_simulated, best_device
-
 __all__ = ["accelerator_or_simulated", "best_device"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``devcourse.best_device`` and ``devcourse.accelerator_or_simulated``, imported at first use.
+
+    They live in :mod:`devcourse.devices`, which imports torch (over a second); a program that only
+    needs another module of the package (the autograder needs :mod:`devcourse.warmstart` and
+    :mod:`devcourse.validation`, neither of which uses torch) does not wait for torch.
+    """
+    if name in __all__:
+        from devcourse import devices
+
+        return getattr(devices, name)
+    raise AttributeError(f"module 'devcourse' has no attribute {name!r}")

@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import zygote
+from autograder import runner, zygote
 from autograder.demo import SUBMITTED
 from autograder.runner import RUN_MARKER, processes_of, tree_usage
 
@@ -198,6 +198,40 @@ def test_the_count_of_a_submissions_memory_leaves_out_the_sandboxs_own_processes
         everything, tasks = tree_usage(root.pid)
         children_only, same_tasks = tree_usage(root.pid, uncounted=1)
         assert everything >= 390 and 95 <= children_only <= 150 and tasks == same_tasks >= 2
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+
+
+def test_the_count_finds_the_children_a_thread_started_and_the_grandchildren(tmp_path, monkeypatch):
+    """tree_usage walks a process's children from its threads' /proc lists; it finds the same processes as
+    the scan of every process's parent that it falls back to: a child started by a second thread, and its
+    child, each holding 50 MiB."""
+    script = tmp_path / "tree.py"
+    script.write_text(
+        "import subprocess, sys, threading, time\n"
+        "held = bytearray(50 << 20)\n"
+        "if sys.argv[1] == 'root':\n"
+        "    def start():\n"
+        "        subprocess.Popen([sys.executable, __file__, 'child'])\n"
+        "        print('ready', flush=True)\n"
+        "        time.sleep(60)  # the thread lives on: its child stays its own\n"
+        "    threading.Thread(target=start).start()\n"
+        "elif sys.argv[1] == 'child':\n"
+        "    subprocess.Popen([sys.executable, __file__, 'leaf'])\n"
+        "time.sleep(60)\n")
+    root = subprocess.Popen([sys.executable, str(script), "root"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert root.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30
+        while tree_usage(root.pid)[0] < 150 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        listed = tree_usage(root.pid)
+        monkeypatch.setattr(runner, "_children_listed", lambda: False)
+        scanned = tree_usage(root.pid)
+        assert listed[0] >= 150 and scanned[0] >= 150 and abs(listed[0] - scanned[0]) < 20
+        assert listed[1] == scanned[1] >= 3
     finally:
         os.killpg(root.pid, signal.SIGKILL)
         root.wait()
