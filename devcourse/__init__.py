@@ -21,3 +21,8 @@ def __getattr__(name: str):
 
         return getattr(devices, name)
     raise AttributeError(f"module 'devcourse' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What ``dir(devcourse)`` and Jupyter's completion list: the lazily imported helpers too."""
+    return sorted({*globals(), *__all__})

@@ -140,6 +140,22 @@ def test_devcourse_modules_import_without_jupyters_server_or_jsonschema():
     assert done.stdout.strip() == "[]", f"importing devcourse's modules brought in {done.stdout.strip()}"
 
 
+def test_the_grader_starts_without_torch_and_devcourse_still_offers_its_helpers():
+    """The grader's zygote imports torch while the grader sets up: the grader's modules, and the devcourse
+    modules it uses, must not import it first. A notebook still finds ``devcourse.best_device`` (and
+    Jupyter's completion lists it)."""
+    import subprocess
+
+    code = ("import sys, autograder.grade, autograder.batch, devcourse.warmstart, devcourse.validation\n"
+            "print('torch' in sys.modules)\n"
+            "import devcourse\n"
+            "from devcourse import best_device\n"
+            "print(best_device is devcourse.best_device, 'best_device' in dir(devcourse), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True", "True"], done.stdout
+
+
 def test_sim_output_cells_are_compared_only_where_there_is_no_real_accelerator(monkeypatch):
     import conftest
     from devcourse import devices
