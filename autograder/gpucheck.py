@@ -74,6 +74,9 @@ class Context:
 
 
 def check_environment(ctx: Context) -> Check:
+    from autograder.bytecode import advice, uncompiled
+
+    missing = uncompiled()
     rows = [
         ("python", platform.python_version()),
         ("torch", torch.__version__),
@@ -81,11 +84,14 @@ def check_environment(ctx: Context) -> Check:
         ("cuDNN", str(torch.backends.cudnn.version()) if ctx.cuda else "n/a"),
         ("driver", _driver_version()),
         ("GPUs", str(torch.cuda.device_count() if ctx.cuda else 0)),
+        ("bytecode", f"none for {', '.join(missing)}" if missing else "compiled"),
     ]
     for i in range(torch.cuda.device_count() if ctx.cuda else 0):
         props = torch.cuda.get_device_properties(i)
         rows.append((f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}"))
     table = ["| what | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+    if missing:
+        table += ["", *advice(missing)]
     pinned = pinned_torch()
     if pinned and torch.__version__.split("+")[0] != pinned:
         table += ["", f"The course pins torch {pinned} (requirements.txt); this machine's {torch.__version__} "

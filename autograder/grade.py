@@ -59,7 +59,7 @@ import sys
 import time
 from pathlib import Path
 
-from autograder import cgroups, sandbox
+from autograder import bytecode, cgroups, sandbox
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
 from autograder.executors import ClusterError, check_scheduler, start_zygote_early
 from autograder.canary import CACHE_ENV, CanaryFailed
@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
                                                              settings.cell_timeout_s,
                                                              0 if settings.keep_work else settings.disk_mib,
-                                                             settings.max_processes, cgroups.find().describe()))]
+                                                             settings.max_processes, cgroups.find().describe())),
+              *bytecode.advice(bytecode.uncompiled())]
     checked_first = {"graded": "of each assignment with submissions", "all": "of every assignment"}[settings.canary]
     # It runs before the progress bar starts: say what the wait is for.
     header.append(f"First the instructor's solution {checked_first} runs in the same sandbox "

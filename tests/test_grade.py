@@ -12,7 +12,7 @@ import time
 import nbformat
 import pytest
 
-from autograder import cgroups, demo, grade, pipeline, sandbox, scan, submission
+from autograder import bytecode, cgroups, demo, grade, pipeline, sandbox, scan, submission
 from autograder.settings import DEMO_CLASS, Settings
 from autograder.job import strict_comparisons
 
@@ -102,6 +102,7 @@ def test_report_names_devices_and_limits(run):
     workdir, rows = run
     report = (workdir / "report.txt").read_text()
     assert "Devices every submission is checked on: cpu" in report
+    assert "No compiled bytecode" not in report, "an environment pip installed has it"
     assert "wall time: enforced" in report and "memory: enforced" in report
     isolation = sandbox.probe()
     assert ("network: enforced" in report) == isolation.namespaces
@@ -471,9 +472,15 @@ def test_nothing_the_course_teaches_is_flagged():
     assert scan.scan(cells_of("from IPython.display import Image, get_ipython")) == ["line 1 uses IPython.display"]
 
 
-def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys):
+def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys, monkeypatch):
     # PyTorch cannot start under a 64 MiB limit: the instructor's solution fails in the sandbox, so
     # grading stops with exit 3 and the reason on the first line, instead of a table of zeros.
+    # And a package kernels import that came without bytecode is named in the header, with the fix.
+    site = tmp_path / "site" / "uncompiled_pkg"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site.parent))
+    monkeypatch.setattr(bytecode, "PACKAGES", (*bytecode.PACKAGES, "uncompiled_pkg"))
     submitted = tmp_path / "submitted" / "ada"
     shutil.copytree(DEMO_CLASS / "ada" / "00_environment", submitted / "00_environment")
     code = grade.main(["--submitted", str(submitted.parent), "--workdir", str(tmp_path / "work"), "--quiet",
@@ -481,6 +488,8 @@ def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys)
     said = capsys.readouterr()
     first = said.err.splitlines()[0]
     assert "First the instructor's solution of each assignment with submissions runs in the same sandbox" in said.out
+    assert "No compiled bytecode for uncompiled_pkg: every kernel compiles" in said.out
+    assert f"-m compileall -q -j0 {site}" in said.out
     assert code == 3
     assert first.startswith("grading stopped: the instructor's solution of 00_environment/00_environment"), first
     assert not (tmp_path / "work" / "jobs" / "ada").exists(), "no student is graded"
