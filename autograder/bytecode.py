@@ -31,7 +31,10 @@ def uncompiled(packages: tuple[str, ...] | None = None) -> dict[str, str]:
     Looks only at the ``.py`` files directly in each package's folder (a package installed
     without bytecode has none anywhere, so its top level tells), and honours
     ``PYTHONPYCACHEPREFIX``. A package that is not installed, or that has bytecode for at least
-    half of those files, is left out. Works the same with or without a GPU.
+    half of those files, is left out. The folder named is the one the package was installed
+    into (its ``site-packages``): what came without bytecode beside it, such as the sympy that
+    ``torch.export`` and ``torch.compile`` import, is compiled with it. Works the same with or
+    without a GPU.
     """
     if sys.implementation.cache_tag is None:  # this Python caches no bytecode at all
         return {}
@@ -50,7 +53,7 @@ def uncompiled(packages: tuple[str, ...] | None = None) -> dict[str, str]:
             folder, sources = spec.origin, [spec.origin]
         cached = sum(os.path.exists(importlib.util.cache_from_source(source)) for source in sources)
         if sources and cached * 2 < len(sources):
-            missing[name] = folder
+            missing[name] = os.path.dirname(folder)
     return missing
 
 
