@@ -1,6 +1,6 @@
 """Grade the same submissions with plain sequential nbgrader and with make grade; print the ratio.
 
-    python benchmarks/grading_throughput.py [--students ada,grace,linus,margaret]
+    python benchmarks/grading_throughput.py [--students ada,grace,linus,margaret] [--assignments 00_environment,...]
 
 Six runs over the same copy of some demo students' submissions, one after
 another in this one run:
@@ -78,13 +78,23 @@ TARGET_SPEEDUP = 3.0
 TARGET_OVERHEAD_S = 0.3
 
 
-def copy_class(students: list[str], folder: Path) -> list[Path]:
-    """Copy the students' submissions into ``folder``; return their notebooks."""
+def copy_class(students: list[str], folder: Path, assignments: list[str] | None = None) -> list[Path]:
+    """Copy the students' submissions into ``folder`` (of ``assignments`` only, when given); return their notebooks."""
+    known = sorted(path.name for path in SOLUTIONS.iterdir() if path.is_dir())
+    unknown = sorted(set(assignments or ()) - set(known))
+    if unknown:
+        raise SystemExit(f"no assignment named {', '.join(unknown)} (have: {', '.join(known)})")
     for student in students:
         if not (DEMO_CLASS / student).is_dir():
             raise SystemExit(f"no demo student named {student!r} in {DEMO_CLASS}")
-        shutil.copytree(DEMO_CLASS / student, folder / student)
-    return sorted(folder.glob("*/*/*.ipynb"))
+        shutil.copytree(DEMO_CLASS / student, folder / student,
+                        ignore=None if not assignments else
+                        lambda where, names: [n for n in names if Path(where) == DEMO_CLASS / student
+                                              and (DEMO_CLASS / student / n).is_dir() and n not in assignments])
+    notebooks = sorted(folder.glob("*/*/*.ipynb"))
+    if not notebooks:
+        raise SystemExit("those students submitted none of those assignments")
+    return notebooks
 
 
 def children_cpu_s() -> float:
@@ -202,6 +212,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", default=",".join(HONEST),
                         help="demo students to grade, comma-separated (default: %(default)s)")
+    parser.add_argument("--assignments", default="",
+                        help="grade only these assignments, comma-separated (default: all the students submitted)")
     parser.add_argument("--no-warm", action="store_true", help="make grade --no-warm (kernels started at their turn)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="notebooks make grade runs at once (default: one per core, here %(default)s)")
@@ -212,9 +224,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="grading-benchmark-") as tmp:
         tmp = Path(tmp)
         os.chmod(tmp, 0o755)  # the sandboxed kernels run as nobody and must reach their copies below
-        notebooks = copy_class(students, tmp / "class")
+        assignments = [name.strip() for name in args.assignments.split(",") if name.strip()]
+        notebooks = copy_class(students, tmp / "class", assignments)
         count = len(notebooks)
-        print(f"{count} notebooks of {len(students)} students ({', '.join(students)}); cell timeout {timeout:g} s\n")
+        print(f"{count} notebooks of {len(students)} students ({', '.join(students)})"
+              f"{' in ' + ', '.join(assignments) if assignments else ''}; cell timeout {timeout:g} s\n")
         graded = [tmp / "plain" / "autograded" / path.relative_to(tmp / "class") for path in notebooks]
         warm = not args.no_warm
         alone_cpu = []
