@@ -53,6 +53,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from autograder import bytecode
 from autograder.job import RUNNERS, Runners, execute, finish, launch, relocate
 from autograder.pipeline import ROOT, tool_env
 from autograder.runner import kernel_env
@@ -617,7 +618,10 @@ def main(argv: list[str] | None = None) -> int:
         name = name or f"gpu{args.gpu}-{os.uname().nodename}"
     if name:
         command += ["--name", name]
+    for line in bytecode.advice(bytecode.uncompiled()):  # this machine's kernels would compile them every time
+        print(f"worker: {line.strip()}", file=sys.stderr)
     sys.stdout.flush()
+    sys.stderr.flush()
     os.execve(sys.executable, command, env)  # the worker is this process: signals and a kill reach it
 
 

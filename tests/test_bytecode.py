@@ -1,6 +1,7 @@
 """The grader finds packages installed without bytecode, which every sandboxed kernel compiles again."""
 
 import shlex
+import sys
 import subprocess
 
 from autograder import bytecode
@@ -43,3 +44,28 @@ def test_a_package_with_most_of_its_bytecode_counts_as_compiled(tmp_path, monkey
 def test_this_environment_has_the_bytecode_of_what_kernels_import():
     """Installed by pip (make install), every package a kernel imports is compiled: the grader advises nothing."""
     assert bytecode.uncompiled() == {}
+
+
+def test_a_worker_says_which_packages_its_kernels_will_compile_before_it_becomes_dasks_worker(tmp_path, monkeypatch,
+                                                                                              capsys):
+    from autograder import executors
+
+    _package(tmp_path, "uncompiled_pkg")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bytecode, "PACKAGES", ("uncompiled_pkg",))
+
+    class Became(Exception):
+        pass
+
+    def execve(path, command, env):
+        raise Became(command, env)
+
+    monkeypatch.setattr(executors.os, "execve", execve)
+    try:
+        executors.main(["worker", "tcp://127.0.0.1:1", "--gpu", "3", "--name", "w"])
+    except Became as became:
+        command, env = became.args
+    assert command[2:4] == ["distributed.cli.dask_worker", "tcp://127.0.0.1:1"] and env["CUDA_VISIBLE_DEVICES"] == "3"
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("worker: No compiled bytecode for uncompiled_pkg: every kernel compiles"), err
+    assert err[1] == "worker: " + shlex.join([sys.executable, "-m", "compileall", "-q", "-j0", str(tmp_path)]), err
