@@ -65,6 +65,6 @@ def advice(missing: dict[str, str]) -> list[str]:
     folders = sorted(set(missing.values()))
     command = shlex.join([sys.executable, "-m", "compileall", "-q", "-j0", *folders])
     return [f"No compiled bytecode for {', '.join(missing)}: every kernel compiles what it imports from them, "
-            f"every time (kernels cannot write it), which makes grading slower. Compile them once, as the "
-            f"environment's owner:",
+            f"every time (a sandboxed kernel cannot write bytecode), which makes grading slower. Compile them "
+            f"once, as the environment's owner:",
             f"  {command}"]
