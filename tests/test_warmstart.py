@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +152,25 @@ def test_one_server_serves_runs_that_hide_the_gpus_and_each_process_sees_its_own
     assert (tmp_path / "hidden").read_text() == fresh == "'' 0\n"
     assert (tmp_path / "shown").read_text().startswith("None ")
     starter.close()
+
+
+GUARDED = r'''
+import os
+from autograder.runner import GUARD_SOURCE
+exec(GUARD_SOURCE)
+install("_guard_for_test")
+from devcourse import warmstart
+env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COURSE_PROBE="a graded notebook")
+first = warmstart.starter(env)
+_guard_for_test()  # what the grader runs before each test cell: the course's modules put back as they were
+print(first is not None and first.alive, warmstart.starter(env) is first)
+first.close()
+'''
+
+
+def test_the_server_outlives_the_graders_guard_between_tests():
+    """A grading kernel runs the guard before each test; 07's and 09's tests start runs. The server must stay the
+    one in use, not be forgotten (left running, holding the submission's memory) and started again (a torch import)."""
+    done = subprocess.run([sys.executable, "-c", GUARDED], cwd=Path(warmstart.__file__).parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stdout + done.stderr
