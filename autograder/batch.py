@@ -292,7 +292,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                 earlier.add((student, name))
             else:
                 notes[student, name] = ["not graded yet"]
-    canary_names = names if settings.canary == "all" else sorted({name for _, name in todo})
+    canary_names = chosen_names if settings.canary == "all" else sorted({name for _, name in todo})
     # The canary's jobs go first; students' follow at once and run beside them (on a cluster, the longest solution
     # notebook would otherwise keep every worker waiting). A pair an earlier run graded keeps what that run left
     # until the canary has passed: a failed canary loses nothing.

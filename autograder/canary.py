@@ -18,7 +18,9 @@ that is resumed reuses them.
 
 The notebooks of each assignment that has submissions to grade are run
 (``graded``, the default: grading needs their references); ``--canary all``
-runs every assignment's. :func:`start` hands them to the executor and
+runs every chosen assignment's, submissions or not (a run before the
+deadline, with no submissions yet, makes the references a first grading
+then reuses). :func:`start` hands them to the executor and
 returns at once: :mod:`autograder.batch` sends new submissions' jobs beside
 them and waits for :meth:`Pending.result` before it judges any, or replaces
 anything an earlier run graded.

@@ -1,7 +1,8 @@
 """Autograde a whole class: in parallel, sandboxed, with limits (``make grade``).
 
 First the instructor's solution of each assignment that has submissions to
-grade (``--canary all``: of every assignment) runs in the same sandbox
+grade (``--canary all``: of every assignment chosen, submissions or not, so
+that a run before the deadline makes the references) runs in the same sandbox
 (:mod:`autograder.canary`), new submissions' notebooks starting beside it:
 unless it passes every test, grading stops with exit code 3 and the reason on
 the first line of the error output, and nothing of any student is graded;
@@ -117,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--canary", choices=("graded", "all"), default="graded",
                         help="run the instructor's solution first, in the same sandbox, and stop unless it gets "
                              "full marks (its run is the reference submissions are judged against): of each "
-                             "assignment that has submissions to grade, or of every assignment (default: %(default)s); "
+                             "assignment that has submissions to grade, or of every assignment chosen (--assignment), "
+                             "submissions or not: run before the deadline, it makes the references the first grading "
+                             "then reuses (default: %(default)s); "
                              "a reference kept from an earlier run is reused while the solution, the grader, "
                              "Python's packages, the devices and the limits are the same")
     parser.add_argument("--rerun-canary", action="store_true",
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              0 if settings.keep_work else settings.disk_mib,
                                                              settings.max_processes, cgroups.find().describe())),
               *bytecode.advice(bytecode.uncompiled())]
-    checked_first = {"graded": "of each assignment with submissions", "all": "of every assignment"}[settings.canary]
+    checked_first = {"graded": "of each assignment with submissions",
+                     "all": "of every assignment" + (" chosen" if settings.assignments else "")}[settings.canary]
     # It runs before the progress bar starts: say what the wait is for.
     header.append(f"First the instructor's solution {checked_first} runs in the same sandbox "
                   f"(--canary {settings.canary}), new submissions starting beside it: the reference for the grading; "
@@ -221,8 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grading was stopped by {signal.Signals(INTERRUPTS.received).name} before any student was graded",
               file=sys.stderr, flush=True)
         return 128 + INTERRUPTS.received
-    table = format_table(results)
     workdir = args.workdir.resolve()
+    if not results:  # no submissions yet: a run that made the references ahead (--canary all) says so
+        ready = sorted(p.name for p in (workdir / "reference").iterdir() if p.is_dir()) \
+            if (workdir / "reference").is_dir() else []
+        print(f"No submissions to grade. References ready for: {', '.join(ready) or 'none'} "
+              f"(in {workdir / 'reference'}; a grading with the same solution, grader, packages, devices and "
+              f"limits reuses them).", flush=True)
+        return 0
+    table = format_table(results)
     write_csv(results, workdir / "scores.csv")
     write_histogram(results, workdir / "scores.png")
     footer = f"Graded in {time.monotonic() - started:.0f} s. Written to {workdir}: scores.csv, scores.png, report.txt" + \

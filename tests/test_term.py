@@ -241,6 +241,7 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
     assert term.course_id == course_config().CourseDirectory.course_id, "the page's course id is not the course's"
     course = term.course
     grading_runs, raw, done = [], {}, []
+    references_ahead = False
     for who, body in blocks[1:]:
         if who == "formgrader":
             raw = review_in_formgrader(term, body)
@@ -269,7 +270,13 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
         elif "nbgrader collect" in body:
             for name in ANSWERS:
                 assert (course / "submitted" / name / ASSIGNMENT / "timestamp.txt").is_file()
+        elif "--canary all" in body:  # the references made while the students work, before any submission
+            assert "No submissions to grade. References ready for: " + ASSIGNMENT in output, output
+            assert [p.name for p in (course / "reference").iterdir()] == [ASSIGNMENT], "only the chosen assignment's"
+            references_ahead = True
         elif "autograder.grade" in body:
+            if not grading_runs:  # the first grading judges by the references made ahead: no canary runs
+                assert references_ahead and f"not made again: {ASSIGNMENT}/{ASSIGNMENT}" in output, output
             grading_runs.append((_table_dump(course), sorted(
                 (p, p.read_bytes()) for p in (course / "feedback").rglob("*.html"))))
             rows = {r["student"]: r for r in csv_rows(course / "scores.csv") if r["assignment"] == ASSIGNMENT}
