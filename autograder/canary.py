@@ -65,6 +65,7 @@ from autograder.verdict import judge, observations_of
 
 STUDENT = "(canary)"
 CACHE_ENV = "COURSE_REFERENCE_CACHE"
+REFERENCES = "reference"  # the work folder's folder of references, one folder per assignment
 KEY_FORMAT = 1  # raised when what a reference holds changes
 
 
@@ -229,7 +230,13 @@ def _finish(jobs: list, workdir: Path, cache: Path | None, found: dict) -> None:
 
 def _own(workdir: Path, assignment: str, notebook: str) -> Path:
     """Where the work folder keeps the reference it grades ``assignment/notebook`` with."""
-    return workdir / "reference" / assignment / f"{notebook}.json"
+    return workdir / REFERENCES / assignment / f"{notebook}.json"
+
+
+def kept_assignments(workdir: Path) -> list[str]:
+    """The assignments the work folder keeps references of (made by this run or an earlier one)."""
+    folder = workdir / REFERENCES
+    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
 def _read(path: Path) -> dict | None:

@@ -63,7 +63,7 @@ from pathlib import Path
 from autograder import bytecode, cgroups, sandbox
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
 from autograder.executors import ClusterError, check_scheduler, start_zygote_early
-from autograder.canary import CACHE_ENV, CanaryFailed
+from autograder.canary import CACHE_ENV, REFERENCES, CanaryFailed, kept_assignments
 from autograder.course import CourseError, is_course_dir, parse_due
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
@@ -227,10 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + INTERRUPTS.received
     workdir = args.workdir.resolve()
     if not results:  # no submissions yet: a run that made the references ahead (--canary all) says so
-        ready = sorted(p.name for p in (workdir / "reference").iterdir() if p.is_dir()) \
-            if (workdir / "reference").is_dir() else []
+        ready = kept_assignments(workdir)
         print(f"No submissions to grade. References ready for: {', '.join(ready) or 'none'} "
-              f"(in {workdir / 'reference'}; a grading with the same solution, grader, packages, devices and "
+              f"(in {workdir / REFERENCES}; a grading with the same solution, grader, packages, devices and "
               f"limits reuses them).", flush=True)
         return 0
     table = format_table(results)

@@ -87,10 +87,10 @@ def copy_class(students: list[str], folder: Path, assignments: list[str] | None 
     for student in students:
         if not (DEMO_CLASS / student).is_dir():
             raise SystemExit(f"no demo student named {student!r} in {DEMO_CLASS}")
-        shutil.copytree(DEMO_CLASS / student, folder / student,
-                        ignore=None if not assignments else
-                        lambda where, names: [n for n in names if Path(where) == DEMO_CLASS / student
-                                              and (DEMO_CLASS / student / n).is_dir() and n not in assignments])
+        (folder / student).mkdir(parents=True)
+        for submission in sorted((DEMO_CLASS / student).iterdir()):  # one folder per assignment
+            if not assignments or submission.name in assignments:
+                shutil.copytree(submission, folder / student / submission.name)
     notebooks = sorted(folder.glob("*/*/*.ipynb"))
     if not notebooks:
         raise SystemExit("those students submitted none of those assignments")
