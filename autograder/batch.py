@@ -417,7 +417,9 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
         raise
     cgroups.sweep(run.cgroups)
     state["finished"] = True
-    state["last_run"] = {"jobs": len(futures), "grader_s": round(handling_s, 2)}
+    # The assignments whose references this run checked (made, or kept under the same key), for a run with no
+    # submissions that made them ahead.
+    state["last_run"] = {"jobs": len(futures), "grader_s": round(handling_s, 2), "references": sorted(references)}
     write_state(workdir, state)
 
     devices = devices_text()

@@ -233,12 +233,6 @@ def _own(workdir: Path, assignment: str, notebook: str) -> Path:
     return workdir / REFERENCES / assignment / f"{notebook}.json"
 
 
-def kept_assignments(workdir: Path) -> list[str]:
-    """The assignments the work folder keeps references of (made by this run or an earlier one)."""
-    folder = workdir / REFERENCES
-    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
-
-
 def _read(path: Path) -> dict | None:
     try:
         kept = json.loads(path.read_text())

@@ -55,7 +55,8 @@ class FeedbackExporter(HTMLExporter):
     cells of a JupyterLab-styled page (over half of the page's time); nbgrader's feedback template has
     no such cells, so for its pages the alternative texts are added to the text as it is, outside
     scripts, styles and comments: BeautifulSoup reads the two pages as the same document (tested).
-    A page with JupyterLab's cells goes through nbconvert's own pass.
+    A page with JupyterLab's cells (another template, configured) gets the same BeautifulSoup pass as
+    nbconvert's, over the page already rendered: the template is rendered once either way.
     Set as ``GenerateFeedback.exporter_class`` by :func:`autograder.gradebook.nbgrader_api`.
     """
 
@@ -78,8 +79,8 @@ class FeedbackExporter(HTMLExporter):
         self.register_filter("filter_data_type",
                              WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources))
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-        if "jp-Notebook" in html:  # cells nbconvert gives a tabindex: its own pass
-            return HTMLExporter.from_notebook_node(self, nb, resources, **kw)
+        if "jp-Notebook" in html:  # cells nbconvert gives a tabindex
+            return self._soup_pass(html), resources
         missing = 0
 
         def with_alt(tag: re.Match) -> str:
@@ -94,6 +95,20 @@ class FeedbackExporter(HTMLExporter):
         if missing:
             self.log.warning("Alternative text is missing on %s image(s).", missing)
         return page, resources
+
+    def _soup_pass(self, html: str) -> str:
+        """What HTMLExporter does to a rendered page: alternative texts, and JupyterLab's cells focusable."""
+        from bs4 import BeautifulSoup
+
+        soup = BeautifulSoup(html, features="html.parser")
+        images = soup.select("img:not([alt])")
+        for image in images:
+            image.attrs["alt"] = NO_ALT
+        if images:
+            self.log.warning("Alternative text is missing on %s image(s).", len(images))
+        for cell in soup.select(".jp-Notebook div.jp-Cell-inputWrapper, .jp-Notebook div.jp-OutputArea-output"):
+            cell.attrs["tabindex"] = "0"
+        return str(soup)
 
 
 def hidden_lines(source: nbformat.NotebookNode) -> set[str]:

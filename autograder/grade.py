@@ -61,9 +61,9 @@ import time
 from pathlib import Path
 
 from autograder import bytecode, cgroups, sandbox
-from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
+from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade, read_state
 from autograder.executors import ClusterError, check_scheduler, start_zygote_early
-from autograder.canary import CACHE_ENV, REFERENCES, CanaryFailed, kept_assignments
+from autograder.canary import CACHE_ENV, REFERENCES, CanaryFailed
 from autograder.course import CourseError, is_course_dir, parse_due
 from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
@@ -227,10 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + INTERRUPTS.received
     workdir = args.workdir.resolve()
     if not results:  # no submissions yet: a run that made the references ahead (--canary all) says so
-        ready = kept_assignments(workdir)
-        print(f"No submissions to grade. References ready for: {', '.join(ready) or 'none'} "
-              f"(in {workdir / REFERENCES}; a grading with the same solution, grader, packages, devices and "
-              f"limits reuses them).", flush=True)
+        print(references_text(workdir, settings), flush=True)
         return 0
     table = format_table(results)
     write_csv(results, workdir / "scores.csv")
@@ -240,6 +237,23 @@ def main(argv: list[str] | None = None) -> int:
     (workdir / "report.txt").write_text("\n".join([*header, "", table, "", footer]) + "\n")
     print("\n" + table + "\n\n" + footer)
     return 0
+
+
+def references_text(workdir: Path, settings: Settings) -> str:
+    """What a run with no submissions says: the assignments whose references it checked, ready for the grading.
+
+    Only those this run made or found kept under the same key (``state.json``'s ``last_run``): a reference the
+    work folder keeps of another assignment may be of an older solution, grader or machine.
+    """
+    checked = ((read_state(workdir) or {}).get("last_run") or {}).get("references") or []
+    if settings.scheduler or settings.dask_local:
+        return (f"No submissions to grade. The instructor's solution passed on the cluster for: "
+                f"{', '.join(checked) or 'none'} (a cluster's grading runs it again each time).")
+    if not checked:
+        return ("No submissions to grade, and no reference was checked (--canary all makes the references of the "
+                "assignments chosen with --assignment ahead of the submissions).")
+    return (f"No submissions to grade. References ready for: {', '.join(checked)} (in {workdir / REFERENCES}; "
+            f"a grading with the same solution, grader, packages, devices and limits reuses them).")
 
 
 def stopped_text(stopped: GradingStopped, workdir: Path) -> str:

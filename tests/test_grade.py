@@ -115,6 +115,7 @@ def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the
     """nbgrader makes a new exporter for each student's assignment; the templates are compiled for the first only."""
     import jinja2
     from nbconvert.exporters import HTMLExporter
+    from nbconvert.exporters.templateexporter import TemplateExporter
 
     from autograder import feedback, gradebook
 
@@ -129,8 +130,17 @@ def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the
 
     monkeypatch.setattr(jinja2.Environment, "compile", compiling)
     monkeypatch.setattr(feedback.TEMPLATES, "codes", {})
+    rendered = []
+    render = TemplateExporter.from_notebook_node
+
+    def rendering(exporter, *args, **kwargs):
+        rendered.append(exporter)
+        return render(exporter, *args, **kwargs)
+
+    monkeypatch.setattr(TemplateExporter, "from_notebook_node", rendering)
     first = feedback.FeedbackExporter().from_notebook_node(nb)[0]
     assert compiled, "the first page compiles the templates"
+    assert "jp-Notebook" in first and len(rendered) == 1, "a page with JupyterLab's cells rendered twice"
     compiled.clear()
     assert feedback.FeedbackExporter().from_notebook_node(nb)[0] == first == plain
     assert compiled == [], "a second page compiled them again"
@@ -558,6 +568,29 @@ def test_the_canary_grades_each_assignment_that_has_submissions_and_its_referenc
     nbformat.write(nb, solution)
     settings.regrade = True
     assert graded("again") == ["02_cross_device_errors"]
+
+
+def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path):
+    """A reference the work folder keeps from an older run (another solution, grader or machine) is not called ready.
+
+    The real run that records what it checked is played in tests/test_term.py (``--canary all`` before any
+    submission).
+    """
+    from autograder.batch import write_state
+    from autograder.canary import REFERENCES
+
+    for kept in ("00_environment", "03_saving_and_loading"):
+        (tmp_path / REFERENCES / kept).mkdir(parents=True)
+    state = {"graded": {}, "last_run": {"jobs": 0, "grader_s": 0.0, "references": ["00_environment"]}}
+    write_state(tmp_path, state)
+    said = grade.references_text(tmp_path, Settings())
+    assert "References ready for: 00_environment (" in said and "03_saving" not in said, said
+    state["last_run"]["references"] = []  # --canary graded with nothing to grade: no canary ran
+    write_state(tmp_path, state)
+    said = grade.references_text(tmp_path, Settings())
+    assert "no reference was checked" in said and "ready for" not in said, said
+    said = grade.references_text(tmp_path, Settings(dask_local=2))
+    assert "runs it again each time" in said, said
 
 
 def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypatch):
