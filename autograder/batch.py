@@ -41,7 +41,7 @@ from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_en
                                   nbgrader_api)
 from autograder.executors import ClusterError, Executor, executor_for
 from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
-from autograder.pipeline import SOLUTIONS
+from autograder.pipeline import SOLUTIONS, copy_solutions
 from autograder.report import Progress, devices_text
 from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
 from autograder.submission import RENAMED, SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
@@ -163,7 +163,7 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.mkdir(parents=True)
-        shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        copy_solutions(workdir / "source")
         state = None
     if state is None or state.get("course") != course:
         state = {"course": course, "intake": str(intake) if intake else None, "finished": True, "graded": {},

@@ -24,11 +24,10 @@ later, or nbgrader's ``nbgrader db assignment add NAME --duedate WHEN``.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
-from autograder.pipeline import SOLUTIONS, assignments, course_config
+from autograder.pipeline import assignments, copy_solutions, course_config
 
 CONFIG = "nbgrader_config.py"
 # Paths and the gradebook are this folder's own; everything else is the course's policy, from the repository.
@@ -129,8 +128,7 @@ def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = N
     folder.mkdir(parents=True, exist_ok=True)
     names = assignments()
     try:
-        shutil.copytree(SOLUTIONS, folder / "source", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
+        copy_solutions(folder / "source")
         (folder / CONFIG).write_text(config_text(db_url, exchange, course_id))
         if db_url:  # it may hold the database's password: the instructor's to read alone
             (folder / CONFIG).chmod(0o600)

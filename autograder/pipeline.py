@@ -57,6 +57,17 @@ def course_config():
     return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
 
 
+def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
+    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores.
+
+    ``CourseDirectory.ignore`` names checkpoints, caches and the files a notebook writes beside itself when it
+    runs (08's memory picture): left out, they neither reach the students nor change what the grader keys the
+    canary's references on.
+    """
+    shutil.copytree(source, target, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
+
+
 def execute(path: Path) -> None:
     """Run a notebook top to bottom and store its outputs in place.
 

@@ -78,7 +78,7 @@ from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
 from autograder.settings import DEMO_CLASS
-from autograder.pipeline import ROOT, SOLUTIONS, course_config, tool_env
+from autograder.pipeline import ROOT, SOLUTIONS, copy_solutions, course_config, tool_env
 
 HONEST = ["ada", "grace", "linus", "margaret"]
 TARGET_SPEEDUP = 3.0
@@ -142,7 +142,7 @@ def plain_nbgrader(submitted: Path, workdir: Path) -> float:
     """Run 1: nbgrader's own commands, one assignment after another, as documented."""
     workdir.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", workdir)
-    shutil.copytree(SOLUTIONS, workdir / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    copy_solutions(workdir / "source")  # less what nbgrader ignores, as an instructor's course has it
     shutil.copytree(submitted, workdir / "submitted")
     assignments = sorted({path.name for path in submitted.glob("*/*") if path.is_dir()})
     flags = ["--CourseDirectory.source_directory=source", "--CourseDirectory.release_directory=release",

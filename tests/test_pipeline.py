@@ -7,6 +7,8 @@ grader giving the demo student ``ada`` full marks (``tests/test_grade.py``);
 student versions pass none.
 """
 
+import shutil
+
 import nbformat
 import pytest
 
@@ -61,3 +63,35 @@ def test_times_exits_1_when_a_notebook_is_over_a_limit(monkeypatch, capsys):
     assert pipeline.main(["times", *seconds]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].endswith("run over") and lines[-1].endswith("Validate over") and "over" not in lines[-3]
+
+
+def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_them(tmp_path, monkeypatch):
+    """08's memory picture, written when the solution runs, neither reaches a work folder nor changes its key.
+
+    A new work folder's ``source/`` is what the canary's references are keyed on (``autograder.canary``): a
+    picture left by running the solution made every new work folder key 08 anew and run its canary again.
+    """
+    from autograder import batch
+    from autograder.submission import fingerprint
+
+    solutions = tmp_path / "solutions"
+    shutil.copytree(pipeline.SOLUTIONS / "08_portable_models_and_memory", solutions / "08_portable_models_and_memory",
+                    ignore=shutil.ignore_patterns("memory_timeline.png"))
+    clean = tmp_path / "clean"
+    pipeline.copy_solutions(clean, solutions)
+    for stray in ("08_portable_models_and_memory/memory_timeline.png", ".ipynb_checkpoints/x-checkpoint.ipynb",
+                  "08_portable_models_and_memory/__pycache__/m.cpython-311.pyc"):
+        (solutions / stray).parent.mkdir(parents=True, exist_ok=True)
+        (solutions / stray).write_bytes(b"written by a run")
+    (solutions / "08_portable_models_and_memory" / "data.csv").write_text("a,b\n")  # a file the notebook reads
+    copied = tmp_path / "copied"
+    pipeline.copy_solutions(copied, solutions)
+    assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == [
+        "08_portable_models_and_memory/08_portable_models_and_memory.ipynb", "08_portable_models_and_memory/data.csv"]
+    (copied / "08_portable_models_and_memory" / "data.csv").unlink()
+    assert fingerprint(copied, recursive=True) == fingerprint(clean, recursive=True)
+
+    made = []
+    monkeypatch.setattr(batch, "copy_solutions", lambda target: made.append(target) or target.mkdir())
+    batch.open_workdir(tmp_path / "work", None)
+    assert made == [tmp_path / "work" / "source"], "a new work folder copies the solutions another way"
