@@ -102,7 +102,7 @@ def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunCont
     ``machine`` is :func:`this_machine`'s.
     """
     settings = run.settings
-    if settings.scheduler or settings.dask_local:
+    if settings.on_cluster:
         return None
     limits = [settings.cell_timeout_s, settings.time_limit_s, settings.memory_mib, settings.disk_mib,
               settings.max_processes, settings.sandbox, settings.keep_work, run.isolation.namespaces,

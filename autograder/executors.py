@@ -211,7 +211,7 @@ def start_zygote_early(settings: Settings) -> None:
     forks sooner. Nothing for a Dask cluster, whose workers have their own, or where no zygote is used;
     a zygote no pool takes (the run stopped first) ends when the grader does.
     """
-    if settings.scheduler or settings.dask_local or no_zygote(settings) or _EARLY:
+    if settings.on_cluster or no_zygote(settings) or _EARLY:
         return
     zygote = new_zygote()
     zygote.start()
@@ -591,7 +591,7 @@ def stop_group(process: subprocess.Popen, timeout_s: float = 15) -> None:
 
 def executor_for(settings: Settings) -> Executor:
     """The executor ``settings`` ask for (raises :class:`ClusterError` for a cluster it cannot reach)."""
-    if settings.scheduler or settings.dask_local:
+    if settings.on_cluster:
         return DaskExecutor(settings, settings.scheduler, settings.dask_local, settings.gpu_jobs)
     return LocalPool(settings)
 

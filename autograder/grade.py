@@ -246,7 +246,7 @@ def references_text(workdir: Path, settings: Settings) -> str:
     work folder keeps of another assignment may be of an older solution, grader or machine.
     """
     checked = ((read_state(workdir) or {}).get("last_run") or {}).get("references") or []
-    if settings.scheduler or settings.dask_local:
+    if settings.on_cluster:
         return (f"No submissions to grade. The instructor's solution passed on the cluster for: "
                 f"{', '.join(checked) or 'none'} (a cluster's grading runs it again each time).")
     if not checked:

@@ -68,6 +68,11 @@ class Settings:
     zygote: bool = True  # the local pool forks runners and kernels from one process with torch imported (Linux, with namespaces)
     gpu_jobs: bool = False  # on a Dask cluster, each job asks for the resource GPU=1
 
+    @property
+    def on_cluster(self) -> bool:
+        """Jobs run on a Dask cluster (``--scheduler`` or ``--dask-local``), not the local pool."""
+        return bool(self.scheduler or self.dask_local)
+
     def isolation(self) -> sandbox.Isolation:
         if not self.sandbox:
             return sandbox.Isolation(False, "switched off with --no-sandbox")
