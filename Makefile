@@ -9,7 +9,7 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels slurm-check
+.PHONY: help install browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels slurm-check slurm
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
@@ -21,12 +21,14 @@ help:
 	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 7 minutes)"
 	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
 	@echo "make postgres   install Debian's postgresql for the gradebook test, if it is missing"
+	@echo "make slurm      install Debian's Slurm and munge for the Slurm test, if they are missing"
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"
 	@echo "make execute    re-run solutions/ and store their outputs (after editing one)"
 	@echo "make both-ways  every solution passes its tests, every student version none"
 	@echo "make gpu-check  on a CUDA machine: notebooks, grading, DDP, AMP and loading on the GPU -> docs/gpu-report.md"
 	@echo "make wheels     download the packages gpu-check needs (all but torch) into wheels/, for a GPU box without network"
 	@echo "make slurm-check  on a Slurm login node: grade part of the demo class through Slurm jobs (SLURM_CHECK_ARGS=--gpu ...)"
+	@echo "                (sudo tools/practice-slurm.sh up: a two-node Slurm on this machine to try it on)"
 	@echo "make lab-plugin rebuild the students' Lab plugin for Validate (needs node and npm)"
 	@echo "make clean      remove build output (keeps .venv)"
 
@@ -73,9 +75,10 @@ export-grades: $(READY)
 	  $(BIN)/python -m nbgrader export --exporter=autograder.lms.LmsExportPlugin --LmsExportPlugin.lms=$$lms \
 	    --CourseDirectory.db_url=$(GRADEBOOK) --to=$(GRADES_DIR)/grades-$$lms.csv || exit 1; done
 
-# Two tests need Debian packages: the browser tests drive Debian's Chromium through
+# Three tests need Debian packages: the browser tests drive Debian's Chromium through
 # Playwright, which downloads no browser of its own (CHROMIUM=/path/to/chromium uses
-# another one), and the gradebook test starts a PostgreSQL server of its own.
+# another one), the gradebook test starts a PostgreSQL server of its own, and the Slurm
+# test a two-node Slurm on this machine (tools/practice-slurm.sh).
 CHROMIUM ?= /usr/bin/chromium
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # $(call apt_install,package,what for,how else)
@@ -90,9 +93,13 @@ browser:
 postgres:
 	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { $(call apt_install,postgresql,for the gradebook test,); }
 
+slurm:
+	@command -v ip >/dev/null && test -x /usr/sbin/slurmd -a -x /usr/sbin/slurmctld -a -x /usr/sbin/munged -a -x /usr/bin/sbatch || \
+	  { $(call apt_install,slurmctld slurmd slurm-client munge iproute2,for the Slurm test (tools/practice-slurm.sh),); }
+
 # Two test processes, each file in one of them (see conftest.py); TEST_WORKERS=0 runs in one.
 TEST_WORKERS ?= 2
-test: $(READY) browser postgres
+test: $(READY) browser postgres slurm
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 mistakes: $(READY)

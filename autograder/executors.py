@@ -529,13 +529,14 @@ def wait_for_workers(client, names: set[str], timeout_s: float = 60) -> None:
 
 
 def runner_sees() -> dict:
-    """What a process that this Dask worker starts (a runner is one) sees: the job id of the Slurm job it is in
-    (or None), ``CUDA_VISIBLE_DEVICES`` and the GPUs torch finds there. Submit it to a worker; for checks of a
+    """What a process that this Dask worker starts (a runner is one) sees: its host's name, the job id of the Slurm
+    job it is in (or None), ``CUDA_VISIBLE_DEVICES`` and the GPUs torch finds there. Submit it to a worker; for checks of a
     cluster's set-up (gpu-check, slurm-check). On a machine without a GPU it reports 0 GPUs and no name.
     """
     import json
 
-    code = ("import json, os, torch; print(json.dumps({'SLURM_JOB_ID': os.environ.get('SLURM_JOB_ID'), "
+    code = ("import json, os, socket, torch; print(json.dumps({'host': socket.gethostname(), "
+            "'SLURM_JOB_ID': os.environ.get('SLURM_JOB_ID'), "
             "'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES'), "
             "'device_count': torch.cuda.device_count(), "
             "'name': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))")

@@ -38,14 +38,18 @@ JOB_NAME = "course-grader"
 
 
 def cluster_options(queue: str | None, account: str | None, walltime: str, memory: str, gpu: bool,
-                    log_directory: Path) -> dict:
+                    log_directory: Path, scheduler_interface: str | None = None) -> dict:
     """The ``SLURMCluster`` parameters: one single-threaded worker per Slurm job, this checkout's Python.
 
     The names are dask-jobqueue's since 0.8 (``job_extra_directives``, ``worker_extra_args``,
     ``job_script_prologue``). With ``gpu`` each job asks Slurm for one GPU and its worker offers ``GPU=1``.
+    ``scheduler_interface`` (``ib0``, say) is the login node's network interface the scheduler listens on,
+    for a login node whose default address the compute nodes do not reach.
     """
     options = dict(job_name=JOB_NAME, walltime=walltime, cores=1, processes=1, memory=memory,
                    python=sys.executable, job_script_prologue=[f"cd {ROOT}"], log_directory=str(log_directory))
+    if scheduler_interface:
+        options["scheduler_options"] = {"interface": scheduler_interface}
     if queue:
         options["queue"] = queue
     if account:
@@ -60,7 +64,8 @@ def job_script(options: dict, scheduler: str = "tcp://SCHEDULER:8786") -> str:
     """The batch script ``SLURMCluster(**options)`` submits for each job, for a scheduler at ``scheduler``."""
     from dask_jobqueue.slurm import SLURMJob
 
-    return SLURMJob(scheduler=scheduler, name="worker", **options).job_script()
+    job = {key: value for key, value in options.items() if key != "scheduler_options"}  # the cluster's, not a job's
+    return SLURMJob(scheduler=scheduler, name="worker", **job).job_script()
 
 
 def unavailable() -> str | None:
@@ -85,8 +90,58 @@ def sbatch_refuses(script: str) -> str | None:
 
 
 def _squeue() -> str:
-    done = subprocess.run(["squeue", "--name", JOB_NAME, "--format", "%i %T %R"], capture_output=True, text=True)
+    done = subprocess.run(["squeue", "--me", "--name", JOB_NAME, "--format", "%i %T %R"], capture_output=True, text=True)
     return (done.stdout or done.stderr).strip()
+
+
+def _queued() -> set[str] | None:
+    """The ids of this user's jobs of the check that Slurm still holds (pending or running), or None if squeue fails."""
+    done = subprocess.run(["squeue", "--me", "--name", JOB_NAME, "--noheader", "--format", "%i"],
+                          capture_output=True, text=True)
+    return set(done.stdout.split()) if done.returncode == 0 else None
+
+
+def await_workers(joined, queued, wanted: int, timeout_s: float, log_directory: Path, poll_s: float = 5,
+                  grace_s: float = 60) -> str | None:
+    """Wait until ``joined()`` workers reach ``wanted``; None then, else why not.
+
+    It gives up at ``timeout_s``, or as soon as the jobs it saw in Slurm's queue (``queued()``: the job ids
+    Slurm holds, or None when squeue fails) have all left it without their workers joining, or when none
+    appeared there within ``grace_s``: a job that fails at its start (an output folder the node cannot
+    write, a Python the node does not have) then says so in seconds, with its log if one was written,
+    instead of after the whole timeout.
+    """
+    began = time.monotonic()
+    seen: set[str] = set()
+    while True:
+        count = joined()
+        if count >= wanted:
+            return None
+        now = queued()
+        seen |= now or set()
+        waited = time.monotonic() - began
+        if now is not None and ((seen and not now) or (not seen and waited >= grace_s)):
+            return (f"{count} of {wanted} workers joined, and " + (
+                f"their Slurm jobs ({', '.join(sorted(seen))}) ended after {waited:.0f} s" if seen else
+                f"no job of theirs was in Slurm's queue after {waited:.0f} s") + "; " + job_logs(log_directory, seen))
+        if waited >= timeout_s:
+            return f"{count} of {wanted} workers joined within {timeout_s:g} s; squeue says:\n{_squeue()}\n" + \
+                job_logs(log_directory, seen)
+        time.sleep(poll_s)
+
+
+def job_logs(log_directory: Path, ids: set[str]) -> str:
+    """The end of each of the jobs' logs in ``log_directory``, or why there are none."""
+    found = sorted(path for path in Path(log_directory).glob(f"{JOB_NAME}-*.*")
+                   if path.stem.rsplit("-", 1)[-1] in ids)
+    if not found:
+        return (f"no log of theirs in {log_directory}: Slurm could not write one there (a folder the compute "
+                "nodes do not share with this one?), or they have not started; slurmd's log on the node says why")
+    tails = []
+    for path in found:
+        lines = path.read_text(errors="replace").strip().splitlines()[-5:]
+        tails.append(f"{path}:" + "".join(f"\n    {line}" for line in lines) if lines else f"{path}: empty")
+    return "their logs end:\n  " + "\n  ".join(tails)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--walltime", default="00:30:00")
     parser.add_argument("--memory", default="4GB", help="memory of each job (default 4GB)")
     parser.add_argument("--gpu", action="store_true", help="one GPU per job, GPU jobs only (--gpu-jobs)")
+    parser.add_argument("--scheduler-interface", metavar="NAME",
+                        help="the network interface the scheduler listens on (ib0, say; default: Dask's choice)")
     parser.add_argument("--assignment", default="01_device_placement", help="the demo class's assignment to grade")
     parser.add_argument("--start-timeout", type=float, default=600, metavar="SECONDS",
                         help="how long to wait for the workers' jobs to start (default 600)")
@@ -104,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print-job-script", action="store_true", help="print the batch script and exit")
     args = parser.parse_args(argv)
 
-    options = cluster_options(args.queue, args.account, args.walltime, args.memory, args.gpu, args.workdir / "logs")
+    options = cluster_options(args.queue, args.account, args.walltime, args.memory, args.gpu, args.workdir / "logs",
+                              args.scheduler_interface)
     if args.print_job_script:
         if importlib.util.find_spec("dask_jobqueue") is None:
             print(unavailable(), file=sys.stderr)
@@ -137,12 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         with Client(cluster) as client:
             print(f"[slurm-check] scheduler {cluster.scheduler_address}; asking Slurm for {args.jobs} jobs", flush=True)
             cluster.scale(jobs=args.jobs)
-            try:
-                client.wait_for_workers(args.jobs, timeout=args.start_timeout)
-            except Exception:  # distributed raises TimeoutError (of its own or asyncio's, by version)
-                print(f"[slurm-check] {len(client.scheduler_info()['workers'])} of {args.jobs} workers joined within "
-                      f"{args.start_timeout:g} s; squeue says:\n{_squeue()}\n(job logs: {args.workdir / 'logs'}). "
-                      "Nothing was graded.", file=sys.stderr)
+            why = await_workers(lambda: len(client.scheduler_info()["workers"]), _queued, args.jobs,
+                                args.start_timeout, args.workdir / "logs")
+            if why:
+                print(f"[slurm-check] {why}\nNothing was graded.", file=sys.stderr)
                 return 1
             workers = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
             sees = {w["name"]: client.submit(runner_sees, workers=[address], pure=False,
@@ -170,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     in_slurm = all(seen.get("SLURM_JOB_ID") for seen in sees.values())
     pinned = all(seen.get("CUDA_VISIBLE_DEVICES") for seen in sees.values()) if args.gpu else True
     good = bool(results) and set(ran_on) <= set(workers) and bool(ran_on) and in_slurm and pinned and not wrong
+    hosts = sorted({seen.get("host") or "?" for seen in sees.values()})
     print(f"[slurm-check] {len(results)} rows of {args.assignment} graded in {seconds:.0f} s; jobs per worker "
-          f"{ran_on}; every worker inside a Slurm job: {in_slurm}"
+          f"{ran_on}; workers on {len(hosts)} host(s) ({', '.join(hosts)}); every worker inside a Slurm job: {in_slurm}"
           + (f"; every worker given a GPU by Slurm: {pinned}" if args.gpu else "")
           + f"; {len(wrong)} unexpected scores", flush=True)
     for line in wrong:

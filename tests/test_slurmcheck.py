@@ -104,3 +104,49 @@ def test_a_job_script_slurm_refuses_stops_the_check_before_anything_is_submitted
     err = capsys.readouterr().err
     assert "sbatch refuses the workers' job script: invalid partition specified: nosuch" in err
     assert all(line.startswith("--test-only ") for line in calls.read_text().splitlines())
+
+
+def _queue(*answers):
+    """A squeue stand-in: each call returns the next answer (the last one again once they run out)."""
+    answers = list(answers)
+    return lambda: answers.pop(0) if len(answers) > 1 else answers[0]
+
+
+def test_jobs_that_end_before_their_workers_join_stop_the_wait_at_once_with_their_logs(tmp_path):
+    (tmp_path / "course-grader-41.err").write_text("start\n/opt/venv/bin/python: No such file or directory\n")
+    (tmp_path / "course-grader-7.err").write_text("another run's job\n")
+    why = slurmcheck.await_workers(lambda: 0, _queue({"41", "42"}, {"42"}, set()), 2, timeout_s=600,
+                                   log_directory=tmp_path, poll_s=0)
+    assert why.startswith("0 of 2 workers joined, and their Slurm jobs (41, 42) ended after")
+    assert "No such file or directory" in why and "another run" not in why
+
+
+def test_jobs_without_logs_point_at_a_log_folder_the_nodes_may_not_share(tmp_path):
+    why = slurmcheck.await_workers(lambda: 1, _queue({"5", "6"}, set()), 2, timeout_s=600,
+                                   log_directory=tmp_path, poll_s=0)
+    assert why.startswith("1 of 2 workers joined") and "no log of theirs" in why and "share" in why
+
+
+def test_the_wait_ends_when_the_workers_join_and_waits_while_jobs_are_queued(tmp_path):
+    joined = iter([0, 0, 1, 2])
+    assert slurmcheck.await_workers(lambda: next(joined), _queue({"5", "6"}), 2, timeout_s=600,
+                                    log_directory=tmp_path, poll_s=0) is None
+
+
+def test_jobs_still_pending_at_the_timeout_are_reported_with_squeue(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurmcheck, "_squeue", lambda: "5 PENDING (Resources)")
+    why = slurmcheck.await_workers(lambda: 0, _queue({"5"}), 1, timeout_s=0, log_directory=tmp_path, poll_s=0)
+    assert why.startswith("0 of 1 workers joined within 0 s") and "5 PENDING (Resources)" in why
+
+
+def test_no_job_in_the_queue_within_the_grace_time_stops_the_wait(tmp_path):
+    why = slurmcheck.await_workers(lambda: 0, _queue(set()), 1, timeout_s=600, log_directory=tmp_path, poll_s=0,
+                                   grace_s=0)
+    assert "no job of theirs was in Slurm's queue" in why
+
+
+def test_a_scheduler_interface_goes_to_the_scheduler_not_into_the_job_script(tmp_path):
+    options = slurmcheck.cluster_options(None, None, "00:10:00", "4GB", gpu=False, log_directory=tmp_path,
+                                         scheduler_interface="ib0")
+    assert options["scheduler_options"] == {"interface": "ib0"}
+    assert "ib0" not in slurmcheck.job_script(options)
