@@ -5,7 +5,7 @@
 #   make slurm-check SLURM_CHECK_ARGS="--scheduler-interface slurmbr0"
 #   sudo tools/practice-slurm.sh down    # stop them and remove the namespaces and the bridge
 #
-# Needs root and Debian's packages slurm-wlm, munge and iproute2 (apt-get install slurm-wlm munge iproute2).
+# Needs root and Debian's packages slurmctld, slurmd, slurm-client, munge and iproute2 (`make slurm` installs them).
 #
 # What makes the two nodes apart, and what does not:
 # - each slurmd runs in a network namespace of its own (node1 10.77.0.11, node2 10.77.0.12), joined by veth pairs
@@ -34,7 +34,7 @@ CHECK=$ROOT/build/slurm-check  # slurm-check's folder: the nodes see its logs/, 
 need_root() {
     if [ "$(id -u)" != 0 ]; then echo "practice-slurm: run it as root (sudo)" >&2; exit 2; fi
     for tool in slurmctld slurmd munged munge ip unshare nsenter; do
-        command -v "$tool" >/dev/null || { echo "practice-slurm: $tool not found: apt-get install slurm-wlm munge iproute2" >&2; exit 2; }
+        command -v "$tool" >/dev/null || { echo "practice-slurm: $tool not found: make slurm (or apt-get install slurmctld slurmd slurm-client munge iproute2)" >&2; exit 2; }
     done
 }
 
