@@ -12,7 +12,8 @@
 #   to a bridge (slurmbr0, 10.77.0.1) where slurmctld and the grader's Dask scheduler listen: the workers reach the
 #   scheduler over that network, not over loopback, and the scheduler reaches each worker at its node's address;
 # - each has a host name of its own (a UTS namespace), and a /tmp and a build/slurm-check of its own (a mount
-#   namespace with a tmpfs over each) where only logs/, the check's job logs, is the machine's own folder: a worker
+#   namespace with a tmpfs over each; a checkout that lies under /tmp is bound back into the node's /tmp) where only
+#   logs/, the check's job logs, is the machine's own folder: a worker
 #   cannot read the grader's work folder of the check (build/slurm-check/work), so every file a job needs must travel
 #   with it, while the logs are shared, as on a cluster whose home folders are (after `make clean`, run down and up);
 # - each node offers Slurm one CPU, so two one-core jobs land one on each node;
@@ -100,13 +101,9 @@ start() {
         pgrep -f "slurmd -f $CONF -N $node" >/dev/null && continue
         mkdir -p "$STATE/$node" "$CHECK/logs"
         chown "$(stat -c %u:%g "$ROOT")" "$ROOT/build" "$CHECK" "$CHECK/logs"  # the checkout's owner submits the jobs
-        # A host name, /tmp and build/slurm-check of the node's own, the logs bound back in; slurmd forks itself
-        # into the background. nsenter, not ip netns exec, which mounts a new /sys and so hides the cgroups slurmd
-        # and the sandbox use.
-        nsenter --net="/run/netns/practice-$node" unshare --uts --mount --propagation private sh -c \
-            "hostname $node && mount --bind '$CHECK/logs' /mnt && mount -t tmpfs tmpfs '$CHECK' \
-             && mkdir '$CHECK/logs' && mount --move /mnt '$CHECK/logs' && mount -t tmpfs tmpfs /tmp \
-             && exec slurmd -f '$CONF' -N $node"
+        # nsenter, not ip netns exec, which mounts a new /sys and so hides the cgroups slurmd and the sandbox use.
+        nsenter --net="/run/netns/practice-$node" unshare --uts --mount --propagation private \
+            "$ROOT/tools/practice-slurm.sh" node "$node"
     done
     for _ in $(seq 30); do
         if sinfo -h -o '%T' 2>/dev/null | grep -qx idle && [ "$(sinfo -h -N -o '%T' | grep -cx idle)" = "${#NODES[@]}" ]; then
@@ -119,6 +116,24 @@ start() {
     sinfo -N >&2 || true
     echo "logs: $LOGS" >&2
     exit 1
+}
+
+node() {  # inside a node's own namespaces (start): its host name, /tmp and build/slurm-check, then its slurmd
+    local node=$1
+    local hold="$STATE/$node-checkout"
+    hostname "$node"
+    mkdir -p "$hold"
+    mount --bind "$ROOT" "$hold"  # the checkout, kept through the node's own /tmp when it lies under /tmp
+    mount -t tmpfs tmpfs /tmp
+    case "$ROOT/" in
+        /tmp/*) mkdir -p "$ROOT" && mount --move "$hold" "$ROOT" ;;
+        *) umount "$hold" ;;
+    esac
+    mount --bind "$CHECK/logs" /mnt  # the check's logs, bound back in over the node's own build/slurm-check
+    mount -t tmpfs tmpfs "$CHECK"
+    mkdir "$CHECK/logs"
+    mount --move /mnt "$CHECK/logs"
+    exec slurmd -f "$CONF" -N "$node"  # it forks itself into the background
 }
 
 down() {
@@ -141,5 +156,6 @@ down() {
 case "${1:-}" in
     up) need_root; write_conf; network; start ;;
     down) need_root; down ;;
+    node) node "$2" ;;
     *) echo "usage: $0 up|down" >&2; exit 2 ;;
 esac
