@@ -97,16 +97,17 @@ network() {
 start() {
     munge -n >/dev/null 2>&1 || { mkdir -p /run/munge && chown munge:munge /run/munge && runuser -u munge -- munged; }
     pgrep -f "slurmctld -f $CONF" >/dev/null || slurmctld -f "$CONF"
+    mkdir -p "$CHECK/logs"
+    chown "$(stat -c %u:%g "$ROOT")" "$ROOT/build" "$CHECK" "$CHECK/logs"  # the checkout's owner submits the jobs
     for node in "${NODES[@]}"; do
         pgrep -f "slurmd -f $CONF -N $node" >/dev/null && continue
-        mkdir -p "$STATE/$node" "$CHECK/logs"
-        chown "$(stat -c %u:%g "$ROOT")" "$ROOT/build" "$CHECK" "$CHECK/logs"  # the checkout's owner submits the jobs
+        mkdir -p "$STATE/$node"
         # nsenter, not ip netns exec, which mounts a new /sys and so hides the cgroups slurmd and the sandbox use.
         nsenter --net="/run/netns/practice-$node" unshare --uts --mount --propagation private \
             "$ROOT/tools/practice-slurm.sh" node "$node"
     done
     for _ in $(seq 30); do
-        if sinfo -h -o '%T' 2>/dev/null | grep -qx idle && [ "$(sinfo -h -N -o '%T' | grep -cx idle)" = "${#NODES[@]}" ]; then
+        if [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -cx idle)" = "${#NODES[@]}" ]; then
             sinfo -N
             return 0
         fi
