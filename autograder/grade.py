@@ -53,6 +53,7 @@ the modules it names.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import secrets
 import signal
@@ -269,5 +270,18 @@ def stopped_text(stopped: GradingStopped, workdir: Path) -> str:
     ])
 
 
+def end(code: int):
+    """End this process with ``code``: its output flushed and its exit handlers run (the zygote's close, temporary
+    folders), then at once, without Python's teardown of every module it imported. That teardown (torch's,
+    nbgrader's, SQLAlchemy's) took 1.3 s of one core after the report was written, on the 2-core development
+    machine, each run, with nothing of the run left to write; forked runners end the same way."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    end(main())

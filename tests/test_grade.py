@@ -450,6 +450,20 @@ def test_help_describes_the_command(capsys):
         assert option in text
 
 
+def test_the_grader_ends_with_its_output_and_exit_handlers_and_its_code(tmp_path):
+    """end() skips Python's teardown of the modules, not what the run still had to say or clean up."""
+    script = ("import atexit, shutil, sys, tempfile; from autograder.grade import end\n"
+              "folder = tempfile.TemporaryDirectory(dir=sys.argv[1])\n"
+              "atexit.register(lambda: print('handlers ran', file=sys.stderr))\n"
+              "print('x' * 100_000, end='')\n"
+              "end(3)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          cwd=pipeline.ROOT, timeout=120)
+    assert done.returncode == 3
+    assert done.stdout == "x" * 100_000 and done.stderr.strip().endswith("handlers ran")
+    assert list(tmp_path.iterdir()) == []  # a temporary folder's finalizer ran too
+
+
 def test_status_files_say_why_a_notebook_stopped(run):
     workdir, _ = run
     status = json.loads((workdir / "jobs" / "tony" / "02_cross_device_errors" / "02_cross_device_errors"
