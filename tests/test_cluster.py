@@ -4,7 +4,8 @@ One cluster for the module. Part of the demo class is graded through it while
 a worker is killed (SIGKILL) in the middle of a student's job: its job runs
 again on the other worker, every submission is graded once, with the scores
 ``make grade`` gives on this machine's cores (``expected_scores.csv``, which
-``tests/test_grade.py`` checks against the local pool). Then what a cluster
+``tests/test_grade.py`` checks against the local pool), into a gradebook on a
+real PostgreSQL server, as docs/cluster.md tells a cluster's grader to keep it. Then what a cluster
 cannot grade with: a worker whose Python lacks the course (the only one that
 offers the GPU resource, with ``--gpu-jobs``), jobs that no worker can take,
 a run stopped (Ctrl-C) while a worker runs a student's job, which the worker
@@ -19,8 +20,8 @@ import csv
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -34,7 +35,7 @@ from autograder.executors import (ClusterError, DaskExecutor, check_scheduler, s
 from autograder.pipeline import ROOT
 from autograder.settings import DEMO_CLASS, Settings
 from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, then its group's SIGKILL
-from test_grade import _table_dump  # every table of a gradebook, rows sorted
+from test_gradebook_postgres import _cluster as _postgres, _server_binaries  # a PostgreSQL server of the test's own
 
 ASSIGNMENT = "00_environment"
 STUDENTS = ["ada", "grace", "margaret", "linus"]
@@ -72,6 +73,29 @@ def cluster(tmp_path_factory):
             stop_lab(process)
 
 
+@pytest.fixture(scope="module")
+def gradebook():
+    """The URL of an empty gradebook database on a PostgreSQL server of this module's own."""
+    with tempfile.TemporaryDirectory(prefix="course-postgres-") as folder:  # readable by the server's user
+        for server in _postgres(_server_binaries(), Path(folder)):
+            yield server["url"]
+
+
+def _dump(url: str) -> dict[str, list[tuple]]:
+    """Every row of every table of the gradebook at ``url``, sorted."""
+    from sqlalchemy import MetaData, create_engine, select
+
+    engine = create_engine(url)
+    try:
+        tables = MetaData()
+        tables.reflect(engine)
+        with engine.connect() as db:
+            return {name: sorted((tuple(row) for row in db.execute(select(table))), key=repr)
+                    for name, table in tables.tables.items()}
+    finally:
+        engine.dispose()
+
+
 def _expected() -> dict[str, str]:
     with demo.EXPECTED_SCORES.open() as handle:
         return {r["student"]: r["score"] for r in csv.DictReader(handle) if r["assignment"] == ASSIGNMENT}
@@ -97,8 +121,9 @@ def _kill_a_worker_in_a_students_job(address: str, processes: dict, killed: dict
 
 
 @pytest.fixture(scope="module")
-def graded(cluster, tmp_path_factory):
-    """Part of the demo class graded on the cluster while a worker is killed mid-job: (work folder, exit code, killed)."""
+def graded(cluster, gradebook, tmp_path_factory):
+    """Part of the demo class graded on the cluster while a worker is killed mid-job, into the PostgreSQL gradebook:
+    (work folder, exit code, killed)."""
     address, processes, logs = cluster
     tmp = tmp_path_factory.mktemp("graded")
     for student in STUDENTS:
@@ -109,7 +134,7 @@ def graded(cluster, tmp_path_factory):
     watcher.start()
     try:
         code = grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(tmp / "work"), "--scheduler", address,
-                           "--quiet", "--no-feedback"])
+                           "--db-url", gradebook, "--quiet", "--no-feedback"])
     finally:
         stop.set()
         watcher.join()
@@ -119,7 +144,7 @@ def graded(cluster, tmp_path_factory):
 
 
 @pytest.mark.timeout(600)
-def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_pools_scores(cluster, graded):
+def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_pools_scores(cluster, gradebook, graded):
     tmp, code, killed = graded
     work = tmp / "work"
     assert code == 0
@@ -129,8 +154,12 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     assert sorted(r["student"] for r in rows) == sorted(STUDENTS), "a submission is missing or counted twice"
     expected = _expected()
     assert {r["student"]: r["score"] for r in rows} == {s: expected[s] for s in STUDENTS}
-    with sqlite3.connect(work / "gradebook.db") as db:
-        assert db.execute("SELECT count(*) FROM submitted_assignment").fetchone() == (len(STUDENTS),)
+    rows = _dump(gradebook)
+    assert len(rows["submitted_assignment"]) == len(STUDENTS)
+    # one grade per graded cell of each submission: the job that ran twice wrote its grades once
+    grade_cells = len(rows["grade_cells"])
+    assert grade_cells and len(rows["grade"]) == grade_cells * len(STUDENTS)
+    assert not (work / "gradebook.db").exists()
     student = next(s for s in STUDENTS if f"-{s}-" in killed["key"])
     ran_on = (work / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
     assert ran_on != killed["worker"] and ran_on in cluster[1], f"{student}'s job ran last on {ran_on}"
@@ -153,7 +182,7 @@ sys.meta_path.insert(0, NoCourse())
 '''
 
 
-def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, graded, tmp_path, capsys):
+def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, gradebook, graded, tmp_path, capsys):
     """GPU jobs (``--gpu-jobs``) go only to workers offering GPU=1, and the one here cannot import the course.
 
     A new run: the canary's job fails there, and grading stops (exit 2) with the reason, nothing graded. Then
@@ -174,7 +203,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
 
     shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
     earlier = graded[0] / "work"
-    gradebook = _table_dump(earlier)
+    before = _dump(gradebook)
     started: dict[str, subprocess.Popen] = {"bare": bare()}
     try:
         with Client(address, timeout=30, set_as_default=False) as client:
@@ -204,7 +233,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
         try:
             regraded = grade.main(["--submitted", str(graded[0] / "submitted"), "--workdir", str(earlier),
                                    "--scheduler", address, "--gpu-jobs", "--student", "ada", "--regrade", "--quiet",
-                                   "--no-feedback"])
+                                   "--no-feedback", "--db-url", gradebook])
         finally:
             stop.set()
             watcher.join()
@@ -221,7 +250,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
     assert regraded == 2, second
     assert second.startswith("grading stopped: the Dask cluster") and "-ada-" in second, second
     assert "ModuleNotFoundError" in second and f"Not graded: ada/{ASSIGNMENT}" in second, second
-    assert _table_dump(earlier) == gradebook, "the stopped regrade changed the gradebook"
+    assert _dump(gradebook) == before, "the stopped regrade changed the gradebook"
 
 
 def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cluster, tmp_path, capsys):
