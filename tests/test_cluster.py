@@ -1,16 +1,16 @@
 """The grader on a real Dask cluster: a scheduler and two workers, each its own process on this machine.
 
-One cluster for the module. The demo class's 00_environment is graded through it while
-a worker is killed (SIGKILL) in the middle of a student's job: its job runs
-again on the other worker, every submission is graded once, with the scores
-``make grade`` gives on this machine's cores (``expected_scores.csv``, which
-``tests/test_grade.py`` checks against the local pool), into a gradebook on a
-real PostgreSQL server, as docs/cluster.md tells a cluster's grader to keep it. Then what a cluster
-cannot grade with: a worker whose Python lacks the course (the only one that
-offers the GPU resource, with ``--gpu-jobs``), jobs that no worker can take,
-a run stopped (Ctrl-C) while a worker runs a student's job, which the worker
-ends, workers that keep dying in one job (Dask's KilledWorker), and a
-scheduler that does not answer.
+One cluster for the module. The demo class's 00_environment is graded through
+it while a worker is killed (SIGKILL) in the middle of a student's job: its
+job runs again on the other worker, every submission is graded once, with the
+scores ``make grade`` gives on this machine's cores (``expected_scores.csv``,
+which ``tests/test_grade.py`` checks against the local pool), into a gradebook
+on a real PostgreSQL server, as docs/cluster.md tells a cluster's grader to
+keep it. Then what a cluster cannot grade with: a worker whose Python lacks
+the course (the only one that offers the GPU resource, with ``--gpu-jobs``),
+jobs that no worker can take, a run stopped (Ctrl-C) while a worker runs a
+student's job, which the worker ends, workers that keep dying in one job
+(Dask's KilledWorker), and a scheduler that does not answer.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -125,8 +125,8 @@ def _kill_a_worker_in_a_students_job(address: str, processes: dict, killed: dict
 
 @pytest.fixture(scope="module")
 def graded(cluster, gradebook, tmp_path_factory):
-    """Part of the demo class graded on the cluster while a worker is killed mid-job, into the PostgreSQL gradebook:
-    (work folder, exit code, killed)."""
+    """The demo class's 00_environment graded on the cluster while a worker is killed mid-job, into the PostgreSQL
+    gradebook: (work folder, exit code, killed)."""
     address, processes, logs = cluster
     tmp = tmp_path_factory.mktemp("graded")
     for student in STUDENTS:
@@ -157,12 +157,12 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     assert sorted(r["student"] for r in rows) == sorted(STUDENTS), "a submission is missing or counted twice"
     expected = _expected()
     assert {r["student"]: r["score"] for r in rows} == {s: expected[s] for s in STUDENTS}
-    rows = _dump(gradebook)
+    tables = _dump(gradebook)
     graded_ones = [s for s in STUDENTS if expected[s]]  # not oscar's, which was never graded
-    assert len(rows["submitted_assignment"]) == len(graded_ones) < len(STUDENTS)
+    assert len(tables["submitted_assignment"]) == len(graded_ones) < len(STUDENTS)
     # one grade per graded cell of each submission: the job that ran twice wrote its grades once
-    grade_cells = len(rows["grade_cells"])
-    assert grade_cells and len(rows["grade"]) == grade_cells * len(graded_ones)
+    grade_cells = len(tables["grade_cells"])
+    assert grade_cells and len(tables["grade"]) == grade_cells * len(graded_ones)
     assert not (work / "gradebook.db").exists()
     student = next(s for s in STUDENTS if f"-{s}-" in killed["key"])
     ran_on = (work / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
