@@ -75,10 +75,10 @@ export-grades: $(READY)
 	  $(BIN)/python -m nbgrader export --exporter=autograder.lms.LmsExportPlugin --LmsExportPlugin.lms=$$lms \
 	    --CourseDirectory.db_url=$(GRADEBOOK) --to=$(GRADES_DIR)/grades-$$lms.csv || exit 1; done
 
-# Three tests need Debian packages: the browser tests drive Debian's Chromium through
+# Some tests need Debian packages: the browser tests drive Debian's Chromium through
 # Playwright, which downloads no browser of its own (CHROMIUM=/path/to/chromium uses
-# another one), the gradebook test starts a PostgreSQL server of its own, and the Slurm
-# test a two-node Slurm on this machine (tools/practice-slurm.sh).
+# another one), the gradebook and cluster tests start a PostgreSQL server of their own,
+# and the Slurm test a two-node Slurm on this machine (tools/practice-slurm.sh).
 CHROMIUM ?= /usr/bin/chromium
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # $(call apt_install,package,what for,how else)

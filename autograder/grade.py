@@ -280,8 +280,6 @@ def end(code: int):
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
-    sys.stdout.flush()
-    sys.stderr.flush()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

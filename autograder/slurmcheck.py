@@ -89,15 +89,17 @@ def sbatch_refuses(script: str) -> str | None:
     return " ".join(line.removeprefix("sbatch: error: ") for line in done.stderr.strip().splitlines()) or f"exit {done.returncode}"
 
 
+SQUEUE = ["squeue", "--me", "--name", JOB_NAME]  # this user's jobs of the check
+
+
 def _squeue() -> str:
-    done = subprocess.run(["squeue", "--me", "--name", JOB_NAME, "--format", "%i %T %R"], capture_output=True, text=True)
+    done = subprocess.run([*SQUEUE, "--format", "%i %T %R"], capture_output=True, text=True)
     return (done.stdout or done.stderr).strip()
 
 
 def _queued() -> set[str] | None:
     """The ids of this user's jobs of the check that Slurm still holds (pending or running), or None if squeue fails."""
-    done = subprocess.run(["squeue", "--me", "--name", JOB_NAME, "--noheader", "--format", "%i"],
-                          capture_output=True, text=True)
+    done = subprocess.run([*SQUEUE, "--noheader", "--format", "%i"], capture_output=True, text=True)
     return set(done.stdout.split()) if done.returncode == 0 else None
 
 

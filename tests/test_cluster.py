@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,7 +34,8 @@ from autograder.executors import (ClusterError, DaskExecutor, check_scheduler, s
 from autograder.pipeline import ROOT
 from autograder.settings import DEMO_CLASS, Settings
 from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, then its group's SIGKILL
-from test_gradebook_postgres import _cluster as _postgres, _server_binaries  # a PostgreSQL server of the test's own
+from test_grade import _gradebook_dump  # every table of a gradebook, rows sorted
+from test_gradebook_postgres import server  # noqa: F401 - the fixture: a PostgreSQL server of the module's own
 
 ASSIGNMENT = "00_environment"
 # Every demo student who submitted it: the honest ones, the cheats (eve looks for the hidden tests and the
@@ -77,26 +77,9 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def gradebook():
-    """The URL of an empty gradebook database on a PostgreSQL server of this module's own."""
-    with tempfile.TemporaryDirectory(prefix="course-postgres-") as folder:  # readable by the server's user
-        for server in _postgres(_server_binaries(), Path(folder)):
-            yield server["url"]
-
-
-def _dump(url: str) -> dict[str, list[tuple]]:
-    """Every row of every table of the gradebook at ``url``, sorted."""
-    from sqlalchemy import MetaData, create_engine, select
-
-    engine = create_engine(url)
-    try:
-        tables = MetaData()
-        tables.reflect(engine)
-        with engine.connect() as db:
-            return {name: sorted((tuple(row) for row in db.execute(select(table))), key=repr)
-                    for name, table in tables.tables.items()}
-    finally:
-        engine.dispose()
+def gradebook(server):
+    """The URL of an empty gradebook database on the module's PostgreSQL server."""
+    return server["url"]
 
 
 def _expected() -> dict[str, str]:
@@ -157,7 +140,7 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     assert sorted(r["student"] for r in rows) == sorted(STUDENTS), "a submission is missing or counted twice"
     expected = _expected()
     assert {r["student"]: r["score"] for r in rows} == {s: expected[s] for s in STUDENTS}
-    tables = _dump(gradebook)
+    tables = _gradebook_dump(gradebook)
     graded_ones = [s for s in STUDENTS if expected[s]]  # not oscar's, which was never graded
     assert len(tables["submitted_assignment"]) == len(graded_ones) < len(STUDENTS)
     # one grade per graded cell of each submission: the job that ran twice wrote its grades once
@@ -207,7 +190,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
 
     shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
     earlier = graded[0] / "work"
-    before = _dump(gradebook)
+    before = _gradebook_dump(gradebook)
     started: dict[str, subprocess.Popen] = {"bare": bare()}
     try:
         with Client(address, timeout=30, set_as_default=False) as client:
@@ -254,7 +237,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
     assert regraded == 2, second
     assert second.startswith("grading stopped: the Dask cluster") and "-ada-" in second, second
     assert "ModuleNotFoundError" in second and f"Not graded: ada/{ASSIGNMENT}" in second, second
-    assert _dump(gradebook) == before, "the stopped regrade changed the gradebook"
+    assert _gradebook_dump(gradebook) == before, "the stopped regrade changed the gradebook"
 
 
 def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cluster, tmp_path, capsys):

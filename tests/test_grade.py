@@ -208,9 +208,22 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
 
 def _table_dump(workdir) -> dict[str, list[tuple]]:
     """Every row of every table of the work folder's gradebook, sorted."""
-    with sqlite3.connect(workdir / "gradebook.db") as db:
-        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return {table: sorted(db.execute(f"SELECT * FROM {table}"), key=repr) for table in tables}
+    return _gradebook_dump(f"sqlite:///{workdir / 'gradebook.db'}")
+
+
+def _gradebook_dump(url: str) -> dict[str, list[tuple]]:
+    """Every row of every table of the gradebook at ``url`` (SQLite or PostgreSQL), sorted."""
+    from sqlalchemy import MetaData, create_engine, select
+
+    engine = create_engine(url)
+    try:
+        tables = MetaData()
+        tables.reflect(engine)
+        with engine.connect() as db:
+            return {name: sorted((tuple(row) for row in db.execute(select(table))), key=repr)
+                    for name, table in tables.tables.items()}
+    finally:
+        engine.dispose()
 
 
 def _pair_rows(workdir) -> dict[tuple[str, str], list[tuple]]:
