@@ -87,6 +87,49 @@ def _own() -> dict[str, str]:
     return paths
 
 
+def _up(point: str, path: str) -> list[Path]:
+    """The folders of the cgroup at ``path`` under the mount ``point``, then of each cgroup above it, up to ``point``."""
+    here, top = Path(point) / path.lstrip("/"), Path(point)
+    folders = [here, *here.parents]
+    return folders[:folders.index(top) + 1] if top in folders else [top]
+
+
+def _words(*files: Path) -> list[str]:
+    """The words of ``files``, one after another; none if one of them cannot be read."""
+    words = []
+    for file in files:
+        try:
+            words += file.read_text().split()
+        except OSError:
+            return []
+    return words
+
+
+def cpu_quota() -> float | None:
+    """The fewest cores a CPU quota lets this process use, or None where none is set.
+
+    A quota is how a container's ``--cpus``, a Kubernetes pod's CPU limit or systemd's ``CPUQuota=``
+    limit a process, not by which cores it may run on: so many microseconds of processor time in every
+    period. It is read from this process's cgroup and each cgroup above it (the smallest counts):
+    ``cpu.max`` with cgroup v2 (``max 100000`` for none, ``200000 100000`` for two cores),
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` with v1 (a quota of -1 for none). A folder that
+    is not there (a container that sees only its own part of the hierarchy) is passed over.
+    """
+    own, limits = _own(), []
+    for point, kind, options in _mounts():
+        if kind == "cgroup2" and "" in own:
+            for folder in _up(point, own[""]):
+                words = _words(folder / "cpu.max")
+                if len(words) == 2 and words[0] != "max" and int(words[1]) > 0:
+                    limits.append(int(words[0]) / int(words[1]))
+        elif kind == "cgroup" and "cpu" in options and "cpu" in own:
+            for folder in _up(point, own["cpu"]):
+                words = _words(folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us")
+                if len(words) == 2 and int(words[0]) > 0 and int(words[1]) > 0:
+                    limits.append(int(words[0]) / int(words[1]))
+    return min(limits) if limits else None
+
+
 def _trial(parent: Path, files: list[str]) -> bool:
     """Whether a cgroup can be made in ``parent`` with ``files``, each written; it is removed again."""
     trial = parent / f"course-trial-{os.getpid()}-{secrets.token_hex(4)}"

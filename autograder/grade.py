@@ -71,7 +71,7 @@ from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
 from autograder.job import RUNNERS
 from autograder.runner import RUN_MARKER
-from autograder.settings import CELL_TIMEOUT_S, DEMO_CLASS, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, WORKDIR, Settings
+from autograder.settings import CELL_TIMEOUT_S, DEMO_CLASS, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, WORKDIR, Settings, usable_cores
 
 __all__ = ["grade", "main"]
 
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
                         help="record an assignment's due date first, e.g. 01_device_placement='2026-10-05 17:00 UTC' "
                              "(repeatable; the demo class has its own)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="notebooks graded at once (default: one per core, here %(default)s)")
+    parser.add_argument("--jobs", type=int, default=usable_cores(),
+                        help="notebooks graded at once (default: one per core this process may use, here %(default)s)")
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, metavar="SECONDS",
                         help="wall-time limit of one cell (default: %(default)g)")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, metavar="SECONDS",

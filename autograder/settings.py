@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from autograder import sandbox
+from autograder import cgroups, sandbox
 from autograder.pipeline import ROOT, assignments
 
 DEMO_CLASS = ROOT / "autograder" / "demo_class" / "submitted"
@@ -27,6 +28,20 @@ DEMO_DUE = {name: (datetime(2026, 9, 7, 17, tzinfo=timezone.utc) + timedelta(wee
             for number, name in enumerate(assignments())}
 
 
+def usable_cores() -> int:
+    """The cores this process may use: the default number of notebooks graded at once.
+
+    Fewer than ``os.cpu_count()`` where the process is held to some of them: by its CPU affinity
+    (a Slurm job's cores, ``taskset``; Linux) or by a CPU quota on its cgroup (a container's ``--cpus``,
+    a Kubernetes pod's limit, :func:`autograder.cgroups.cpu_quota`), rounded up. At least 1.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroups.cpu_quota()
+    if quota is not None:
+        cores = min(cores, math.ceil(quota))
+    return max(1, cores)
+
+
 @dataclass(frozen=True)
 class Result:
     """One student's result on one assignment. ``score`` is None when not graded."""
@@ -43,7 +58,7 @@ class Result:
 
 @dataclass
 class Settings:
-    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    jobs: int = field(default_factory=usable_cores)
     cell_timeout_s: float = CELL_TIMEOUT_S
     time_limit_s: float = TIME_LIMIT_S
     memory_mib: int = MEMORY_LIMIT_MIB

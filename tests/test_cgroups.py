@@ -96,3 +96,61 @@ def test_removing_a_group_ends_what_is_left_in_it():
     group.remove()
     assert process.wait(timeout=10) == -9
     assert not any(folder.exists() for folder in group.folders)
+
+
+_JOBS = "from autograder.settings import Settings; print(Settings().jobs)"
+
+
+def _own_cpu_v1() -> Path | None:
+    """This process's cgroup v1 ``cpu`` folder, where the grader may make cgroups in it (root); else None."""
+    point = next((point for point, kind, options in cgroups._mounts() if kind == "cgroup" and "cpu" in options), None)
+    own = cgroups._own().get("cpu")
+    if point is None or own is None:
+        return None
+    here = Path(point) / own.lstrip("/")
+    return here if os.access(here, os.W_OK) and (here / "cpu.cfs_quota_us").exists() else None
+
+
+def test_the_default_jobs_are_the_cores_the_grader_may_run_on():
+    """A grader held to one core by its affinity (taskset, as Slurm's cores hold a job) grades one notebook at
+    a time by default; one held to half a core by a CPU quota on its cgroup (as a container's ``--cpus`` or a
+    pod's limit does, here a real cgroup v1 ``cpu`` quota) grades one; one held to neither, one per core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: no fewer to hold the grader to")
+    run = {"capture_output": True, "text": True, "timeout": 60, "cwd": Path(launcher.__file__).parents[1]}
+    assert subprocess.run([sys.executable, "-c", _JOBS], **run).stdout.strip() == str(len(cores))
+    pinned = subprocess.run(["taskset", "-c", str(cores[-1]), sys.executable, "-c", _JOBS], **run)
+    assert pinned.stdout.strip() == "1", pinned.stderr[-300:]
+    parent = _own_cpu_v1()
+    if parent is None:
+        pytest.skip("no writable cgroup v1 cpu hierarchy here for the quota")
+    group = parent / f"{cgroups.PREFIX}cpu-test-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text("50000")  # half a core
+        held = subprocess.run(["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" -c "$1"', sys.executable,
+                               _JOBS], **run)
+        assert held.stdout.strip() == "1", held.stderr[-300:]
+    finally:
+        group.rmdir()
+
+
+def test_a_cgroup_v2_quota_is_read_from_cpu_max_up_the_hierarchy(tmp_path, monkeypatch):
+    """cgroup v2's ``cpu.max`` (no v2 cpu controller on the machines this was written on, so its files here):
+    the smallest quota of the process's cgroup and those above it counts; ``max`` is none; a folder of the
+    path a container cannot see is passed over."""
+    (tmp_path / "pod" / "worker").mkdir(parents=True)
+    monkeypatch.setattr(cgroups, "_mounts", lambda: [(str(tmp_path), "cgroup2", {"rw"})])
+    monkeypatch.setattr(cgroups, "_own", lambda: {"": "/pod/worker"})
+    assert cgroups.cpu_quota() is None
+    (tmp_path / "pod" / "worker" / "cpu.max").write_text("max 100000\n")
+    assert cgroups.cpu_quota() is None
+    (tmp_path / "pod" / "cpu.max").write_text("250000 100000\n")
+    assert cgroups.cpu_quota() == 2.5
+    (tmp_path / "pod" / "worker" / "cpu.max").write_text("150000 100000\n")
+    assert cgroups.cpu_quota() == 1.5
+    monkeypatch.setattr(cgroups, "_own", lambda: {"": "/kubepods/burstable/pod/worker"})  # the host's path
+    (tmp_path / "cpu.max").write_text("75000 100000\n")
+    assert cgroups.cpu_quota() == 0.75
