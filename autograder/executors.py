@@ -64,6 +64,8 @@ CONNECT_TIMEOUT_S = 5
 WORKERLESS_S = 120  # jobs waiting, and no worker that can run them: the cluster cannot grade
 INPUTS = ("job.json", "in.ipynb", "verdict.json")  # what the grader wrote, besides the working copy
 RAN_ON = "ran_on.txt"  # in a job's folder after a cluster ran it: the worker's name and address
+JOB_PREFIX = "grade-job-"  # a worker's temporary folder for one job
+OWNER = "owner"  # in that folder: the worker process's id and start time, for a later job's sweep
 
 
 class ClusterError(Exception):
@@ -281,8 +283,10 @@ def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
     if settings.sandbox and not isolation.namespaces:  # a worker runs students' code only as the local pool would
         raise SandboxUnavailable(f"worker {_worker_name()} cannot build the grading sandbox: {isolation.reason} "
                                  "(grade with --no-sandbox to accept a worker without it)")
-    with tempfile.TemporaryDirectory(prefix="grade-job-") as place:
+    sweep_orphans(Path(tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix=JOB_PREFIX) as place:
         root = Path(place)
+        (root / OWNER).write_text(_identity(os.getpid()) or "")
         os.chmod(root, 0o755)
         folder, ipc_root = root / "job", root / "ipc"
         folder.mkdir()
@@ -295,6 +299,52 @@ def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
             execute(folder / "job.json", settings, runners, zygote=worker_zygote(settings))
         (folder / RAN_ON).write_text(_worker_name() + "\n")
         return pack(folder, skip=(*INPUTS, "work"))
+
+
+def _identity(pid: int) -> str | None:
+    """A process's id, start time and pid namespace (a later process given the same id is not taken for it);
+    None where there is no such process, or only its exit status is left (a zombie). Without ``/proc``
+    (macOS), its id alone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return str(pid)
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return None if fields[0] in "ZX" else f"{pid} {fields[19]} {namespace}"
+
+
+def sweep_orphans(folder: Path) -> list[Path]:
+    """Remove the job folders in ``folder`` whose worker process has ended; return them.
+
+    A worker ended mid-job (SIGKILL, the out-of-memory killer, a Slurm preemption) cannot remove its job's
+    temporary folder; the next job a worker of this machine starts removes it. A folder whose owner is
+    unknown (being made, or of an older grader) or ran in another pid namespace (a container that shares
+    this folder) is left.
+    """
+    removed = []
+    for place in folder.glob(f"{JOB_PREFIX}*"):
+        try:
+            owner = (place / OWNER).read_text().split()
+        except OSError:
+            continue
+        mine = (_identity(os.getpid()) or "").split()
+        if not owner or not owner[0].isdigit() or owner[2:] != mine[2:]:
+            continue
+        if _identity(int(owner[0])) != " ".join(owner):
+            shutil.rmtree(place, ignore_errors=True)
+            removed.append(place)
+    return removed
 
 
 @contextlib.contextmanager

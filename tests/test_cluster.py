@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import demo, grade
+from autograder import demo, executors, grade
 from autograder.executors import (ClusterError, DaskExecutor, check_scheduler, start_process, start_scheduler,
                                   wait_for_workers)
 from autograder.pipeline import ROOT
@@ -44,9 +44,13 @@ ASSIGNMENT = "00_environment"
 STUDENTS = ["ada", "eve", "forger", "grace", "linus", "mallory", "margaret", "oscar"]
 
 
+WORKERS_TMP: list[Path] = []  # the workers' temporary folder (TMPDIR), made by the cluster fixture
+
+
 def _start(command: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
-    """A process of the cluster, ended (SIGTERM) with this test process however it ends."""
-    return start_process(command, log, env or os.environ.copy(), cwd)
+    """A process of the cluster, ended (SIGTERM) with this test process however it ends; a worker's job folders
+    go to the module's own temporary folder."""
+    return start_process(command, log, env or {**os.environ, "TMPDIR": str(WORKERS_TMP[-1])}, cwd)
 
 
 def _worker(address: str, name: str, log: Path, env: dict | None = None) -> subprocess.Popen:
@@ -60,6 +64,8 @@ def cluster(tmp_path_factory):
     from distributed import Client
 
     logs = tmp_path_factory.mktemp("cluster")
+    WORKERS_TMP.append(logs / "tmp")
+    WORKERS_TMP[-1].mkdir()
     # Dask gives a job up (KilledWorker) once workers died in it more than allowed-failures times: 1 here, so that
     # one death moves a job and a second one ends it.
     scheduler, address = start_scheduler(logs / "scheduler.log",
@@ -150,6 +156,33 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     student = next(s for s in STUDENTS if f"-{s}-" in killed["key"])
     ran_on = (work / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
     assert ran_on != killed["worker"] and ran_on in cluster[1], f"{student}'s job ran last on {ran_on}"
+    # Every job's temporary folder is gone from the workers' machine: the killed worker's too, which it could not
+    # remove itself; the next job there removed it (autograder.executors.sweep_orphans).
+    assert not list(WORKERS_TMP[-1].glob("grade-job-*"))
+
+
+def test_a_sweep_removes_the_job_folders_of_ended_workers_only(tmp_path):
+    """A worker's id and start time in its folder: gone or a zombie, its folder goes; alive, of another pid
+    namespace, or unknown, it stays."""
+    ended, zombie = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
+    owners = {"ended": executors._identity(ended.pid), "zombie": executors._identity(zombie.pid),
+              "alive": executors._identity(os.getpid())}
+    owners["elsewhere"] = owners["ended"].rsplit(" ", 1)[0] + " pid:[1]"
+    ended.kill()
+    ended.wait()
+    zombie.kill()
+    time.sleep(0.5)  # not waited for: a zombie until then
+    assert executors._identity(zombie.pid) is None and executors._identity(ended.pid) is None
+    for name, owner in [*owners.items(), ("unknown", None)]:
+        (tmp_path / f"grade-job-{name}").mkdir()
+        if owner is not None:
+            (tmp_path / f"grade-job-{name}" / "owner").write_text(owner)
+    (tmp_path / "other").mkdir()
+    removed = executors.sweep_orphans(tmp_path)
+    zombie.wait()
+    assert sorted(p.name for p in removed) == ["grade-job-ended", "grade-job-zombie"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grade-job-alive", "grade-job-elsewhere",
+                                                          "grade-job-unknown", "other"]
 
 
 NO_COURSE = '''\
