@@ -65,7 +65,7 @@ WORKERLESS_S = 120  # jobs waiting, and no worker that can run them: the cluster
 INPUTS = ("job.json", "in.ipynb", "verdict.json")  # what the grader wrote, besides the working copy
 RAN_ON = "ran_on.txt"  # in a job's folder after a cluster ran it: the worker's name and address
 JOB_PREFIX = "grade-job-"  # a worker's temporary folder for one job
-OWNER = "owner"  # in that folder: the worker process's id and start time, for a later job's sweep
+OWNER = "owner"  # in that folder: its worker process (id, start time, pid namespace), for a later job's sweep
 
 
 class ClusterError(Exception):
@@ -332,13 +332,12 @@ def sweep_orphans(folder: Path) -> list[Path]:
     unknown (being made, or of an older grader) or ran in another pid namespace (a container that shares
     this folder) is left.
     """
-    removed = []
+    removed, mine = [], (_identity(os.getpid()) or "").split()
     for place in folder.glob(f"{JOB_PREFIX}*"):
         try:
             owner = (place / OWNER).read_text().split()
         except OSError:
             continue
-        mine = (_identity(os.getpid()) or "").split()
         if not owner or not owner[0].isdigit() or owner[2:] != mine[2:]:
             continue
         if _identity(int(owner[0])) != " ".join(owner):

@@ -71,7 +71,8 @@ from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
 from autograder.job import RUNNERS
 from autograder.runner import RUN_MARKER
-from autograder.settings import CELL_TIMEOUT_S, DEMO_CLASS, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, WORKDIR, Settings, usable_cores
+from autograder.settings import (CELL_TIMEOUT_S, DEMO_CLASS, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, WORKDIR,
+                                 Settings, usable_cores)
 
 __all__ = ["grade", "main"]
 
