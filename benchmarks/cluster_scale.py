@@ -1,16 +1,17 @@
 """Grade a class replicated to N submissions on a Dask cluster of 1, then 2 workers; project a term at scale.
 
     python benchmarks/cluster_scale.py [--submissions 200] [--assignments 00_environment]
-                                       [--workers 1,2] [--project-workers 50]
+                                       [--workers 1,2] [--project-workers 50] [--no-feedback]
 
 The honest demo students' submissions (``ada``, ``grace``, ``linus``,
 ``margaret``) of the chosen assignments are copied round-robin into one
 class of ``--submissions`` students (``ada-001``, ``grace-002``, ...). The
 class is graded by ``python -m autograder.grade --dask-local W`` once per
 worker count W, each run in a work folder of its own, one after another in
-this one run: the canary, the sandbox, the probes, the gradebook, all of it,
-as an instructor's run does it (feedback left out). Every copy must get the
-score its original gets in ``expected_scores.csv``.
+this one run: the canary, the sandbox, the probes, the gradebook, each
+student's feedback, all of it, as an instructor's run does it
+(``--no-feedback`` leaves the feedback out). Every copy must get the score
+its original gets in ``expected_scores.csv``.
 
 It prints, per worker count, the wall time, submissions per minute and per
 worker, the speedup over one worker (the ratio against the baseline of this
@@ -19,8 +20,8 @@ same run), and two costs that set what a big cluster can do:
 * the worker's cost of one notebook: the runner's time in the sandbox (from
   the grader's state file), which more workers divide;
 * the grader's own cost of one notebook: its time between a job's results
-  arriving and the next (judging, nbgrader's autograde, the gradebook write;
-  the state file's ``last_run``), spent one job at a time on the grader's
+  arriving and the next (judging, nbgrader's autograde, the gradebook write,
+  the feedback; the state file's ``last_run``), spent one job at a time on the grader's
   machine however many workers there are.
 
 From them, "on paper": the wall time of ``--project-students`` students x
@@ -68,10 +69,11 @@ def replicate(assignments: list[str], count: int, folder: Path) -> dict[tuple[st
     return made
 
 
-def grade(submitted: Path, workdir: Path, workers: int) -> float:
+def grade(submitted: Path, workdir: Path, workers: int, feedback: bool = True) -> float:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "autograder.grade", "--submitted", str(submitted),
-                           "--workdir", str(workdir), "--dask-local", str(workers), "--no-feedback", "--quiet"],
+                           "--workdir", str(workdir), "--dask-local", str(workers), "--quiet",
+                           *([] if feedback else ["--no-feedback"])],
                           cwd=ROOT, env=tool_env(), capture_output=True, text=True)
     took = time.perf_counter() - started
     if done.returncode != 0:
@@ -104,18 +106,20 @@ def main() -> int:
     parser.add_argument("--project-workers", type=int, default=50)
     parser.add_argument("--project-students", type=int, default=1000)
     parser.add_argument("--project-notebooks", type=int, default=9)
+    parser.add_argument("--no-feedback", action="store_true", help="grade without the students' feedback")
     args = parser.parse_args()
     counts = [int(part) for part in args.workers.split(",")]
     assignments = args.assignments.split(",")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
-          f"{args.submissions} submissions of {', '.join(assignments)}; workers {counts}", flush=True)
+          f"{args.submissions} submissions of {', '.join(assignments)}; workers {counts}; "
+          f"{'no feedback' if args.no_feedback else 'feedback made'}", flush=True)
     with tempfile.TemporaryDirectory(prefix="cluster-scale-") as place:
         root = Path(place)
         made = replicate(assignments, args.submissions, root / "submitted")
         runs = []
         for workers in counts:
             workdir = root / f"work-{workers}"
-            wall = grade(root / "submitted", workdir, workers)
+            wall = grade(root / "submitted", workdir, workers, not args.no_feedback)
             check_scores(workdir, made)
             busy, own = costs(workdir)
             runs.append((workers, wall, busy, own))
