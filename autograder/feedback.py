@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 import nbformat
 from nbconvert.exporters import HTMLExporter
+from nbconvert.filters.highlight import Highlight2HTML
 
 from autograder.gradebook import last_line
 from autograder.hints import strip_ansi, teach
@@ -37,6 +38,30 @@ class _CompiledTemplates(jinja2.BytecodeCache):
 
 
 TEMPLATES = _CompiledTemplates()
+
+_HIGHLIGHTED_MAX = 4096  # cells' sources, each with its highlighted HTML (a few kB): some MB at most
+_HIGHLIGHTED: dict[tuple, str] = {}
+
+
+class RememberedHighlight(Highlight2HTML):
+    """nbconvert's ``highlight_code`` filter, remembering what it made.
+
+    A class's pages have most cells in common (the instructor's text, demos and tests): each source is
+    highlighted once per process, for the first page that shows it (pygments took about two fifths of a
+    page's time). The HTML depends only on the source, its language (and a cell's ``magics_language``)
+    and the formatter's options, which the key holds.
+    """
+
+    def __call__(self, source, language=None, metadata=None):
+        key = (source, language or self.pygments_lexer, (metadata or {}).get("magics_language"),
+               repr(sorted(self.extra_formatter_options.items())))
+        html = _HIGHLIGHTED.get(key)
+        if html is None:
+            html = super().__call__(source, language, metadata)
+            if len(_HIGHLIGHTED) >= _HIGHLIGHTED_MAX:
+                del _HIGHLIGHTED[next(iter(_HIGHLIGHTED))]
+            _HIGHLIGHTED[key] = html
+        return html
 
 
 NO_ALT = "No description has been provided for this image"  # nbconvert's own words
@@ -67,14 +92,13 @@ class FeedbackExporter(HTMLExporter):
 
     def from_notebook_node(self, nb, resources=None, **kw):
         from nbconvert.exporters.templateexporter import TemplateExporter
-        from nbconvert.filters.highlight import Highlight2HTML
         from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 
         # HTMLExporter.from_notebook_node's filters, then the template alone
         info = nb.metadata.get("language_info", {})
         lexer = info.get("pygments_lexer", info.get("name", None))
-        self.register_filter("highlight_code",
-                             self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+        self.register_filter("highlight_code", self.filters.get(
+            "highlight_code", RememberedHighlight(pygments_lexer=lexer, parent=self)))
         resources = self._init_resources(resources)
         self.register_filter("filter_data_type",
                              WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources))

@@ -148,6 +148,34 @@ def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the
     assert api.config.GenerateFeedback.exporter_class is feedback.FeedbackExporter
 
 
+def test_feedback_highlights_each_cell_source_once_and_its_pages_are_nbconverts(monkeypatch):
+    """Two students' pages of one assignment: a source both show is highlighted once, for the first page; each
+    page reads as nbconvert's own."""
+    from nbconvert.exporters import HTMLExporter
+    from nbconvert.filters import highlight
+
+    from autograder import feedback
+
+    monkeypatch.setattr(feedback, "_HIGHLIGHTED", {})
+    highlighted = []
+    pygments_highlight = highlight._pygments_highlight
+
+    def counting(source, *args, **kwargs):
+        highlighted.append(source)
+        return pygments_highlight(source, *args, **kwargs)
+
+    monkeypatch.setattr(highlight, "_pygments_highlight", counting)
+    pages = {student: nbformat.read(DEMO_CLASS / student / "00_environment" / "00_environment.ipynb", as_version=4)
+             for student in ("ada", "grace")}
+    ours = {student: feedback.FeedbackExporter().from_notebook_node(nb)[0] for student, nb in pages.items()}
+    sources = [[c.source or " " for c in nb.cells if c.cell_type == "code"] for nb in pages.values()]
+    shared = set(sources[0]) & set(sources[1])
+    assert len(shared) >= 10, "the two pages have few cells in common"
+    assert sorted(highlighted) == sorted(set(sources[0]) | set(sources[1])), "a source highlighted twice, or never"
+    for student, nb in pages.items():
+        assert ours[student] == HTMLExporter().from_notebook_node(nb)[0]
+
+
 def test_feedback_pages_without_nbconverts_second_pass_read_as_the_same_document():
     """nbgrader's feedback template has no JupyterLab cells: its pages skip nbconvert's BeautifulSoup pass.
 
