@@ -111,6 +111,19 @@ def test_report_names_devices_and_limits(run):
     assert (workdir / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _calls(monkeypatch, owner, name: str, pick=lambda first, *_, **__: first) -> list:
+    """Make ``owner.name`` record ``pick(*args, **kwargs)`` of each call (its first argument by default), then
+    do what it did; return the record."""
+    done, seen = getattr(owner, name), []
+
+    def recording(*args, **kwargs):
+        seen.append(pick(*args, **kwargs))
+        return done(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recording)
+    return seen
+
+
 def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the_same(tmp_path, monkeypatch):
     """nbgrader makes a new exporter for each student's assignment; the templates are compiled for the first only."""
     import jinja2
@@ -121,23 +134,9 @@ def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the
 
     nb = nbformat.read(DEMO_CLASS / "ada" / "00_environment" / "00_environment.ipynb", as_version=4)
     plain = HTMLExporter().from_notebook_node(nb)[0]
-    compiled = []
-    compile_source = jinja2.Environment.compile
-
-    def compiling(environment, source, name=None, *args, **kwargs):
-        compiled.append(name)
-        return compile_source(environment, source, name, *args, **kwargs)
-
-    monkeypatch.setattr(jinja2.Environment, "compile", compiling)
+    compiled = _calls(monkeypatch, jinja2.Environment, "compile", lambda environment, source, name=None, *_, **__: name)
     monkeypatch.setattr(feedback.TEMPLATES, "codes", {})
-    rendered = []
-    render = TemplateExporter.from_notebook_node
-
-    def rendering(exporter, *args, **kwargs):
-        rendered.append(exporter)
-        return render(exporter, *args, **kwargs)
-
-    monkeypatch.setattr(TemplateExporter, "from_notebook_node", rendering)
+    rendered = _calls(monkeypatch, TemplateExporter, "from_notebook_node")
     first = feedback.FeedbackExporter().from_notebook_node(nb)[0]
     assert compiled, "the first page compiles the templates"
     assert "jp-Notebook" in first and len(rendered) == 1, "a page with JupyterLab's cells rendered twice"
@@ -157,14 +156,7 @@ def test_feedback_highlights_each_cell_source_once_and_its_pages_are_nbconverts(
     from autograder import feedback
 
     monkeypatch.setattr(feedback, "_HIGHLIGHTED", {})
-    highlighted = []
-    pygments_highlight = highlight._pygments_highlight
-
-    def counting(source, *args, **kwargs):
-        highlighted.append(source)
-        return pygments_highlight(source, *args, **kwargs)
-
-    monkeypatch.setattr(highlight, "_pygments_highlight", counting)
+    highlighted = _calls(monkeypatch, highlight, "_pygments_highlight")
     pages = {student: nbformat.read(DEMO_CLASS / student / "00_environment" / "00_environment.ipynb", as_version=4)
              for student in ("ada", "grace")}
     ours = {student: feedback.FeedbackExporter().from_notebook_node(nb)[0] for student, nb in pages.items()}
