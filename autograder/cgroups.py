@@ -118,15 +118,15 @@ def cpu_quota() -> float | None:
     own, limits = _own(), []
     for point, kind, options in _mounts():
         if kind == "cgroup2" and "" in own:
-            for folder in _up(point, own[""]):
-                words = _words(folder / "cpu.max")
-                if len(words) == 2 and words[0] != "max" and int(words[1]) > 0:
-                    limits.append(int(words[0]) / int(words[1]))
+            path, files = own[""], ["cpu.max"]
         elif kind == "cgroup" and "cpu" in options and "cpu" in own:
-            for folder in _up(point, own["cpu"]):
-                words = _words(folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us")
-                if len(words) == 2 and int(words[0]) > 0 and int(words[1]) > 0:
-                    limits.append(int(words[0]) / int(words[1]))
+            path, files = own["cpu"], ["cpu.cfs_quota_us", "cpu.cfs_period_us"]
+        else:
+            continue
+        for folder in _up(point, path):
+            words = _words(*(folder / file for file in files))  # quota and period
+            if len(words) == 2 and words[0] != "max" and int(words[0]) > 0 and int(words[1]) > 0:
+                limits.append(int(words[0]) / int(words[1]))
     return min(limits) if limits else None
 
 

@@ -305,19 +305,17 @@ def _identity(pid: int) -> str | None:
     """A process's id, start time and pid namespace (a later process given the same id is not taken for it);
     None where there is no such process, or only its exit status is left (a zombie). Without ``/proc``
     (macOS), its id alone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        namespace = os.readlink("/proc/self/ns/pid")
-    except FileNotFoundError:
-        if Path("/proc/self/stat").exists():
-            return None
+    if not Path("/proc/self/stat").exists():
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return None
-        except PermissionError:
+        except PermissionError:  # there, but another user's
             pass
         return str(pid)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
     fields = stat[stat.rfind(")") + 2:].split()
