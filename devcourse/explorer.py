@@ -3,7 +3,8 @@
 :func:`explore` returns plain text (what nbval compares and a terminal
 shows); :func:`map_location_explorer` wraps it in ipywidgets for JupyterLab.
 The checkpoints are :func:`~devcourse.checkpoints.make_checkpoint` fixtures,
-written once per process into a temporary folder. On a CPU-only machine a
+made once per process and kept in memory: no file outlives the call that
+makes one, even in a kernel that is killed. On a CPU-only machine a
 checkpoint "saved on cuda:1" is such a fixture, and loading it shows the
 same result or error a real one would.
 
@@ -12,6 +13,7 @@ Introduced in 04_map_location.
 
 from __future__ import annotations
 
+import io
 import tempfile
 from pathlib import Path
 
@@ -37,18 +39,18 @@ MAP_LOCATIONS = {
     "best_device()": best_device,
 }
 
-_fixtures: dict[str, Path] = {}
+_fixtures: dict[str, bytes] = {}
 
 
-def fixture_path(saved_on: str) -> Path:
-    """A TinyNet checkpoint saved on ``saved_on`` (one of ``SAVED_ON``), made on first use."""
+def fixture_bytes(saved_on: str) -> bytes:
+    """The file of a TinyNet checkpoint saved on ``saved_on`` (one of ``SAVED_ON``), made on first use."""
     if saved_on not in SAVED_ON:
         raise ValueError(f"saved_on must be one of {SAVED_ON}, not {saved_on!r}")
     if saved_on not in _fixtures:
-        folder = Path(tempfile.mkdtemp(prefix="map-location-"))
-        path = folder / f"saved_on_{saved_on.replace(':', '')}.pt"
-        make_checkpoint(path, saved_on=saved_on)
-        _fixtures[saved_on] = path
+        with tempfile.TemporaryDirectory(prefix="map-location-") as folder:
+            path = Path(folder) / f"saved_on_{saved_on.replace(':', '')}.pt"
+            make_checkpoint(path, saved_on=saved_on)
+            _fixtures[saved_on] = path.read_bytes()
     return _fixtures[saved_on]
 
 
@@ -72,7 +74,7 @@ def explore(saved_on: str, choice: str) -> str:
 
     lines = [f"torch.load(<saved on {saved_on}>, map_location={choice}, weights_only=True)"]
     try:
-        state = torch.load(fixture_path(saved_on), map_location=map_location, weights_only=True)
+        state = torch.load(io.BytesIO(fixture_bytes(saved_on)), map_location=map_location, weights_only=True)
     except Exception as exc:  # the explorer shows the error instead of raising it
         lines.append(f"  {type(exc).__name__}: {exc}")
         return "\n".join(lines)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from devcourse.explorer import MAP_LOCATIONS, explore, fixture_path, map_location_explorer
+from devcourse.explorer import MAP_LOCATIONS, explore, fixture_bytes, map_location_explorer
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -35,7 +35,7 @@ def test_unknown_choices_are_refused():
     with pytest.raises(ValueError):
         explore("cuda:1", "'gpu'")
     with pytest.raises(ValueError):
-        fixture_path("cuda:7")
+        fixture_bytes("cuda:7")
 
 
 def test_widget_updates_when_a_choice_changes():
@@ -70,3 +70,16 @@ def test_widget_shows_the_result_of_the_choices_it_ends_with(monkeypatch):
     monkeypatch.setattr(explorer, "explore", explore_while_the_choice_changes)
     saved_on.value = "cuda:0"
     assert result.value == f"<pre>{escape(real('cuda:0', repr('meta')))}</pre>"
+
+
+
+def test_a_killed_kernel_leaves_no_checkpoint_behind(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    # explore, then end as a kernel killed outright does (nbval's, a lost laptop's): no exit handler runs
+    subprocess.run([sys.executable, "-c", "import os, signal\nfrom devcourse.explorer import explore\n"
+                    "print(explore('cuda:1', \"'cpu'\"))\nos.kill(os.getpid(), signal.SIGKILL)"],
+                   env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True)
+    assert list(tmp_path.iterdir()) == []

@@ -60,7 +60,8 @@ def _spec_path(namespaces: bool, workdir: Path) -> Path:
             os.chown(workdir, sandbox.NOBODY, sandbox.NOBODY)
     else:
         spec = sandbox.Spec(workdir=str(workdir))
-    return spec.write(Path(tempfile.mkdtemp(prefix="sandbox-ends-")) / "spec.json")
+    # beside the work folder, in pytest's own temporary folder (removed with it), outside the sandbox's reach
+    return spec.write(Path(tempfile.mkdtemp(prefix="spec-", dir=workdir.parent)) / "spec.json")
 
 
 @pytest.fixture(params=["namespaces", "plain"])
