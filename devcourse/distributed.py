@@ -81,14 +81,17 @@ def torchrun(
     both cases every process of the run has been ended.
     """
     port = free_port()
-    command = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=course-{port}",
-        "--max-restarts=0", "--monitor-interval=0.5",
-        str(script), *args,
-    ]
-    return _run([(command, _environment())] * nnodes, lambda _: "a launcher", timeout_s, cwd)
+    # torchrun's agents keep their logs in a new folder of the temporary folder unless told where: one left
+    # behind for every run; here the run's logs go into a folder removed after it.
+    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
+        command = [
+            sys.executable, "-m", "torch.distributed.run",
+            f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=course-{port}",
+            "--max-restarts=0", "--monitor-interval=0.5", f"--log-dir={logs}",
+            str(script), *args,
+        ]
+        return _run([(command, _environment())] * nnodes, lambda _: "a launcher", timeout_s, cwd)
 
 
 def start_ranks(

@@ -37,6 +37,18 @@ def _processes_running(folder):
     return [line for line in out.splitlines() if str(folder) in line]
 
 
+@pytest.fixture
+def temporary(tmp_path, monkeypatch):
+    """A temporary folder of the test's own, for this process and the runs it starts: what a run leaves there."""
+    import tempfile
+
+    folder = tmp_path / "temporary"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def two_nodes_on_the_cpu():
     return run_functions([_setup], _train, nproc_per_node=1, nnodes=2)
@@ -62,7 +74,7 @@ def _variables(outdir):
 
 
 @pytest.mark.parametrize("nodes", [1, 2])
-def test_start_ranks_gives_each_process_what_torchrun_gives_it(tmp_path, nodes):
+def test_start_ranks_gives_each_process_what_torchrun_gives_it(tmp_path, nodes, temporary):
     """The same script under torchrun (c10d rendezvous, one agent per node) and under start_ranks (no agent)."""
     per_node = 2 // nodes
     script = write_script(tmp_path / "env.py", [_setup], _variables, tmp_path)
@@ -70,6 +82,7 @@ def test_start_ranks_gives_each_process_what_torchrun_gives_it(tmp_path, nodes):
     for launcher in (torchrun, start_ranks):
         launcher(script, nproc_per_node=per_node, nnodes=nodes, cwd=tmp_path, timeout_s=60)
         seen[launcher.__name__] = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+        assert list(temporary.iterdir()) == [], f"{launcher.__name__} left its logs behind"
     for by_torchrun, by_start_ranks in zip(seen["torchrun"], seen["start_ranks"]):
         assert {k: by_torchrun.get(k) for k in TORCHRUN_VARIABLES} == {k: by_start_ranks.get(k) for k in TORCHRUN_VARIABLES}
         assert None not in [by_torchrun.get(k) for k in TORCHRUN_VARIABLES], by_torchrun
@@ -92,11 +105,12 @@ def _hang(outdir):
 
 
 @pytest.mark.parametrize("launcher", [torchrun, start_ranks], ids=lambda f: f.__name__)
-def test_a_run_past_its_time_limit_is_stopped_with_a_clear_message(tmp_path, launcher):
+def test_a_run_past_its_time_limit_is_stopped_with_a_clear_message(tmp_path, launcher, temporary):
     script = write_script(tmp_path / "hang.py", [], _hang, tmp_path)
     with pytest.raises(DistributedRunError, match=r"did not finish within 6 s"):
         launcher(script, timeout_s=6)
     assert _processes_running(tmp_path) == []
+    assert list(temporary.iterdir()) == []
 
 
 def _rank_one_dies(outdir):
