@@ -35,7 +35,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import canary, cgroups
-from autograder.feedback import hidden_lines, write_feedback
+from autograder.feedback import FeedbackApart, hidden_lines, write_feedback
 from autograder.course import is_course_dir
 from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
                                   nbgrader_api)
@@ -43,7 +43,7 @@ from autograder.executors import ClusterError, Executor, executor_for
 from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
 from autograder.pipeline import SOLUTIONS, copy_solutions
 from autograder.report import Progress, devices_text
-from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings
+from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings, usable_cores
 from autograder.submission import RENAMED, SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
 from autograder.verdict import judge
 from devcourse.validation import total_points
@@ -319,6 +319,30 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     futures: dict = {}
     reached = 0  # the pairs of todo whose jobs are prepared and submitted
     handling_s = 0.0  # this process's own time per finished job (judge, gradebook, feedback): what workers cannot share
+    hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
+
+    def feedback_in_line(pair: tuple[str, str]) -> list[str]:
+        made: dict = {}
+        write_feedback(api, workdir, pair, hidden[pair[1]], made)
+        return made.get(pair, [])
+
+    def record(made: list[tuple[tuple[str, str], list[str]]]) -> None:
+        """Each pair's scores and feedback are in: it is graded (state.json says so from here)."""
+        for pair, pair_notes in made:
+            key = f"{pair[0]}/{pair[1]}"
+            graded.add(pair)
+            if pair_notes:
+                notes.setdefault(pair, []).extend(pair_notes)
+            state["graded"][key] = prints[pair]
+            state["rows"][key] = {"note": "; ".join(notes.get(pair, [])),
+                                  "seconds": round(sum(j.status.get("seconds", 0) for j in jobs[pair]), 1)}
+        if made:
+            write_state(workdir, state)
+
+    feedback = None
+    if settings.feedback and todo and (settings.feedback_apart if settings.feedback_apart is not None
+                              else usable_cores() - executor.local_cores - 1 >= 1):
+        feedback = FeedbackApart(workdir, db_url, feedback_in_line)
     try:
         # Each job goes to the executor as soon as it is prepared: the first run while the rest are prepared
         # (a class of a thousand has thousands), and nbgrader's release is made while they run.
@@ -356,7 +380,6 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                     raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
                 state["generated"][name] = source_print
         write_state(workdir, state)
-        hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
         progress = Progress(len(futures), settings.progress)
         for future in as_completed(futures):
             if future.exception() is not None:  # the cluster could not run the job (a ClusterError)
@@ -387,25 +410,36 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                     with lock.held():
                         outcome = api.autograde(job.assignment, job.student, force=True, create=True)
                     if outcome["success"]:
-                        graded.add(pair)
                         key = f"{job.student}/{job.assignment}"
                         if key in state.get("withheld", {}):
                             with lock.held():
                                 flag_for_review(db_url, course_id, pair, state["withheld"][key])
-                        if settings.feedback:
-                            write_feedback(api, workdir, pair, hidden[job.assignment], notes)
-                        state["graded"][key] = prints[pair]
-                        state["rows"][key] = {"note": "; ".join(notes.get(pair, [])),
-                                              "seconds": round(sum(j.status.get("seconds", 0) for j in jobs[pair]), 1)}
-                        write_state(workdir, state)
+                        if feedback is not None:
+                            record(feedback.submit(pair, hidden[job.assignment]))
+                        else:
+                            record([(pair, feedback_in_line(pair) if settings.feedback else [])])
                     else:
                         notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
+            if feedback is not None:
+                with INTERRUPTS.holding():
+                    record(list(feedback.finished()))
             progress.step(f"{job.student}/{job.assignment}")
             handling_s += time.monotonic() - began
+        if feedback is not None:
+            with INTERRUPTS.holding():
+                record(list(feedback.finished(wait=True)))
     except (KeyboardInterrupt, ClusterError) as error:
         executor.stop()
         pending.close()
-        unfinished = sorted({pair for pair, left in remaining.items() if left} | set(todo[reached:]))
+        unfinished = {pair for pair, left in remaining.items() if left} | set(todo[reached:])
+        if feedback is not None:  # the pairs nbgrader has graded get their pages (a few, a second or so each)
+            try:
+                for made in feedback.finished(wait=True):
+                    record([made])
+            except KeyboardInterrupt:  # asked again: the run ends now, the pairs still waiting not graded
+                pass
+            unfinished |= set(feedback.close())
+        unfinished = sorted(unfinished)
         discard(workdir, [pair for pair in unfinished if pair in cleared])
         if isinstance(error, ClusterError):
             raise GradingStopped(0, sorted(graded), unfinished, reason=f"grading stopped: {error}") from None
@@ -413,13 +447,19 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     except BaseException:  # a failed canary, a release nbgrader cannot make: no job goes on without the run
         executor.stop()
         pending.close()
+        if feedback is not None:
+            feedback.close()
         discard(workdir, [pair for pair, left in remaining.items() if left and pair in cleared])
         raise
+    if feedback is not None:
+        feedback.close()
     cgroups.sweep(run.cgroups)
     state["finished"] = True
     # The assignments whose references this run checked (made, or kept under the same key), for a run with no
     # submissions that made them ahead.
     state["last_run"] = {"jobs": len(futures), "grader_s": round(handling_s, 2), "references": sorted(references)}
+    if feedback is not None:
+        state["last_run"]["feedback_apart_s"] = round(feedback.seconds, 2)
     write_state(workdir, state)
 
     devices = devices_text()

@@ -83,6 +83,7 @@ class Executor:
     """Runs job files; see the module's docstring."""
 
     description = ""
+    local_cores = 0  # the cores of this machine its jobs keep busy
 
     def submit(self, job_file: Path) -> Future:
         raise NotImplementedError
@@ -108,7 +109,7 @@ class LocalPool(Executor):
         self.zygote = None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote()
         if self.zygote is not None:
             self.zygote.start()  # its imports (torch's 2 s) run while the grader sets the run up
-        self.jobs = max(1, settings.jobs)
+        self.jobs = self.local_cores = max(1, settings.jobs)
         self.ahead = self.jobs if settings.warm else 0
         self.line: collections.deque[tuple[Path, Future]] = collections.deque()
         self.warm: dict[Path, subprocess.Popen] = {}
@@ -398,6 +399,7 @@ class DaskExecutor(Executor):
         except ImportError as error:
             raise ClusterError(f"Dask is not installed ({error}): pip install distributed") from None
         self.settings, self.gpu, self.cluster = settings, gpu, None
+        self.local_cores = local
         self.run_id = secrets.token_hex(4)
         self.stop_event = f"grade-stop-{self.run_id}"  # set by stop(): the workers end the jobs they run
         try:

@@ -8,7 +8,14 @@ the student's own frames, a hint for the errors the course teaches).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import queue
 import re
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import jinja2
@@ -182,6 +189,119 @@ def write_feedback(api, workdir: Path, pair: tuple[str, str], hidden: set[str], 
         notes.setdefault(pair, []).append("no feedback: " + last_line(outcome.get("error") or outcome.get("log")))
 
 
+PAGE_TIMEOUT_S = 300  # a FeedbackApart's page not made by then: its process is ended, the grader makes the pages
+
+
+class FeedbackApart:
+    """Students' feedback pages made by a process of their own while the grader goes on.
+
+    On a cluster, the grader's machine runs no notebook: its own handling of each finished job
+    (judging, nbgrader's autograde) and then the job's feedback page, one after the other, set the
+    pace of the whole class. Here the pages are made by a second process (``python -m
+    autograder.feedback --serve``, one request and one answer a line), at most ``depth`` pairs
+    waiting for theirs: the grader waits for the oldest before it hands on another, and a stopped
+    run waits for those few, so every pair it reports graded has its page, as when the grader makes
+    them itself. The process has a session of its own (a terminal's Ctrl-C is the grader's to
+    handle) and ends when the grader closes it or is gone. Should it die, each page not made is made
+    by ``in_line(pair)`` in the grader, and so are the pages after it. Same pages, same notes (``no
+    feedback: ...``) as :func:`write_feedback`; on a CPU-only machine no different.
+    """
+
+    def __init__(self, workdir: Path, db_url: str, in_line, depth: int = 2):
+        self.in_line, self.depth = in_line, depth
+        self.process = subprocess.Popen([sys.executable, "-m", "autograder.feedback", "--serve"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+        # The gradebook's URL may hold a password: on the pipe, not the command line.
+        self.process.stdin.write(json.dumps({"workdir": str(workdir), "db_url": db_url}) + "\n")
+        self.process.stdin.flush()
+        self.answers: queue.Queue = queue.Queue()
+        self.reader = threading.Thread(target=self._read, name="feedback-apart", daemon=True)
+        self.reader.start()
+        self.waiting: list[tuple[str, str]] = []  # handed on, oldest first (answered in that order)
+        self.broken = False
+        self.seconds = 0.0  # the process's own time for the pages it made
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.answers.put(json.loads(line))
+        self.answers.put(None)  # the process is gone
+
+    def submit(self, pair: tuple[str, str], hidden: set[str]) -> list[tuple[tuple[str, str], list[str]]]:
+        """Hand on ``pair``'s page; return the pairs whose pages are made, each with its notes."""
+        made = []
+        while len(self.waiting) >= self.depth or (self.broken and self.waiting):
+            made.append(self._take())
+        if self.broken:
+            made.append((pair, self.in_line(pair)))
+            return made
+        try:
+            self.process.stdin.write(json.dumps({"pair": list(pair), "hidden": sorted(hidden)}) + "\n")
+            self.process.stdin.flush()
+            self.waiting.append(pair)
+        except OSError:  # the process is gone
+            self.broken = True
+            made.append((pair, self.in_line(pair)))
+        return made + list(self.finished())
+
+    def finished(self, wait: bool = False):
+        """Yield each pair whose page is made, with its notes (with ``wait``, each handed on, as it is made).
+
+        A pair is yielded once; one whose page is not made when the caller stops (a Ctrl-C while it
+        waits) stays handed on."""
+        while self.waiting and (wait or not self.answers.empty()):
+            yield self._take()
+
+    def _take(self) -> tuple[tuple[str, str], list[str]]:
+        pair = self.waiting[0]
+        try:
+            answer = None if self.broken else self.answers.get(timeout=PAGE_TIMEOUT_S)
+        except queue.Empty:  # stuck: a page takes a second or so
+            self.process.kill()
+            answer = None
+        if answer is None:  # the process is gone: this page and the rest in the grader
+            self.broken = True
+            notes = self.in_line(pair)
+        else:
+            notes = answer["notes"]
+            self.seconds += answer["seconds"]
+        self.waiting.pop(0)
+        return pair, notes
+
+    def close(self) -> list[tuple[str, str]]:
+        """End the process; return the pairs handed on whose pages were not made."""
+        left, self.waiting = self.waiting, []
+        if left:  # mid-page (a second Ctrl-C): it ends with the run, its pairs not graded
+            self.process.kill()
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()  # it ends at the end of its input
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.reader.join(timeout=10)
+        return left
+
+
+def serve(lines, answer) -> None:
+    """The process of a :class:`FeedbackApart`: the work folder first, then one page per line of ``lines``."""
+    from autograder.gradebook import grading_environment, nbgrader_api
+
+    first = json.loads(next(lines))
+    workdir = Path(first["workdir"])
+    with grading_environment():
+        api = nbgrader_api(workdir, first["db_url"])
+        for line in lines:
+            request = json.loads(line)
+            pair, notes, began = tuple(request["pair"]), {}, time.process_time()
+            try:
+                write_feedback(api, workdir, pair, set(request["hidden"]), notes)
+            except Exception as error:  # a page that cannot be made is a note, as nbgrader's own failures are
+                notes.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {last_line(str(error))}")
+            answer(json.dumps({"notes": notes.get(pair, []), "seconds": time.process_time() - began}))
+
+
 def regenerate(course: Path, assignment: str, students: list[str] | None = None) -> dict[tuple[str, str], list[str]]:
     """Feedback again for an assignment of a course directory, with the gradebook's scores as they are now.
 
@@ -213,10 +333,22 @@ def regenerate(course: Path, assignment: str, students: list[str] | None = None)
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import sys
 
     from autograder.course import CourseError
 
+    if argv is None and sys.argv[1:] == ["--serve"]:  # a FeedbackApart's process, not for people
+        import os
+
+        # The answers have the standard output to themselves: anything printed on the way goes to stderr.
+        answers = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+
+        def answer(text: str) -> None:
+            answers.write(text + "\n")
+            answers.flush()
+
+        serve(iter(sys.stdin), answer)
+        return 0
     parser = argparse.ArgumentParser(
         prog="python -m autograder.feedback",
         description="Make an assignment's feedback again in a course directory, with the scores and comments "

@@ -116,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"gradebook URL, e.g. postgresql://user:password@host/db for several graders "
                              f"(default: ${GRADEBOOK_ENV}, else SQLite in the work folder)")
     parser.add_argument("--no-feedback", action="store_true", help="skip the feedback HTML")
+    parser.add_argument("--feedback-apart", choices=("auto", "yes", "no"), default="auto",
+                        help="make the feedback HTML in a process of its own while the grader goes on: yes, no, or "
+                             "auto (the default): where this machine has a core left over from the jobs and the "
+                             "grader, as a cluster's grader has")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run kernels without namespaces (limits on time and memory still hold)")
     parser.add_argument("--canary", choices=("graded", "all"), default="graded",
@@ -176,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                         memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
                         max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
+                        feedback_apart={"auto": None, "yes": True, "no": False}[args.feedback_apart],
                         progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
                         rerun_canary=args.rerun_canary, reference_cache=args.reference_cache,
                         keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),

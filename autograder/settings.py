@@ -66,6 +66,9 @@ class Settings:
     max_processes: int = sandbox.MAX_PROCESSES  # processes and threads of a submission, together
     db_url: str | None = None
     feedback: bool = True
+    # the feedback pages made by a process of their own while the grader goes on (autograder.feedback.FeedbackApart);
+    # None: where this machine has a core that neither the jobs nor the grader keep busy (a cluster's grader)
+    feedback_apart: bool | None = None
     progress: bool = True
     sandbox: bool = True
     user_namespace: bool | None = None  # None: namespaces inside a user namespace unless the grader is root

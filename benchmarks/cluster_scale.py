@@ -2,6 +2,7 @@
 
     python benchmarks/cluster_scale.py [--submissions 200] [--assignments 00_environment]
                                        [--workers 1,2] [--project-workers 50] [--no-feedback]
+                                       [--feedback-in-line]
 
 The honest demo students' submissions (``ada``, ``grace``, ``linus``,
 ``margaret``) of the chosen assignments are copied round-robin into one
@@ -10,7 +11,11 @@ class is graded by ``python -m autograder.grade --dask-local W`` once per
 worker count W, each run in a work folder of its own, one after another in
 this one run: the canary, the sandbox, the probes, the gradebook, each
 student's feedback, all of it, as an instructor's run does it
-(``--no-feedback`` leaves the feedback out). Every copy must get the score
+(``--no-feedback`` leaves the feedback out). The feedback pages are made by a
+process of their own (``--feedback-apart yes``), as a cluster's grader does
+by itself, its machine running no notebook (here the local workers share the
+machine, so auto would choose otherwise); ``--feedback-in-line`` has the
+grader make them itself, one job at a time. Every copy must get the score
 its original gets in ``expected_scores.csv``.
 
 It prints, per worker count, the wall time, submissions per minute and per
@@ -21,12 +26,14 @@ same run), and two costs that set what a big cluster can do:
   the grader's state file), which more workers divide;
 * the grader's own cost of one notebook: its time between a job's results
   arriving and the next (judging, nbgrader's autograde, the gradebook write,
-  the feedback; the state file's ``last_run``), spent one job at a time on the grader's
-  machine however many workers there are.
+  the feedback when made in line; the state file's ``last_run``), spent one
+  job at a time on the grader's machine however many workers there are;
+* the feedback process's cost of one notebook (its processor time for the
+  pages), also one at a time, beside the grader.
 
 From them, "on paper": the wall time of ``--project-students`` students x
 ``--project-notebooks`` notebooks on ``--project-workers`` workers, as the
-larger of the workers' share and the grader's own serial part.
+largest of the workers' share and the two serial parts.
 
 On a CPU-only machine everything runs on the CPU; with 2 cores, more than 2
 workers only compete for them.
@@ -69,11 +76,13 @@ def replicate(assignments: list[str], count: int, folder: Path) -> dict[tuple[st
     return made
 
 
-def grade(submitted: Path, workdir: Path, workers: int, feedback: bool = True) -> float:
+def grade(submitted: Path, workdir: Path, workers: int, feedback: str = "apart") -> float:
+    """``feedback``: "apart" (a process of its own), "in-line" (the grader's), or "none"."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "autograder.grade", "--submitted", str(submitted),
                            "--workdir", str(workdir), "--dask-local", str(workers), "--quiet",
-                           *([] if feedback else ["--no-feedback"])],
+                           *{"apart": ["--feedback-apart", "yes"], "in-line": ["--feedback-apart", "no"],
+                             "none": ["--no-feedback"]}[feedback]],
                           cwd=ROOT, env=tool_env(), capture_output=True, text=True)
     took = time.perf_counter() - started
     if done.returncode != 0:
@@ -92,10 +101,12 @@ def check_scores(workdir: Path, made: dict[tuple[str, str], str]) -> None:
         raise SystemExit(f"scores differ from expected_scores.csv in {workdir}:\n" + "\n".join(wrong[:20]))
 
 
-def costs(workdir: Path) -> tuple[float, float]:
-    """From the grader's state file: the runners' time, all jobs together, and the grader's own time for them."""
+def costs(workdir: Path) -> tuple[float, float, float]:
+    """From the grader's state file: the runners' time, all jobs together, the grader's own time for them, and the
+    feedback process's (0 with the feedback in line or none)."""
     state = json.loads((workdir / "state.json").read_text())
-    return sum(row.get("seconds", 0) for row in state["rows"].values()), state["last_run"]["grader_s"]
+    return (sum(row.get("seconds", 0) for row in state["rows"].values()), state["last_run"]["grader_s"],
+            state["last_run"].get("feedback_apart_s", 0.0))
 
 
 def main() -> int:
@@ -107,38 +118,44 @@ def main() -> int:
     parser.add_argument("--project-students", type=int, default=1000)
     parser.add_argument("--project-notebooks", type=int, default=9)
     parser.add_argument("--no-feedback", action="store_true", help="grade without the students' feedback")
+    parser.add_argument("--feedback-in-line", action="store_true",
+                        help="the grader makes the feedback itself (default: a process of its own beside it)")
     args = parser.parse_args()
     counts = [int(part) for part in args.workers.split(",")]
+    feedback = "none" if args.no_feedback else "in-line" if args.feedback_in_line else "apart"
     assignments = args.assignments.split(",")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
           f"{args.submissions} submissions of {', '.join(assignments)}; workers {counts}; "
-          f"{'no feedback' if args.no_feedback else 'feedback made'}", flush=True)
+          f"{'no feedback' if args.no_feedback else 'feedback made ' + feedback.replace('-', ' ')}", flush=True)
     with tempfile.TemporaryDirectory(prefix="cluster-scale-") as place:
         root = Path(place)
         made = replicate(assignments, args.submissions, root / "submitted")
         runs = []
         for workers in counts:
             workdir = root / f"work-{workers}"
-            wall = grade(root / "submitted", workdir, workers, not args.no_feedback)
+            wall = grade(root / "submitted", workdir, workers, feedback)
             check_scores(workdir, made)
-            busy, own = costs(workdir)
-            runs.append((workers, wall, busy, own))
+            busy, own, pages = costs(workdir)
+            runs.append((workers, wall, busy, own, pages))
             print(f"{workers} worker(s): {wall:.0f} s wall, {60 * len(made) / wall:.1f} submissions/min, "
                   f"{60 * len(made) / wall / workers:.1f} per worker per min; runners busy {busy:.0f} s in all, "
-                  f"the grader's own handling {own:.0f} s", flush=True)
-    base_workers, base_wall, base_busy, base_own = runs[0]
-    for workers, wall, _, _ in runs[1:]:
+                  f"the grader's own handling {own:.0f} s" + (f", the feedback process's {pages:.0f} s" if pages else ""),
+                  flush=True)
+    base_workers, base_wall, base_busy, base_own, base_pages = runs[0]
+    for workers, wall, *_ in runs[1:]:
         print(f"speedup of {workers} workers over {base_workers}: {base_wall / wall:.2f}x")
     per_job = base_busy / len(made)  # a worker's time for one notebook
     serial = base_own / len(made)  # the grader's own, per notebook: one at a time however many workers
+    apart = base_pages / len(made)  # the feedback process's, per notebook: one at a time too, beside the grader
     notebooks = args.project_students * args.project_notebooks
-    projected = max(notebooks * per_job / args.project_workers, notebooks * serial)
+    shares = {"the workers": notebooks * per_job / args.project_workers, "the grader": notebooks * serial,
+              "the feedback process": notebooks * apart}
+    pace = max(shares, key=shares.get)
     print(f"per notebook: {per_job:.1f} s on a worker, {serial:.2f} s on the grader (wall not spent in runners, "
-          f"{base_workers} worker(s))")
+          f"{base_workers} worker(s))" + (f", {apart:.2f} s in the feedback process" if apart else ""))
     print(f"on paper: {args.project_students} students x {args.project_notebooks} notebooks = {notebooks} notebooks "
-          f"on {args.project_workers} workers like these: {projected / 3600:.1f} h "
-          f"({'the grader' if notebooks * serial >= notebooks * per_job / args.project_workers else 'the workers'} "
-          f"set the pace)")
+          f"on {args.project_workers} workers like these: {shares[pace] / 3600:.2f} h ({pace} set the pace; "
+          + ", ".join(f"{who} {seconds / 3600:.2f} h" for who, seconds in shares.items()) + ")")
     return 0
 
 

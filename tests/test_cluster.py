@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import shutil
 import signal
@@ -115,7 +116,7 @@ def _kill_a_worker_in_a_students_job(address: str, processes: dict, killed: dict
 @pytest.fixture(scope="module")
 def graded(cluster, gradebook, tmp_path_factory):
     """The demo class's 00_environment graded on the cluster while a worker is killed mid-job, into the PostgreSQL
-    gradebook: (work folder, exit code, killed)."""
+    gradebook, with each student's feedback: (work folder, exit code, killed)."""
     address, processes, logs = cluster
     tmp = tmp_path_factory.mktemp("graded")
     for student in STUDENTS:
@@ -126,7 +127,7 @@ def graded(cluster, gradebook, tmp_path_factory):
     watcher.start()
     try:
         code = grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(tmp / "work"), "--scheduler", address,
-                           "--db-url", gradebook, "--quiet", "--no-feedback"])
+                           "--db-url", gradebook, "--quiet"])
     finally:
         stop.set()
         watcher.join()
@@ -159,6 +160,11 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     # Every job's temporary folder is gone from the workers' machine: the killed worker's too, which it could not
     # remove itself; the next job there removed it (autograder.executors.sweep_orphans).
     assert not list(WORKERS_TMP[-1].glob("grade-job-*"))
+    # The grader's machine runs no job: a process of its own made the feedback pages (from PostgreSQL) meanwhile.
+    state = json.loads((work / "state.json").read_text())
+    assert state["last_run"]["feedback_apart_s"] > 0
+    assert sorted(p.parent.parent.name for p in (work / "feedback").glob(f"*/{ASSIGNMENT}/{ASSIGNMENT}.html")) == \
+        sorted(graded_ones)
 
 
 def test_a_sweep_removes_the_job_folders_of_ended_workers_only(tmp_path):

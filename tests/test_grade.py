@@ -168,6 +168,49 @@ def test_feedback_highlights_each_cell_source_once_and_its_pages_are_nbconverts(
         assert ours[student] == HTMLExporter().from_notebook_node(nb)[0]
 
 
+def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monkeypatch):
+    """--feedback-apart yes (what a cluster's grader does by itself): a process of its own makes each page while the
+    grader goes on. The grader never calls write_feedback, and each page is the one it makes itself."""
+    from autograder import batch, feedback
+    from autograder.gradebook import grading_environment, nbgrader_api
+
+    for student in ("ada", "grace"):
+        shutil.copytree(demo.SUBMITTED / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
+    in_grader = _calls(monkeypatch, batch, "write_feedback", lambda api, workdir, pair, *_: pair)
+    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
+    grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+    workdir = tmp_path / "work"
+    assert in_grader == []
+    state = json.loads((workdir / "state.json").read_text())
+    assert sorted(state["graded"]) == ["ada/00_environment", "grace/00_environment"]
+    assert state["last_run"]["feedback_apart_s"] > 0
+    pages = {student: workdir / "feedback" / student / "00_environment" / "00_environment.html" for student in ("ada", "grace")}
+    made_apart = {student: page.read_text() for student, page in pages.items()}
+    hidden = set().union(*(feedback.hidden_lines(nbformat.read(path, as_version=4))
+                           for path in (workdir / "source" / "00_environment").glob("*.ipynb")))
+    with grading_environment():
+        api = nbgrader_api(workdir, f"sqlite:///{workdir / 'gradebook.db'}")
+        for student in pages:
+            feedback.write_feedback(api, workdir, (student, "00_environment"), hidden, {})
+    assert {student: page.read_text() for student, page in pages.items()} == made_apart
+
+
+def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_path):
+    """The process has a session of its own (a terminal's Ctrl-C is the grader's to handle). Killed, each page
+    handed on and each after it is made by the grader, in the order handed on; none is lost or made twice."""
+    import os
+
+    from autograder.feedback import FeedbackApart
+
+    apart = FeedbackApart(tmp_path, "sqlite://", lambda pair: [f"made by the grader: {pair[0]}"])
+    assert os.getsid(apart.process.pid) == apart.process.pid != os.getsid(0)
+    apart.process.kill()
+    made = apart.submit(("ada", "00"), set()) + apart.submit(("bob", "00"), set()) + apart.submit(("cy", "00"), set())
+    made += list(apart.finished(wait=True))
+    assert made == [((student, "00"), [f"made by the grader: {student}"]) for student in ("ada", "bob", "cy")]
+    assert apart.close() == []
+
+
 def test_feedback_pages_without_nbconverts_second_pass_read_as_the_same_document():
     """nbgrader's feedback template has no JupyterLab cells: its pages skip nbconvert's BeautifulSoup pass.
 

@@ -191,3 +191,32 @@ def test_a_ctrl_c_during_nbgraders_autograde_waits_for_it_then_stops_the_run(tmp
     assert stopped.value.graded == [("ada", ASSIGNMENT)], "ada's autograde ran to its end"
     assert stopped.value.not_graded == [("zed", ASSIGNMENT)]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handlers are given back"
+
+
+def test_a_ctrl_c_waits_for_the_pages_being_made_apart_of_what_nbgrader_graded(tmp_path, monkeypatch):
+    """The pages made by a process of their own (a cluster's grader): ada's autograde ends and her page is handed
+    on when the Ctrl-C comes. The run waits for the page, as it waits for nbgrader: ada is graded, with her page,
+    and the run stops before zed."""
+    import json
+
+    from nbgrader.converters import Autograde
+
+    from autograder.batch import GradingStopped, grade
+    from autograder.settings import Settings
+
+    original = Autograde.start
+
+    def start_after_a_ctrl_c(app):
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(app)
+
+    monkeypatch.setattr(Autograde, "start", start_after_a_ctrl_c)
+    for student in ("ada", "zed"):
+        shutil.copytree(SUBMITTED / "ada" / ASSIGNMENT, tmp_path / "submitted" / student / ASSIGNMENT)
+    settings = Settings(jobs=1, progress=False, feedback_apart=True, warm=False, assignments=(ASSIGNMENT,))
+    with pytest.raises(GradingStopped) as stopped:
+        grade(tmp_path / "submitted", tmp_path / "work", settings)
+    assert stopped.value.graded == [("ada", ASSIGNMENT)], "ada's page was made before the run stopped"
+    assert stopped.value.not_graded == [("zed", ASSIGNMENT)]
+    assert (tmp_path / "work" / "feedback" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.html").is_file()
+    assert list(json.loads((tmp_path / "work" / "state.json").read_text())["graded"]) == [f"ada/{ASSIGNMENT}"]
