@@ -9,6 +9,8 @@ who reads the feedback page:
   ``## Exercise N (...)`` heading before it) and the test's points;
 - the traceback cut to the student's notebook cells (``Cell In[N]``), with a
   count of the library frames left out; no colour codes, no absolute paths;
+  a test's own frames show the test as written, at its own line numbers, not
+  as the grader ran it (:func:`test_frame`);
 - for the errors the course teaches (:data:`HINTS`), one line saying what the
   error usually means, and a link to the section of the notebook that
   teaches it (the feedback page shows the notebook, headings included, so the
@@ -133,6 +135,71 @@ def student_frames(traceback: list[str]) -> tuple[list[str], int]:
     return kept, left_out
 
 
+FRAME_HEAD = re.compile(r"^(Cell In\[\d+\]), line (\d+)(.*)$")
+FRAME_LINE = re.compile(r"^(?:(-+>)|\s*)\s*(\d+)(?: (.*))?$")  # "---> 12 code" or "     13 code"
+GUARD_NAME = re.compile(r"_grader_[0-9a-f]+")
+# The checks the grader puts in a test as it runs it (autograder.job.strict_comparisons), each back to the
+# function it stands for where the frame cannot be mapped to the test as written.
+GUARDED = re.compile(r"__import__\('builtins'\)\.__dict__\.get\('_grader_[0-9a-f]+', "
+                     r"(?:__import__\('(operator)'\)|__import__\('importlib'\)\.import_module\('([\w.]+)'\))\)\.")
+
+
+def unguarded(text: str) -> str:
+    """``__import__('builtins').__dict__.get('_grader_...', __import__('operator')).eq(a, b)`` -> ``operator.eq(a, b)``."""
+    return GUARDED.sub(lambda match: (match.group(1) or match.group(2)) + ".", text)
+
+
+def _context_line(number: int, code: str, current: bool) -> str:
+    """A line of a frame as IPython shows it: ``---> 12 code``, ``     13 code``."""
+    label = str(number)
+    return ("-" * max(1, 5 - len(label)) + "> " if current else " " * max(2, 7 - len(label))) + label + \
+        (f" {code}" if code else "")
+
+
+def test_frame(frame: str, source: str) -> str:
+    """A frame of a test cell as the student reads the test: the cell's own lines and line numbers.
+
+    The grader runs a test with a line that starts its guard, the course's imports, and every comparison
+    checked by the guard (:func:`autograder.job.strict_comparisons`, one statement a line): a traceback of
+    that shows code the student never wrote, at other line numbers. The frame's lines are matched to the
+    test as it ran, then shown from ``source`` (the test as written, hidden tests taken out), the same
+    number of lines around the same statement. A frame that cannot be matched keeps its lines, with each
+    check written as the function it stands for (:func:`unguarded`).
+    """
+    from autograder.job import strict_lines
+
+    head, *rest = frame.split("\n")
+    matched = FRAME_HEAD.match(head)
+    shown = [FRAME_LINE.match(line) for line in rest]
+    if matched is None or not shown or None in shown:
+        return unguarded(frame)
+    shown = [(int(line.group(2)), (line.group(3) or "").rstrip(), bool(line.group(1))) for line in shown]
+    failing = int(matched.group(2))
+    ran, starts = strict_lines(source, "_grader_")
+
+    def fits(prefix: int) -> bool:  # the lines the grader put before the test, then the test as it ran
+        for number, code, _ in shown:
+            if number <= prefix:
+                if not re.fullmatch(r"(_grader_[0-9a-f]+\(\)|(import|from) .*)?", code.strip()):
+                    return False
+            elif number - prefix > len(ran) or GUARD_NAME.sub("_grader_", code) != ran[number - prefix - 1].rstrip():
+                return False
+        return True
+
+    prefix = next((prefix for prefix in range(failing) if fits(prefix)), None)
+    begun = [start for start in starts if prefix is not None and start <= failing - prefix]
+    if not begun:
+        return unguarded(frame)
+    line = starts[max(begun)] + (failing - prefix - max(begun))
+    written = source.split("\n")
+    before = sum(number < failing for number, _, _ in shown)
+    after = sum(number > failing for number, _, _ in shown)
+    lines = [f"{matched.group(1)}, line {line}{matched.group(3)}"]
+    lines += [_context_line(number, written[number - 1].rstrip(), number == line)
+              for number in range(max(1, line - before), min(len(written), line + after) + 1)]
+    return "\n".join(lines)
+
+
 def sections(nb: nbformat.NotebookNode) -> set[str]:
     return {match.group(2) for cell in nb.cells if cell.cell_type == "markdown"
             for match in HEADING.finditer(cell.source)}
@@ -164,6 +231,8 @@ def teach(nb: nbformat.NotebookNode, assignment: str) -> nbformat.NotebookNode:
                 points_text = f"{points:g} point{'' if points == 1 else 's'}"
                 lines.append(f"Failed: {titles[index] or 'test'} -- this test ({nbgrader_meta(cell)['grade_id']}) "
                              f"is worth {points_text}")
+            if is_test(cell):
+                frames = [test_frame(frame, cell.source) for frame in frames]
             if frames:
                 lines.append("Traceback, your notebook's cells only (most recent call last):")
                 lines.extend(scrub_paths(frame) for frame in frames)

@@ -106,6 +106,25 @@ def strict_comparisons(source: str, guard_name: str) -> str:
     return ast.unparse(ast.fix_missing_locations(_StrictComparisons(guard_name).visit(tree)))
 
 
+def strict_lines(source: str, guard_name: str) -> tuple[list[str], dict[int, int]]:
+    """The lines of :func:`strict_comparisons`, and for each line that begins a statement the line of ``source``
+    that statement begins on (both counted from 1): how a traceback of the test as it ran maps to the test as
+    written. Without the map (``{}``) where ``source`` is not Python."""
+    try:
+        tree = ast.parse(ipython_free(source))
+    except SyntaxError:
+        return source.splitlines(), {}
+    text = ast.unparse(ast.fix_missing_locations(_StrictComparisons(guard_name).visit(tree)))
+    written = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)]
+    ran = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.stmt)]
+    if [type(node) for node in written] != [type(node) for node in ran]:
+        return text.splitlines(), {}
+    starts: dict[int, int] = {}
+    for before, after in zip(written, ran):
+        starts.setdefault(after.lineno, before.lineno)
+    return text.splitlines(), starts
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What every job of one grading run shares."""

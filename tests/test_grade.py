@@ -259,6 +259,7 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
         assert "\x1b[" not in text and "\\u001b[" not in text and "[0;31m" not in text, page
         for path in (str(workdir), str(pipeline.ROOT), "/tmp/", "site-packages"):
             assert path not in text, (page, path)
+        assert "_grader_" not in text, f"{page}: the grader's rewrite of a test shown to the student"
     empty = (workdir / "feedback" / "linus" / "02_cross_device_errors" / "02_cross_device_errors.html")
     failed = re.findall(r"Failed: (Exercise \d+ \(\d+ points?\): [^<]*?) -- this test \((\w+)\) is worth", 
                         empty.read_text()) if empty.exists() else []

@@ -164,3 +164,52 @@ def test_a_crashed_rank_keeps_its_rank_exception_and_traceback_in_the_feedback()
     assert "DistributedRunError: rank 1 raised ValueError: a batch of 3 rows" in shown, shown
     assert 'File "run.py", line 41, in train_step' in shown and "/tmp/" not in shown, shown
     assert shown.startswith("Failed: Exercise 3 (2 points): train with DDP"), shown
+
+
+WRITTEN_TEST = '''\
+"""The device check: the CPU first."""
+devices = [torch.device("cpu"), torch.device("meta")]  # what the student's answer gave, say
+
+def check(device):
+    # a comment the grader's copy of the test does not keep
+    assert device == torch.device("cpu"), f"{device} is not the CPU"
+
+check(devices[0])
+check(devices[1])
+'''
+
+
+def test_a_failed_test_shows_its_lines_as_written_not_as_the_grader_ran_them(tmp_path):
+    """The grader runs a test after a line that starts its guard and the course's imports, each comparison
+    rewritten as the guard's check (autograder.job.strict_comparisons). The student's feedback showed those
+    lines, at their line numbers; now each frame of the test shows the test as written, at its own lines."""
+    from autograder.job import strict_comparisons
+
+    guard = "_grader_0123456789abcdef"
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(f"import torch\n\ndef {guard}():\n    pass"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Exercise 1 (1 point): the CPU first"))
+    test = nbformat.v4.new_code_cell(f"{guard}()\nimport torch\nfrom pathlib import Path\n"
+                                     f"{strict_comparisons(WRITTEN_TEST, guard)}")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "cpu_first",
+                                 "points": 1, "schema_version": 3}
+    nb.cells.append(test)
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert "_grader_" in "".join(test.outputs[0].traceback), "the kernel's traceback shows the test as it ran"
+    test.source = WRITTEN_TEST  # the graded notebook holds the test as written (nbgrader's OverwriteCells)
+    shown = "\n".join(hints.teach(redact(nb, set()), "99_hints").cells[-1].outputs[0].traceback)
+    assert "_grader_" not in shown and "__import__" not in shown and "pathlib" not in shown, shown
+    assert re.findall(r"Cell In\[\d+\], line (\d+)", shown) == ["9", "6"], shown  # the call, then the assert in check
+    assert "----> 9 check(devices[1])" in shown, shown
+    assert '----> 6     assert device == torch.device("cpu"), f"{device} is not the CPU"' in shown, shown
+    assert "      5     # a comment the grader's copy of the test does not keep" in shown, shown
+    assert shown.endswith("AssertionError: meta is not the CPU"), shown
+
+
+def test_a_frame_that_matches_no_test_line_keeps_its_lines_with_the_checks_named_plainly():
+    frame = ("Cell In[3], line 2\n      1 x = 1\n----> 2 assert __import__('builtins').__dict__.get('_grader_ab12', "
+             "__import__('operator')).eq(x, 2) and __import__('builtins').__dict__.get('_grader_ab12', "
+             "__import__('importlib').import_module('torch.testing')).assert_close(x, 2)")
+    assert hints.test_frame(frame, "y = 3\n") == ("Cell In[3], line 2\n      1 x = 1\n"
+                                                  "----> 2 assert operator.eq(x, 2) and torch.testing.assert_close(x, 2)")
