@@ -94,27 +94,32 @@ class _StrictComparisons(ast.NodeTransformer):
         return node
 
 
+def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
+    """The test's tree, its comparisons checked by the guard, and that tree's source; None if not Python."""
+    try:
+        tree = ast.parse(ipython_free(source))
+    except SyntaxError:
+        return None
+    return tree, ast.unparse(ast.fix_missing_locations(_StrictComparisons(guard_name).visit(tree)))
+
+
 def strict_comparisons(source: str, guard_name: str) -> str:
     """A test's source with every ``a == b`` / ``a != b`` and ``torch.equal``-like call checked by the guard.
 
     See :mod:`autograder.guard`.
     """
-    try:
-        tree = ast.parse(ipython_free(source))
-    except SyntaxError:
-        return source
-    return ast.unparse(ast.fix_missing_locations(_StrictComparisons(guard_name).visit(tree)))
+    strict = _strict(source, guard_name)
+    return source if strict is None else strict[1]
 
 
 def strict_lines(source: str, guard_name: str) -> tuple[list[str], dict[int, int]]:
     """The lines of :func:`strict_comparisons`, and for each line that begins a statement the line of ``source``
     that statement begins on (both counted from 1): how a traceback of the test as it ran maps to the test as
     written. Without the map (``{}``) where ``source`` is not Python."""
-    try:
-        tree = ast.parse(ipython_free(source))
-    except SyntaxError:
+    strict = _strict(source, guard_name)
+    if strict is None:
         return source.splitlines(), {}
-    text = ast.unparse(ast.fix_missing_locations(_StrictComparisons(guard_name).visit(tree)))
+    tree, text = strict
     written = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)]
     ran = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.stmt)]
     if [type(node) for node in written] != [type(node) for node in ran]:
