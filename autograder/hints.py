@@ -10,7 +10,7 @@ who reads the feedback page:
 - the traceback cut to the student's notebook cells (``Cell In[N]``), with a
   count of the library frames left out; no colour codes, no absolute paths;
   a test's own frames show the test as written, at its own line numbers, not
-  as the grader ran it (:func:`test_frame`);
+  as the grader ran it (:func:`frame_as_written`);
 - for the errors the course teaches (:data:`HINTS`), one line saying what the
   error usually means, and a link to the section of the notebook that
   teaches it (the feedback page shows the notebook, headings included, so the
@@ -136,7 +136,7 @@ def student_frames(traceback: list[str]) -> tuple[list[str], int]:
 
 
 FRAME_HEAD = re.compile(r"^(Cell In\[\d+\]), line (\d+)(.*)$")
-FRAME_LINE = re.compile(r"^(?:(-+>)|\s*)\s*(\d+)(?: (.*))?$")  # "---> 12 code" or "     13 code"
+FRAME_LINE = re.compile(r"^(?:-+>|\s*)\s*(\d+)(?: (.*))?$")  # "---> 12 code" or "     13 code"
 GUARD_NAME = re.compile(r"_grader_[0-9a-f]+")
 # The checks the grader puts in a test as it runs it (autograder.job.strict_comparisons), each back to the
 # function it stands for where the frame cannot be mapped to the test as written.
@@ -156,7 +156,7 @@ def _context_line(number: int, code: str, current: bool) -> str:
         (f" {code}" if code else "")
 
 
-def test_frame(frame: str, source: str) -> str:
+def frame_as_written(frame: str, source: str) -> str:
     """A frame of a test cell as the student reads the test: the cell's own lines and line numbers.
 
     The grader runs a test with a line that starts its guard, the course's imports, and every comparison
@@ -173,12 +173,12 @@ def test_frame(frame: str, source: str) -> str:
     shown = [FRAME_LINE.match(line) for line in rest]
     if matched is None or not shown or None in shown:
         return unguarded(frame)
-    shown = [(int(line.group(2)), (line.group(3) or "").rstrip(), bool(line.group(1))) for line in shown]
+    shown = [(int(line.group(1)), (line.group(2) or "").rstrip()) for line in shown]
     failing = int(matched.group(2))
     ran, starts = strict_lines(source, "_grader_")
 
     def fits(prefix: int) -> bool:  # the lines the grader put before the test, then the test as it ran
-        for number, code, _ in shown:
+        for number, code in shown:
             if number <= prefix:
                 if not re.fullmatch(r"(_grader_[0-9a-f]+\(\)|(import|from) .*)?", code.strip()):
                     return False
@@ -187,13 +187,13 @@ def test_frame(frame: str, source: str) -> str:
         return True
 
     prefix = next((prefix for prefix in range(failing) if fits(prefix)), None)
-    begun = [start for start in starts if prefix is not None and start <= failing - prefix]
+    begun = [start for start in starts if start <= failing - prefix] if prefix is not None else []
     if not begun:
         return unguarded(frame)
     line = starts[max(begun)] + (failing - prefix - max(begun))
     written = source.split("\n")
-    before = sum(number < failing for number, _, _ in shown)
-    after = sum(number > failing for number, _, _ in shown)
+    before = sum(number < failing for number, _ in shown)
+    after = sum(number > failing for number, _ in shown)
     lines = [f"{matched.group(1)}, line {line}{matched.group(3)}"]
     lines += [_context_line(number, written[number - 1].rstrip(), number == line)
               for number in range(max(1, line - before), min(len(written), line + after) + 1)]
@@ -232,7 +232,7 @@ def teach(nb: nbformat.NotebookNode, assignment: str) -> nbformat.NotebookNode:
                 lines.append(f"Failed: {titles[index] or 'test'} -- this test ({nbgrader_meta(cell)['grade_id']}) "
                              f"is worth {points_text}")
             if is_test(cell):
-                frames = [test_frame(frame, cell.source) for frame in frames]
+                frames = [frame_as_written(frame, cell.source) for frame in frames]
             if frames:
                 lines.append("Traceback, your notebook's cells only (most recent call last):")
                 lines.extend(scrub_paths(frame) for frame in frames)

@@ -211,5 +211,5 @@ def test_a_frame_that_matches_no_test_line_keeps_its_lines_with_the_checks_named
     frame = ("Cell In[3], line 2\n      1 x = 1\n----> 2 assert __import__('builtins').__dict__.get('_grader_ab12', "
              "__import__('operator')).eq(x, 2) and __import__('builtins').__dict__.get('_grader_ab12', "
              "__import__('importlib').import_module('torch.testing')).assert_close(x, 2)")
-    assert hints.test_frame(frame, "y = 3\n") == ("Cell In[3], line 2\n      1 x = 1\n"
+    assert hints.frame_as_written(frame, "y = 3\n") == ("Cell In[3], line 2\n      1 x = 1\n"
                                                   "----> 2 assert operator.eq(x, 2) and torch.testing.assert_close(x, 2)")
