@@ -342,7 +342,10 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     feedback = None
     if settings.feedback and todo and (settings.feedback_apart if settings.feedback_apart is not None
                               else usable_cores() - executor.local_cores - 1 >= 1):
-        feedback = FeedbackApart(workdir, db_url, feedback_in_line)
+        try:
+            feedback = FeedbackApart(workdir, db_url, feedback_in_line)
+        except OSError:  # no process to be had (a limit on processes): the grader makes the pages
+            feedback = None
     try:
         # Each job goes to the executor as soon as it is prepared: the first run while the rest are prepared
         # (a class of a thousand has thousands), and nbgrader's release is made while they run.

@@ -195,6 +195,23 @@ def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monke
     assert {student: page.read_text() for student, page in pages.items()} == made_apart
 
 
+def test_feedback_apart_without_a_process_to_be_had_is_made_by_the_grader(tmp_path, monkeypatch):
+    """No process can be started for the pages (a limit on processes): the grader makes them, and grades on."""
+    from autograder import batch
+
+    def no_process(*_args, **_kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(batch, "FeedbackApart", no_process)
+    shutil.copytree(demo.SUBMITTED / "ada" / "00_environment", tmp_path / "submitted" / "ada" / "00_environment")
+    in_grader = _calls(monkeypatch, batch, "write_feedback", lambda api, workdir, pair, *_: pair)
+    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
+    results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
+    assert [(r.student, r.score) for r in results if r.assignment == "00_environment"] == [("ada", 8)]
+    assert in_grader == [("ada", "00_environment")]
+    assert (tmp_path / "work" / "feedback" / "ada" / "00_environment" / "00_environment.html").is_file()
+
+
 def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_path):
     """The process has a session of its own (a terminal's Ctrl-C is the grader's to handle). Killed, each page
     handed on and each after it is made by the grader, in the order handed on; none is lost or made twice."""
