@@ -162,14 +162,9 @@ def stale_cgroups() -> list[str]:
             and not Path(f"/proc/{runner}").exists()]
 
 
-def test_a_ctrl_c_during_nbgraders_autograde_waits_for_it_then_stops_the_run(tmp_path, monkeypatch):
-    """The grader called as a library (gpu-check and slurm-check do, without grade.main's handlers).
-
-    nbgrader's apps catch every exception, KeyboardInterrupt too (a bare ``except`` in
-    ``nbgrader.utils.capture_log``): a Ctrl-C landing inside its autograde was recorded as ada's error
-    ("not graded: KeyboardInterrupt"), and the run went on to zed. Seen on a GPU machine, where a time
-    limit's SIGINT reached the grader during autograde. Now the signal waits for nbgrader's return: ada
-    is graded, and the run stops before zed."""
+def _ctrl_c_in_autograde(tmp_path, monkeypatch, **settings):
+    """ada and zed hand in the solution; a Ctrl-C comes as nbgrader's autograde of the first begins. The grader
+    is called as a library (gpu-check and slurm-check do, without grade.main's handlers). Returns the stop."""
     from nbgrader.converters import Autograde
 
     from autograder.batch import GradingStopped, grade
@@ -184,12 +179,22 @@ def test_a_ctrl_c_during_nbgraders_autograde_waits_for_it_then_stops_the_run(tmp
     monkeypatch.setattr(Autograde, "start", start_after_a_ctrl_c)
     for student in ("ada", "zed"):
         shutil.copytree(SUBMITTED / "ada" / ASSIGNMENT, tmp_path / "submitted" / student / ASSIGNMENT)
-    settings = Settings(jobs=1, progress=False, feedback=False, warm=False, assignments=(ASSIGNMENT,))
     with pytest.raises(GradingStopped) as stopped:
-        grade(tmp_path / "submitted", tmp_path / "work", settings)
-    assert stopped.value.signum == signal.SIGINT
-    assert stopped.value.graded == [("ada", ASSIGNMENT)], "ada's autograde ran to its end"
-    assert stopped.value.not_graded == [("zed", ASSIGNMENT)]
+        grade(tmp_path / "submitted", tmp_path / "work",
+              Settings(jobs=1, progress=False, warm=False, assignments=(ASSIGNMENT,), **settings))
+    return stopped.value
+
+
+def test_a_ctrl_c_during_nbgraders_autograde_waits_for_it_then_stops_the_run(tmp_path, monkeypatch):
+    """nbgrader's apps catch every exception, KeyboardInterrupt too (a bare ``except`` in
+    ``nbgrader.utils.capture_log``): a Ctrl-C landing inside its autograde was recorded as ada's error
+    ("not graded: KeyboardInterrupt"), and the run went on to zed. Seen on a GPU machine, where a time
+    limit's SIGINT reached the grader during autograde. Now the signal waits for nbgrader's return: ada
+    is graded, and the run stops before zed."""
+    stopped = _ctrl_c_in_autograde(tmp_path, monkeypatch, feedback=False)
+    assert stopped.signum == signal.SIGINT
+    assert stopped.graded == [("ada", ASSIGNMENT)], "ada's autograde ran to its end"
+    assert stopped.not_graded == [("zed", ASSIGNMENT)]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handlers are given back"
 
 
@@ -199,24 +204,8 @@ def test_a_ctrl_c_waits_for_the_pages_being_made_apart_of_what_nbgrader_graded(t
     and the run stops before zed."""
     import json
 
-    from nbgrader.converters import Autograde
-
-    from autograder.batch import GradingStopped, grade
-    from autograder.settings import Settings
-
-    original = Autograde.start
-
-    def start_after_a_ctrl_c(app):
-        os.kill(os.getpid(), signal.SIGINT)
-        return original(app)
-
-    monkeypatch.setattr(Autograde, "start", start_after_a_ctrl_c)
-    for student in ("ada", "zed"):
-        shutil.copytree(SUBMITTED / "ada" / ASSIGNMENT, tmp_path / "submitted" / student / ASSIGNMENT)
-    settings = Settings(jobs=1, progress=False, feedback_apart=True, warm=False, assignments=(ASSIGNMENT,))
-    with pytest.raises(GradingStopped) as stopped:
-        grade(tmp_path / "submitted", tmp_path / "work", settings)
-    assert stopped.value.graded == [("ada", ASSIGNMENT)], "ada's page was made before the run stopped"
-    assert stopped.value.not_graded == [("zed", ASSIGNMENT)]
+    stopped = _ctrl_c_in_autograde(tmp_path, monkeypatch, feedback_apart=True)
+    assert stopped.graded == [("ada", ASSIGNMENT)], "ada's page was made before the run stopped"
+    assert stopped.not_graded == [("zed", ASSIGNMENT)]
     assert (tmp_path / "work" / "feedback" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.html").is_file()
     assert list(json.loads((tmp_path / "work" / "state.json").read_text())["graded"]) == [f"ada/{ASSIGNMENT}"]
