@@ -227,6 +227,31 @@ def test_a_new_gradebook_gets_nbgraders_migration_head_without_starting_alembic(
         assert list(db.execute("SELECT version_num FROM alembic_version")) == [(printed,)]
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_while_grading_nbgraders_gradebooks_of_one_url_share_one_engine(database, tmp_path, request):
+    """nbgrader makes an engine per gradebook, and SQLAlchemy compiled every query again for each: in the
+    grader's block the gradebooks of one URL share one, which serves on after a gradebook is closed."""
+    import psycopg
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    if database == "postgresql":
+        server = request.getfixturevalue("server")
+        with psycopg.connect(server["url"].replace("/gradebook", "/postgres"), autocommit=True) as admin:
+            admin.execute("CREATE DATABASE engines")
+        url = server["url"].replace("/gradebook", "/engines")
+    with grading_environment():
+        with Gradebook(url) as first:
+            first.add_student("ada")
+            engine = first.engine
+        with Gradebook(url) as second:
+            assert second.engine is engine
+            assert [student.id for student in second.students] == ["ada"]
+    with Gradebook(url) as after:
+        assert after.engine is not engine, "outside the block, nbgrader's own way"
+        assert [student.id for student in after.students] == ["ada"]
+
+
 def test_unreachable_gradebook_is_a_clear_error_before_grading(tmp_path, capsys):
     port = _free_port()  # nothing listens there
     url = f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook"
