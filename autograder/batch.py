@@ -323,7 +323,10 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
 
     def feedback_in_line(pair: tuple[str, str]) -> list[str]:
         made: dict = {}
-        write_feedback(api, workdir, pair, hidden[pair[1]], made)
+        try:
+            write_feedback(api, workdir, pair, hidden[pair[1]], made)
+        except Exception as error:  # a page that cannot be made is a note, and the class goes on
+            made.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {last_line(str(error))}")
         return made.get(pair, [])
 
     def record(made: list[tuple[tuple[str, str], list[str]]]) -> None:
@@ -344,7 +347,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                               else usable_cores() - executor.local_cores - 1 >= 1):
         try:
             feedback = FeedbackApart(workdir, db_url, feedback_in_line)
-        except OSError:  # no process to be had (a limit on processes): the grader makes the pages
+        except (OSError, RuntimeError):  # no process or thread to be had (a limit): the grader makes the pages
             feedback = None
     try:
         # Each job goes to the executor as soon as it is prepared: the first run while the rest are prepared
@@ -418,27 +421,24 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                             with lock.held():
                                 flag_for_review(db_url, course_id, pair, state["withheld"][key])
                         if feedback is not None:
-                            record(feedback.submit(pair, hidden[job.assignment]))
+                            feedback.hand_on(pair, hidden[job.assignment])
                         else:
                             record([(pair, feedback_in_line(pair) if settings.feedback else [])])
                     else:
                         notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
-            if feedback is not None:
-                with INTERRUPTS.holding():
-                    record(list(feedback.finished()))
+            if feedback is not None:  # the pages made so far; at most depth - 1 left waiting
+                feedback.deliver(record, INTERRUPTS.holding, keep=feedback.depth - 1)
             progress.step(f"{job.student}/{job.assignment}")
             handling_s += time.monotonic() - began
         if feedback is not None:
-            with INTERRUPTS.holding():
-                record(list(feedback.finished(wait=True)))
+            feedback.deliver(record, INTERRUPTS.holding)
     except (KeyboardInterrupt, ClusterError) as error:
         executor.stop()
         pending.close()
         unfinished = {pair for pair, left in remaining.items() if left} | set(todo[reached:])
         if feedback is not None:  # the pairs nbgrader has graded get their pages (a few, a second or so each)
             try:
-                for made in feedback.finished(wait=True):
-                    record([made])
+                feedback.deliver(record, INTERRUPTS.holding)
             except KeyboardInterrupt:  # asked again: the run ends now, the pairs still waiting not graded
                 pass
             unfinished |= set(feedback.close())

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -172,21 +175,55 @@ def redact(nb: nbformat.NotebookNode, hidden: set[str]) -> nbformat.NotebookNode
     return nb
 
 
+TAUGHT = ".taught"  # in the work folder: the copies a page is made from, for as long as that takes
+
+
 def write_feedback(api, workdir: Path, pair: tuple[str, str], hidden: set[str], notes: dict) -> None:
-    """nbgrader's feedback HTML for one student's assignment, from autograded notebooks without hidden tests."""
+    """nbgrader's feedback HTML for one student's assignment, from autograded notebooks without hidden tests.
+
+    The page is made from copies (``.taught/<student>/<assignment>`` in the work folder, removed after):
+    the autograded notebooks, the instructor's view in formgrader, stay as they ran, whatever becomes of
+    the process making the page.
+    """
     student, name = pair
-    kept = {}  # the instructor's view (formgrader) keeps the errors as they ran, hidden tests taken out
-    for path in (workdir / "autograded" / student / name).glob("*.ipynb"):
-        nb = redact(nbformat.read(path, as_version=4), hidden)
-        kept[path] = nbformat.writes(nb)
-        nbformat.write(teach(nb, name), path)
+    taught = workdir / TAUGHT / student / name
+    shutil.rmtree(taught, ignore_errors=True)  # what a process ended mid-page left
+    # New files, not copies of nbgrader's modes: it leaves graded notebooks read-only (444) to their owner too.
+    shutil.copytree(workdir / "autograded" / student / name, taught, copy_function=shutil.copyfile)
     try:
-        outcome = api.generate_feedback(name, student, force=True)
+        for path in taught.glob("*.ipynb"):
+            nb = redact(nbformat.read(path, as_version=4), hidden)
+            nbformat.write(teach(nb, name, prelude_lines(workdir / "source" / name / path.name)), path)
+        directory = api.coursedir.autograded_directory
+        api.coursedir.autograded_directory = TAUGHT
+        try:
+            outcome = api.generate_feedback(name, student, force=True)
+        finally:
+            api.coursedir.autograded_directory = directory
     finally:
-        for path, text in kept.items():
-            path.write_text(text)
+        shutil.rmtree(taught, ignore_errors=True)
+        for folder in (taught.parent, taught.parent.parent):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # if no other page is being made
     if not outcome["success"]:
         notes.setdefault(pair, []).append("no feedback: " + last_line(outcome.get("error") or outcome.get("log")))
+
+
+_PRELUDES: dict[tuple[str, int], int | None] = {}
+
+
+def prelude_lines(source: Path) -> int | None:
+    """How many lines the grader ran before each test of the notebook ``source`` (the instructor's):
+    :func:`autograder.job.test_prelude` with its imports; None where the notebook is not there."""
+    from autograder.job import course_imports, test_prelude
+
+    try:
+        key = (str(source), source.stat().st_mtime_ns)
+    except OSError:
+        return None
+    if key not in _PRELUDES:
+        _PRELUDES[key] = test_prelude("_", course_imports(nbformat.read(source, as_version=4))).count("\n")
+    return _PRELUDES[key]
 
 
 PAGE_TIMEOUT_S = 300  # a FeedbackApart's page not made by then: its process is ended, the grader makes the pages
@@ -198,13 +235,15 @@ class FeedbackApart:
     On a cluster, the grader's machine runs no notebook: its own handling of each finished job
     (judging, nbgrader's autograde) and then the job's feedback page, one after the other, set the
     pace of the whole class. Here the pages are made by a second process (``python -m
-    autograder.feedback --serve``, one request and one answer a line), at most ``depth`` pairs
-    waiting for theirs: the grader waits for the oldest before it hands on another, and a stopped
-    run waits for those few, so every pair it reports graded has its page, as when the grader makes
-    them itself. The process has a session of its own (a terminal's Ctrl-C is the grader's to
-    handle) and ends when the grader closes it or is gone. Should it die, each page not made is made
-    by ``in_line(pair)`` in the grader, and so are the pages after it. Same pages, same notes (``no
-    feedback: ...``) as :func:`write_feedback`; on a CPU-only machine no different.
+    autograder.feedback --serve``, one request and one answer a line) while the grader goes on:
+    :meth:`hand_on` never waits, :meth:`deliver` passes each made page's pair to the grader's
+    ``record``, waiting (never with the signals held) while more than ``keep`` pairs wait. A pair
+    leaves the line only once recorded, so a stopped run that delivers what is handed on reports each
+    pair graded with its page, as when the grader makes them itself. The process has a session of its
+    own (a terminal's Ctrl-C is the grader's to handle) and ends with the grader. Should it die or
+    stick (:data:`PAGE_TIMEOUT_S`), the page it owes and each after it are made by ``in_line(pair)``
+    in the grader, under ``hold()``. Same pages, same notes as :func:`write_feedback`; on a CPU-only
+    machine no different.
     """
 
     def __init__(self, workdir: Path, db_url: str, in_line, depth: int = 2):
@@ -212,65 +251,81 @@ class FeedbackApart:
         self.process = subprocess.Popen([sys.executable, "-m", "autograder.feedback", "--serve"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         start_new_session=True)
-        # The gradebook's URL may hold a password: on the pipe, not the command line.
-        self.process.stdin.write(json.dumps({"workdir": str(workdir), "db_url": db_url}) + "\n")
-        self.process.stdin.flush()
         self.answers: queue.Queue = queue.Queue()
-        self.reader = threading.Thread(target=self._read, name="feedback-apart", daemon=True)
-        self.reader.start()
         self.waiting: list[tuple[str, str]] = []  # handed on, oldest first (answered in that order)
+        self.ready: dict[tuple[str, str], list[str] | None] = {}  # answered, not recorded (None: in line)
         self.broken = False
         self.seconds = 0.0  # the process's own time for the pages it made
+        try:
+            # The gradebook's URL may hold a password: on the pipe, not the command line.
+            self._send({"workdir": str(workdir), "db_url": db_url, "parent": os.getpid()})
+            self.reader = threading.Thread(target=self._read, name="feedback-apart", daemon=True)
+            self.reader.start()
+        except BaseException:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+    def _send(self, message: dict) -> None:
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
 
     def _read(self) -> None:
-        for line in self.process.stdout:
-            self.answers.put(json.loads(line))
-        self.answers.put(None)  # the process is gone
+        try:
+            for line in self.process.stdout:
+                self.answers.put(json.loads(line))
+        except ValueError:  # not an answer: the process is not what it should be
+            pass
+        finally:
+            self.answers.put(None)  # no more answers
 
-    def submit(self, pair: tuple[str, str], hidden: set[str]) -> list[tuple[tuple[str, str], list[str]]]:
-        """Hand on ``pair``'s page; return the pairs whose pages are made, each with its notes."""
-        made = []
-        while len(self.waiting) >= self.depth or (self.broken and self.waiting):
-            made.append(self._take())
+    def hand_on(self, pair: tuple[str, str], hidden: set[str]) -> None:
+        """Queue ``pair``'s page (never waits: see :meth:`deliver`)."""
+        if not self.broken:
+            try:
+                self._send({"pair": list(pair), "hidden": sorted(hidden)})
+            except OSError:  # the process is gone
+                self.broken = True
         if self.broken:
-            made.append((pair, self.in_line(pair)))
-            return made
-        try:
-            self.process.stdin.write(json.dumps({"pair": list(pair), "hidden": sorted(hidden)}) + "\n")
-            self.process.stdin.flush()
-            self.waiting.append(pair)
-        except OSError:  # the process is gone
-            self.broken = True
-            made.append((pair, self.in_line(pair)))
-        return made + list(self.finished())
+            self.ready[pair] = None
+        self.waiting.append(pair)
 
-    def finished(self, wait: bool = False):
-        """Yield each pair whose page is made, with its notes (with ``wait``, each handed on, as it is made).
+    def deliver(self, record, hold, keep: int = 0) -> None:
+        """``record([(pair, notes)])`` each pair whose page is made, oldest first, under ``hold()``: waiting
+        for pages while more than ``keep`` pairs wait, then taking those already made. A pair whose page the
+        grader must make is made under ``hold()`` too."""
+        while self.waiting:
+            pair = self.waiting[0]
+            if pair not in self.ready:
+                if len(self.waiting) <= keep and not self.broken and self.answers.empty():
+                    return
+                self.ready[pair] = self._answer()
+            with hold():
+                notes = self.ready[pair]
+                record([(pair, self.in_line(pair) if notes is None else notes)])
+                del self.ready[pair]
+                self.waiting.pop(0)
 
-        A pair is yielded once; one whose page is not made when the caller stops (a Ctrl-C while it
-        waits) stays handed on."""
-        while self.waiting and (wait or not self.answers.empty()):
-            yield self._take()
-
-    def _take(self) -> tuple[tuple[str, str], list[str]]:
-        pair = self.waiting[0]
-        try:
-            answer = None if self.broken else self.answers.get(timeout=PAGE_TIMEOUT_S)
-        except queue.Empty:  # stuck: a page takes a second or so
-            self.process.kill()
-            answer = None
+    def _answer(self) -> list[str] | None:
+        """The notes of the oldest page handed on, or None if the grader is to make it."""
+        answer = None
+        if not self.broken:
+            try:
+                answer = self.answers.get(timeout=PAGE_TIMEOUT_S)
+            except queue.Empty:  # stuck: a page takes a second or so
+                self.process.kill()
+                self.process.wait()
         if answer is None:  # the process is gone: this page and the rest in the grader
             self.broken = True
-            notes = self.in_line(pair)
-        else:
-            notes = answer["notes"]
-            self.seconds += answer["seconds"]
-        self.waiting.pop(0)
-        return pair, notes
+            return None
+        self.seconds += answer["seconds"]
+        return answer["notes"]
 
     def close(self) -> list[tuple[str, str]]:
-        """End the process; return the pairs handed on whose pages were not made."""
-        left, self.waiting = self.waiting, []
+        """End the process; return the pairs handed on and not recorded."""
+        left = list(self.waiting)
+        self.waiting.clear()
+        self.ready.clear()
         if left:  # mid-page (a second Ctrl-C): it ends with the run, its pairs not graded
             self.process.kill()
         with contextlib.suppress(OSError):
@@ -289,6 +344,7 @@ def serve(lines, answer) -> None:
     from autograder.gradebook import grading_environment, nbgrader_api
 
     first = json.loads(next(lines))
+    _end_with(first["parent"])
     workdir = Path(first["workdir"])
     with grading_environment():
         api = nbgrader_api(workdir, first["db_url"])
@@ -300,6 +356,16 @@ def serve(lines, answer) -> None:
             except Exception as error:  # a page that cannot be made is a note, as nbgrader's own failures are
                 notes.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {last_line(str(error))}")
             answer(json.dumps({"notes": notes.get(pair, []), "seconds": time.process_time() - began}))
+
+
+def _end_with(parent: int) -> None:
+    """This process is killed when ``parent`` ends (Linux), even mid-page; elsewhere it ends at its input's end."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # ended before that was set
+        raise SystemExit(0)
 
 
 def regenerate(course: Path, assignment: str, students: list[str] | None = None) -> dict[tuple[str, str], list[str]]:
@@ -337,8 +403,6 @@ def main(argv: list[str] | None = None) -> int:
     from autograder.course import CourseError
 
     if argv is None and sys.argv[1:] == ["--serve"]:  # a FeedbackApart's process, not for people
-        import os
-
         # The answers have the standard output to themselves: anything printed on the way goes to stderr.
         answers = os.fdopen(os.dup(1), "w")
         os.dup2(2, 1)

@@ -156,15 +156,17 @@ def _context_line(number: int, code: str, current: bool) -> str:
         (f" {code}" if code else "")
 
 
-def frame_as_written(frame: str, source: str) -> str:
+def frame_as_written(frame: str, source: str, prelude: int | None = None) -> str:
     """A frame of a test cell as the student reads the test: the cell's own lines and line numbers.
 
-    The grader runs a test with a line that starts its guard, the course's imports, and every comparison
-    checked by the guard (:func:`autograder.job.strict_comparisons`, one statement a line): a traceback of
-    that shows code the student never wrote, at other line numbers. The frame's lines are matched to the
-    test as it ran, then shown from ``source`` (the test as written, hidden tests taken out), the same
-    number of lines around the same statement. A frame that cannot be matched keeps its lines, with each
-    check written as the function it stands for (:func:`unguarded`).
+    The grader runs a test after ``prelude`` lines of its own (its guard's start and the course's imports,
+    :func:`autograder.job.test_prelude`), every comparison checked by the guard
+    (:func:`autograder.job.strict_comparisons`, one statement a line): a traceback of that shows code the
+    student never wrote, at other line numbers. The frame's lines are matched to the test as it ran, then
+    shown from ``source`` (the test as written, hidden tests taken out), the same number of lines around the
+    same statement. With ``prelude`` unknown (None), the one count of lines that matches is taken, if only
+    one does. A frame that cannot be matched keeps its lines, with each check written as the function it
+    stands for (:func:`unguarded`).
     """
     from autograder.job import strict_lines
 
@@ -173,25 +175,27 @@ def frame_as_written(frame: str, source: str) -> str:
     shown = [FRAME_LINE.match(line) for line in rest]
     if matched is None or not shown or None in shown:
         return unguarded(frame)
-    shown = [(int(line.group(1)), (line.group(2) or "").rstrip()) for line in shown]
+    shown = [(int(line.group(1)), (line.group(2) or "").strip()) for line in shown]
     failing = int(matched.group(2))
     ran, starts = strict_lines(source, "_grader_")
 
-    def fits(prefix: int) -> bool:  # the lines the grader put before the test, then the test as it ran
+    def fits(prefix: int) -> bool:  # the grader's own lines, then the test as it ran (IPython dedents them)
         for number, code in shown:
             if number <= prefix:
-                if not re.fullmatch(r"(_grader_[0-9a-f]+\(\)|(import|from) .*)?", code.strip()):
+                if not re.fullmatch(r"(_grader_[0-9a-f]+\(\)|(import|from) .*)?", code):
                     return False
-            elif number - prefix > len(ran) or GUARD_NAME.sub("_grader_", code) != ran[number - prefix - 1].rstrip():
+            elif number - prefix > len(ran) or GUARD_NAME.sub("_grader_", code) != ran[number - prefix - 1].strip():
                 return False
         return True
 
-    prefix = next((prefix for prefix in range(failing) if fits(prefix)), None)
-    begun = [start for start in starts if start <= failing - prefix] if prefix is not None else []
-    if not begun:
+    prefixes = [prelude] if prelude is not None else range(failing)
+    fitting = [prefix for prefix in prefixes if prefix < failing and fits(prefix)]
+    if len(fitting) != 1 or failing - fitting[0] not in starts:
         return unguarded(frame)
-    line = starts[max(begun)] + (failing - prefix - max(begun))
+    line = starts[failing - fitting[0]]
     written = source.split("\n")
+    if written[-1] == "":
+        written.pop()
     before = sum(number < failing for number, _ in shown)
     after = sum(number > failing for number, _ in shown)
     lines = [f"{matched.group(1)}, line {line}{matched.group(3)}"]
@@ -214,8 +218,10 @@ def _hint_html(hint: Hint, here: str, headings: set[str]) -> str:
     return f"<p><b>Hint:</b> {html.escape(hint.says)} Taught in {where}.</p>"
 
 
-def teach(nb: nbformat.NotebookNode, assignment: str) -> nbformat.NotebookNode:
-    """Rewrite every error output of ``nb`` for the feedback page (see the module docstring); returns ``nb``."""
+def teach(nb: nbformat.NotebookNode, assignment: str, prelude: int | None = None) -> nbformat.NotebookNode:
+    """Rewrite every error output of ``nb`` for the feedback page (see the module docstring); returns ``nb``.
+
+    ``prelude``: the lines the grader ran before each test's own (:func:`frame_as_written`)."""
     titles, headings = exercise_of(nb), sections(nb)
     for index, cell in enumerate(nb.cells):
         outputs = []
@@ -231,8 +237,11 @@ def teach(nb: nbformat.NotebookNode, assignment: str) -> nbformat.NotebookNode:
                 points_text = f"{points:g} point{'' if points == 1 else 's'}"
                 lines.append(f"Failed: {titles[index] or 'test'} -- this test ({nbgrader_meta(cell)['grade_id']}) "
                              f"is worth {points_text}")
-            if is_test(cell):
-                frames = [frame_as_written(frame, cell.source) for frame in frames]
+            if is_test(cell):  # the test's own frames (a student's cell it called keeps its lines)
+                own = f"Cell In[{cell.get('execution_count')}]"
+                frames = [frame_as_written(frame, cell.source, prelude)
+                          if frame.startswith(own) or cell.get("execution_count") is None else frame
+                          for frame in frames]
             if frames:
                 lines.append("Traceback, your notebook's cells only (most recent call last):")
                 lines.extend(scrub_paths(frame) for frame in frames)

@@ -94,6 +94,12 @@ class _StrictComparisons(ast.NodeTransformer):
         return node
 
 
+def test_prelude(guard_name: str, imports: str) -> str:
+    """What the grader runs in a test's cell before the test: its guard's start, then the course's imports
+    (:func:`course_imports`); a traceback counts these lines too (:func:`autograder.hints.frame_as_written`)."""
+    return f"{guard_name}()\n{imports}\n"
+
+
 def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
     """The test's tree, its comparisons checked by the guard, and that tree's source; None if not Python."""
     try:
@@ -113,21 +119,29 @@ def strict_comparisons(source: str, guard_name: str) -> str:
 
 
 def strict_lines(source: str, guard_name: str) -> tuple[list[str], dict[int, int]]:
-    """The lines of :func:`strict_comparisons`, and for each line that begins a statement the line of ``source``
-    that statement begins on (both counted from 1): how a traceback of the test as it ran maps to the test as
-    written. Without the map (``{}``) where ``source`` is not Python."""
+    """The lines of :func:`strict_comparisons`, and for each line that begins a statement (an ``except``
+    clause, a decorator) the line of ``source`` it begins on (both counted from 1): how a traceback of the test
+    as it ran maps to the test as written. Without the map (``{}``) where ``source`` is not Python."""
     strict = _strict(source, guard_name)
     if strict is None:
         return source.splitlines(), {}
     tree, text = strict
-    written = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)]
-    ran = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.stmt)]
+    written, ran = _located(tree), _located(ast.parse(text))
     if [type(node) for node in written] != [type(node) for node in ran]:
         return text.splitlines(), {}
     starts: dict[int, int] = {}
     for before, after in zip(written, ran):
         starts.setdefault(after.lineno, before.lineno)
     return text.splitlines(), starts
+
+
+def _located(tree: ast.AST) -> list[ast.AST]:
+    """The nodes a traceback's line can stand on: statements, ``except`` clauses and decorators."""
+    nodes = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.stmt, ast.excepthandler)):
+            nodes += [node, *getattr(node, "decorator_list", [])]
+    return nodes
 
 
 @dataclass(frozen=True)
@@ -159,10 +173,10 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     recorder_name = guard_name + "_probe"
     tests = [cell for cell in nb.cells if is_test(cell)]
     codes, _ = probe.notebook_probes([cell.source for cell in tests], recorder_name, reference)
-    probes = [[nbgrader_meta(cell)["grade_id"], f"{guard_name}()\n{imports}\n{strict_comparisons(code, guard_name)}"]
+    probes = [[nbgrader_meta(cell)["grade_id"], test_prelude(guard_name, imports) + strict_comparisons(code, guard_name)]
               for cell, code in zip(tests, codes)]
     for cell in tests:
-        cell.source = f"{guard_name}()\n{imports}\n{strict_comparisons(probe.visible_source(cell.source), guard_name)}"
+        cell.source = test_prelude(guard_name, imports) + strict_comparisons(probe.visible_source(cell.source), guard_name)
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))

@@ -83,7 +83,7 @@ def torchrun(
     port = free_port()
     # torchrun's agents keep their logs in a new folder of the temporary folder unless told where: one left
     # behind for every run; here the run's logs go into a folder removed after it.
-    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
+    with tempfile.TemporaryDirectory(prefix="torchrun-logs-", ignore_cleanup_errors=True) as logs:
         command = [
             sys.executable, "-m", "torch.distributed.run",
             f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}",

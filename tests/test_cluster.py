@@ -373,11 +373,14 @@ def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
     _slow_submission(tmp_path / "submitted")
     command = [sys.executable, "-m", "autograder.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
                str(tmp_path / "work"), "--scheduler", address, "--no-feedback", "--quiet", "--cell-timeout", "120"]
+    # A job of another run whose worker was killed lives on to its own limits (test_workers_that_keep_dying...,
+    # of a test run moments ago): only this run's sleeper counts.
+    before = set(_sleepers())
     run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)  # its own process group, as a terminal's foreground job
     try:
         deadline = time.monotonic() + 120
-        while not _sleepers():
+        while not set(_sleepers()) - before:
             assert run.poll() is None, f"the run ended early:\n{run.communicate(timeout=30)}"
             assert time.monotonic() < deadline, "slow's kernel never started on a worker"
             time.sleep(0.2)
@@ -386,14 +389,14 @@ def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
         assert run.returncode == 128 + signal.SIGINT, err
         assert f"Not graded: slow/{ASSIGNMENT}" in err, err
         deadline = time.monotonic() + 15
-        while _sleepers() and time.monotonic() < deadline:
+        while set(_sleepers()) - before and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _sleepers() == [], "the student's process on the worker outlived the stopped run"
+        assert set(_sleepers()) - before == set(), "the student's process on the worker outlived the stopped run"
     finally:
         if run.poll() is None:
             run.kill()
             run.communicate(timeout=30)
-        for pid in _sleepers():  # whatever a failed check left behind
+        for pid in set(_sleepers()) - before:  # whatever a failed check left behind
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 

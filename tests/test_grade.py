@@ -1,5 +1,6 @@
 """make grade: the demo class gets the scores it should, cheats earn nothing, bad input is reported, not fatal."""
 
+import contextlib
 import csv
 import json
 import re
@@ -193,6 +194,39 @@ def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monke
         for student in pages:
             feedback.write_feedback(api, workdir, (student, "00_environment"), hidden, {})
     assert {student: page.read_text() for student, page in pages.items()} == made_apart
+    # Made from copies: the graded notebooks (formgrader's view) keep the errors as they ran, whatever becomes of
+    # the process that makes a page.
+    assert not (workdir / feedback.TAUGHT).exists()
+    graded = workdir / "autograded" / "grace" / "00_environment" / "00_environment.ipynb"
+    as_graded = graded.read_text()
+    killed_mid_page = subprocess.run([sys.executable, "-c", f"""
+import os
+from pathlib import Path
+from autograder.feedback import write_feedback
+class API:  # nbgrader's, ended in the middle of making the page
+    class coursedir:
+        autograded_directory = "autograded"
+    def generate_feedback(self, *args, **kwargs):
+        os._exit(9)
+write_feedback(API(), Path({str(workdir)!r}), ("grace", "00_environment"), set(), {{}})
+"""])
+    assert killed_mid_page.returncode == 9
+    assert graded.read_text() == as_graded, "the page's process ended mid-page, and the graded notebook changed"
+    # nbgrader leaves graded notebooks read-only to their owner too (444): a grader that is not root (here root
+    # without the right to pass over a file's mode) makes the page all the same.
+    if shutil.which("setpriv"):
+        not_root = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search", sys.executable, "-c", f"""
+from pathlib import Path
+from autograder.feedback import write_feedback
+from autograder.gradebook import grading_environment, nbgrader_api
+workdir, notes = Path({str(workdir)!r}), {{}}
+with grading_environment():
+    write_feedback(nbgrader_api(workdir, "sqlite:///" + str(workdir / "gradebook.db")), workdir,
+                   ("grace", "00_environment"), set(), notes)
+assert not notes, notes
+"""], capture_output=True, text=True)
+        assert not_root.returncode == 0, not_root.stderr[-2000:]
+        assert graded.stat().st_mode & 0o777 == 0o444 and graded.read_text() == as_graded
 
 
 def test_feedback_apart_without_a_process_to_be_had_is_made_by_the_grader(tmp_path, monkeypatch):
@@ -214,18 +248,46 @@ def test_feedback_apart_without_a_process_to_be_had_is_made_by_the_grader(tmp_pa
 
 def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_path):
     """The process has a session of its own (a terminal's Ctrl-C is the grader's to handle). Killed, each page
-    handed on and each after it is made by the grader, in the order handed on; none is lost or made twice."""
+    handed on and each after it is made by the grader, held, in the order handed on; none is lost or made twice,
+    and a pair leaves the line only once recorded."""
     import os
 
     from autograder.feedback import FeedbackApart
 
-    apart = FeedbackApart(tmp_path, "sqlite://", lambda pair: [f"made by the grader: {pair[0]}"])
+    held = []
+
+    @contextlib.contextmanager
+    def hold():
+        held.append(True)
+        yield
+        held.append(False)
+
+    apart = FeedbackApart(tmp_path, "sqlite://", lambda pair: [f"made by the grader: {pair[0]}, held {held[-1]}"])
     assert os.getsid(apart.process.pid) == apart.process.pid != os.getsid(0)
     apart.process.kill()
-    made = apart.submit(("ada", "00"), set()) + apart.submit(("bob", "00"), set()) + apart.submit(("cy", "00"), set())
-    made += list(apart.finished(wait=True))
-    assert made == [((student, "00"), [f"made by the grader: {student}"]) for student in ("ada", "bob", "cy")]
-    assert apart.close() == []
+    recorded = []
+    for student in ("ada", "bob", "cy"):
+        apart.hand_on((student, "00"), set())
+        apart.deliver(recorded.extend, hold, keep=apart.depth - 1)
+    apart.deliver(recorded.extend, hold)
+    assert recorded == [((student, "00"), [f"made by the grader: {student}, held True"]) for student in ("ada", "bob", "cy")]
+    assert held == [True, False] * 3 and apart.close() == []
+
+
+def test_feedback_apart_leaves_a_pair_in_line_until_it_is_recorded(tmp_path):
+    """A Ctrl-C as a made page's pair is being recorded: the pair stays handed on (close() names it), not lost."""
+    from autograder.feedback import FeedbackApart
+
+    apart = FeedbackApart(tmp_path, "sqlite://", lambda pair: ["made by the grader"])
+    apart.process.kill()
+    apart.hand_on(("ada", "00"), set())
+
+    def interrupted(_made):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        apart.deliver(interrupted, contextlib.nullcontext)
+    assert apart.close() == [("ada", "00")]
 
 
 def test_feedback_pages_without_nbconverts_second_pass_read_as_the_same_document():

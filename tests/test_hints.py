@@ -198,7 +198,7 @@ def test_a_failed_test_shows_its_lines_as_written_not_as_the_grader_ran_them(tmp
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert "_grader_" in "".join(test.outputs[0].traceback), "the kernel's traceback shows the test as it ran"
     test.source = WRITTEN_TEST  # the graded notebook holds the test as written (nbgrader's OverwriteCells)
-    shown = "\n".join(hints.teach(redact(nb, set()), "99_hints").cells[-1].outputs[0].traceback)
+    shown = "\n".join(hints.teach(redact(nb, set()), "99_hints", prelude=3).cells[-1].outputs[0].traceback)
     assert "_grader_" not in shown and "__import__" not in shown and "pathlib" not in shown, shown
     assert re.findall(r"Cell In\[\d+\], line (\d+)", shown) == ["9", "6"], shown  # the call, then the assert in check
     assert "----> 9 check(devices[1])" in shown, shown
@@ -213,3 +213,54 @@ def test_a_frame_that_matches_no_test_line_keeps_its_lines_with_the_checks_named
              "__import__('importlib').import_module('torch.testing')).assert_close(x, 2)")
     assert hints.frame_as_written(frame, "y = 3\n") == ("Cell In[3], line 2\n      1 x = 1\n"
                                                   "----> 2 assert operator.eq(x, 2) and torch.testing.assert_close(x, 2)")
+
+
+def _frame(ran: list[str], failing: int, before: int = 4, after: int = 3) -> str:
+    """A frame of cell 7 as IPython shows it: the lines around ``failing`` of ``ran``, their common indentation
+    taken out."""
+    numbers = range(max(1, failing - before), min(len(ran), failing + after) + 1)
+    indent = min(len(ran[n - 1]) - len(ran[n - 1].lstrip()) for n in numbers if ran[n - 1].strip())
+    return "\n".join([f"Cell In[7], line {failing}"] + [hints._context_line(n, ran[n - 1][indent:], n == failing)
+                                                       for n in numbers])
+
+
+STEPS = "def step():\n    assert False\n\n" + "step()\n" * 8
+DECORATED = "import functools\n@functools.lru_cache(undefined)\ndef f():\n    pass\n"
+
+
+@pytest.mark.parametrize("source, failing, occurrence, line", [
+    (STEPS, "step()", 6, 9),  # the sixth step() of eight alike: only the grader's own line count tells which
+    (WRITTEN_TEST, "    assert ", 1, 6),  # inside check: IPython shows those lines without their indentation
+    (DECORATED, "@functools", 1, 2),  # a decorator's line
+], ids=["repeated lines", "indented", "decorator"])
+def test_a_frame_is_mapped_by_the_graders_own_line_count(source, failing, occurrence, line):
+    from autograder.job import strict_comparisons, test_prelude
+
+    prelude = test_prelude("_grader_0123456789abcdef", "import torch")
+    ran = (prelude + strict_comparisons(source, "_grader_0123456789abcdef")).split("\n")
+    ran_line = [n for n, text in enumerate(ran, start=1) if text.startswith(failing)][occurrence - 1]
+    frame = _frame(ran, ran_line)
+    mapped = hints.frame_as_written(frame, source, prelude.count("\n"))
+    assert mapped.split("\n")[0] == f"Cell In[7], line {line}", mapped
+    arrow = next(row for row in mapped.split("\n") if "> " in row)
+    assert arrow.split("> ", 1)[1] == f"{line} {source.split(chr(10))[line - 1].rstrip()}", mapped
+    if source is STEPS:  # without the count, two offsets fit: the frame keeps its own lines
+        assert hints.frame_as_written(frame, source) == frame
+
+
+def test_a_students_cell_called_by_a_test_keeps_its_frame(tmp_path):
+    """Only the test's own frames are mapped to the test; a frame of the student's cell it called is left as is."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Exercise 1 (1 point): answer"))
+    nb.cells.append(nbformat.v4.new_code_cell("def _grader_0123456789abcdef():\n    pass\n\n"
+                                              "def answer():\n    return 1 / 0"))
+    test = nbformat.v4.new_code_cell("_grader_0123456789abcdef()\n\nanswer()")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "t",
+                                 "points": 1, "schema_version": 3}
+    nb.cells.append(test)
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    test.source = "answer()"
+    shown = "\n".join(hints.teach(redact(nb, set()), "99_hints", prelude=2).cells[-1].outputs[0].traceback)
+    assert "Cell In[2], line 1\n----> 1 answer()" in shown, shown  # the test's frame, as written
+    assert "Cell In[1], line 5, in answer()\n      4 def answer():\n----> 5     return 1 / 0" in shown, shown  # as it ran
