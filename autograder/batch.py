@@ -35,7 +35,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import canary, cgroups
-from autograder.feedback import FeedbackApart, hidden_lines, write_feedback
+from autograder.feedback import FeedbackApart, hidden_lines, page_notes
 from autograder.course import is_course_dir
 from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
                                   nbgrader_api)
@@ -322,25 +322,18 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     hidden = {name: set().union(*(hidden_lines(nb) for nb in sources[name].values())) for name in names}
 
     def feedback_in_line(pair: tuple[str, str]) -> list[str]:
-        made: dict = {}
-        try:
-            write_feedback(api, workdir, pair, hidden[pair[1]], made)
-        except Exception as error:  # a page that cannot be made is a note, and the class goes on
-            made.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {last_line(str(error))}")
-        return made.get(pair, [])
+        return page_notes(api, workdir, pair, hidden[pair[1]])
 
-    def record(made: list[tuple[tuple[str, str], list[str]]]) -> None:
-        """Each pair's scores and feedback are in: it is graded (state.json says so from here)."""
-        for pair, pair_notes in made:
-            key = f"{pair[0]}/{pair[1]}"
-            graded.add(pair)
-            if pair_notes:
-                notes.setdefault(pair, []).extend(pair_notes)
-            state["graded"][key] = prints[pair]
-            state["rows"][key] = {"note": "; ".join(notes.get(pair, [])),
-                                  "seconds": round(sum(j.status.get("seconds", 0) for j in jobs[pair]), 1)}
-        if made:
-            write_state(workdir, state)
+    def record(pair: tuple[str, str], pair_notes: list[str]) -> None:
+        """The pair's scores and feedback are in: it is graded (state.json says so from here)."""
+        key = f"{pair[0]}/{pair[1]}"
+        graded.add(pair)
+        if pair_notes:
+            notes.setdefault(pair, []).extend(pair_notes)
+        state["graded"][key] = prints[pair]
+        state["rows"][key] = {"note": "; ".join(notes.get(pair, [])),
+                              "seconds": round(sum(j.status.get("seconds", 0) for j in jobs[pair]), 1)}
+        write_state(workdir, state)
 
     feedback = None
     if settings.feedback and todo and (settings.feedback_apart if settings.feedback_apart is not None
@@ -423,7 +416,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                         if feedback is not None:
                             feedback.hand_on(pair, hidden[job.assignment])
                         else:
-                            record([(pair, feedback_in_line(pair) if settings.feedback else [])])
+                            record(pair, feedback_in_line(pair) if settings.feedback else [])
                     else:
                         notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
             if feedback is not None:  # the pages made so far; at most depth - 1 left waiting

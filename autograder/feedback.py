@@ -209,6 +209,17 @@ def write_feedback(api, workdir: Path, pair: tuple[str, str], hidden: set[str], 
         notes.setdefault(pair, []).append("no feedback: " + last_line(outcome.get("error") or outcome.get("log")))
 
 
+def page_notes(api, workdir: Path, pair: tuple[str, str], hidden: set[str]) -> list[str]:
+    """:func:`write_feedback` for one pair, returning its notes: a page that cannot be made, by nbgrader's
+    account or by an exception, is a note (``no feedback: ...``), and the class goes on."""
+    notes: dict = {}
+    try:
+        write_feedback(api, workdir, pair, hidden, notes)
+    except Exception as error:
+        notes.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {last_line(str(error))}")
+    return notes.get(pair, [])
+
+
 _PRELUDES: dict[tuple[str, int], int | None] = {}
 
 
@@ -291,7 +302,7 @@ class FeedbackApart:
         self.waiting.append(pair)
 
     def deliver(self, record, hold, keep: int = 0) -> None:
-        """``record([(pair, notes)])`` each pair whose page is made, oldest first, under ``hold()``: waiting
+        """``record(pair, notes)`` for each pair whose page is made, oldest first, under ``hold()``: waiting
         for pages while more than ``keep`` pairs wait, then taking those already made. A pair whose page the
         grader must make is made under ``hold()`` too."""
         while self.waiting:
@@ -302,7 +313,7 @@ class FeedbackApart:
                 self.ready[pair] = self._answer()
             with hold():
                 notes = self.ready[pair]
-                record([(pair, self.in_line(pair) if notes is None else notes)])
+                record(pair, self.in_line(pair) if notes is None else notes)
                 del self.ready[pair]
                 self.waiting.pop(0)
 
@@ -349,13 +360,9 @@ def serve(lines, answer) -> None:
     with grading_environment():
         api = nbgrader_api(workdir, first["db_url"])
         for line in lines:
-            request = json.loads(line)
-            pair, notes, began = tuple(request["pair"]), {}, time.process_time()
-            try:
-                write_feedback(api, workdir, pair, set(request["hidden"]), notes)
-            except Exception as error:  # a page that cannot be made is a note, as nbgrader's own failures are
-                notes.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {last_line(str(error))}")
-            answer(json.dumps({"notes": notes.get(pair, []), "seconds": time.process_time() - began}))
+            request, began = json.loads(line), time.process_time()
+            notes = page_notes(api, workdir, tuple(request["pair"]), set(request["hidden"]))
+            answer(json.dumps({"notes": notes, "seconds": time.process_time() - began}))
 
 
 def _end_with(parent: int) -> None:

@@ -177,7 +177,7 @@ def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monke
 
     for student in ("ada", "grace"):
         shutil.copytree(demo.SUBMITTED / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
-    in_grader = _calls(monkeypatch, batch, "write_feedback", lambda api, workdir, pair, *_: pair)
+    in_grader = _calls(monkeypatch, feedback, "write_feedback", lambda api, workdir, pair, *_: pair)
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
     grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
     workdir = tmp_path / "work"
@@ -231,14 +231,14 @@ assert not notes, notes
 
 def test_feedback_apart_without_a_process_to_be_had_is_made_by_the_grader(tmp_path, monkeypatch):
     """No process can be started for the pages (a limit on processes): the grader makes them, and grades on."""
-    from autograder import batch
+    from autograder import batch, feedback
 
     def no_process(*_args, **_kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(batch, "FeedbackApart", no_process)
     shutil.copytree(demo.SUBMITTED / "ada" / "00_environment", tmp_path / "submitted" / "ada" / "00_environment")
-    in_grader = _calls(monkeypatch, batch, "write_feedback", lambda api, workdir, pair, *_: pair)
+    in_grader = _calls(monkeypatch, feedback, "write_feedback", lambda api, workdir, pair, *_: pair)
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
     results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
     assert [(r.student, r.score) for r in results if r.assignment == "00_environment"] == [("ada", 8)]
@@ -268,8 +268,8 @@ def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_pat
     recorded = []
     for student in ("ada", "bob", "cy"):
         apart.hand_on((student, "00"), set())
-        apart.deliver(recorded.extend, hold, keep=apart.depth - 1)
-    apart.deliver(recorded.extend, hold)
+        apart.deliver(lambda *made: recorded.append(made), hold, keep=apart.depth - 1)
+    apart.deliver(lambda *made: recorded.append(made), hold)
     assert recorded == [((student, "00"), [f"made by the grader: {student}, held True"]) for student in ("ada", "bob", "cy")]
     assert held == [True, False] * 3 and apart.close() == []
 
@@ -282,7 +282,7 @@ def test_feedback_apart_leaves_a_pair_in_line_until_it_is_recorded(tmp_path):
     apart.process.kill()
     apart.hand_on(("ada", "00"), set())
 
-    def interrupted(_made):
+    def interrupted(_pair, _notes):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
