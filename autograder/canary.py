@@ -50,6 +50,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from functools import lru_cache
 from importlib import metadata
@@ -118,6 +119,16 @@ def cache_folder(settings) -> Path | None:
     return Path(chosen).expanduser().resolve() if chosen else None
 
 
+def unwritable(cache: Path) -> str | None:
+    """Why no reference can be added to ``cache`` (made if missing), or None when one can."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache):
+            return None
+    except OSError as error:
+        return f"{type(error).__name__}: {error.strerror or error}"
+
+
 def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path, run: RunContext) -> "Pending":
     """Run each ``(assignment, notebook, source)`` solution as a submission, with the instructor's probes.
 
@@ -131,8 +142,12 @@ def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path
     grader can prepare and hand over students' jobs while they run.
     """
     cache = cache_folder(run.settings)
+    problem = cache and unwritable(cache)
+    if problem:  # another user's folder, say: its references are still read, none is added
+        print(f"References are not kept in {cache} this run, only read from it: it cannot be written "
+              f"({problem}); the work folder keeps its own.", file=sys.stderr, flush=True)
     fresh = run.settings.rerun_canary
-    pending = Pending(workdir, cache, run)
+    pending = Pending(workdir, None if problem else cache, run)
     todo = []
     machine = this_machine()
     try:
@@ -143,7 +158,7 @@ def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path
                 pending.found.setdefault(name, {})[notebook] = kept
                 pending.reused.append(f"{name}/{notebook}")
                 continue
-            if cache is not None and key is not None and not fresh:
+            if pending.cache is not None and key is not None and not fresh:
                 lock = _KeyLock(cache, key)
                 if not lock.acquire(wait=False):  # another grader is making it
                     lock.release()

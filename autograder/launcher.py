@@ -143,7 +143,10 @@ def _mount_view(spec: dict) -> None:
     if disk:  # nothing left to create in them: the folders that hide the machine's take no writes
         for path in hide:
             if path != "/tmp":
-                _run("mount", "-o", "remount,ro,nosuid,nodev", path)
+                # Read-only as a mount, not as a filesystem: a grader that is not root, in a user namespace,
+                # may not remount its own tmpfs (util-linux passes back the owner's uid, which the namespace
+                # does not map), and this mount is the one way to it.
+                _remount_read_only(path)
 
 
 def _bind(source: str, path: str, read_only: bool, pass_fds: tuple[int, ...] = ()) -> None:

@@ -3,12 +3,16 @@
 import contextlib
 import csv
 import json
+import os
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -476,6 +480,82 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
     for line in printed.splitlines():
         if line.startswith(("hidden tests in ", "wrote ")):
             assert "/jobs/eve/" in line, line
+
+
+def _as_a_user(uid: int, command: list[str], reach: list[Path], views: list[Path]) -> list[str]:
+    """``command`` run by root as user ``uid``, no capability, in a mount namespace of its own where ``reach`` (the
+    machine's Python, the course, the grader's folders) can be reached: a folder on the way to one that only its
+    owner may enter (Python under /root, pytest's folders) shows there as a folder others may pass through, holding
+    only what leads to them (a folder of ``views``, for the caller to remove). Nothing else changes for the rest
+    of the machine."""
+    blocked: dict[Path, set[str]] = {}
+    for path in reach:
+        parts = Path(path).resolve().parts
+        for depth in range(1, len(parts)):
+            folder = Path(*parts[:depth])
+            if not folder.stat().st_mode & 0o001:
+                blocked.setdefault(folder, set()).add(parts[depth])
+    if any(a != b and b.is_relative_to(a) for a in blocked for b in blocked):
+        pytest.skip(f"folders others cannot pass through lie within each other: {sorted(map(str, blocked))}")
+    steps = []
+    for folder, names in blocked.items():
+        view = Path(tempfile.mkdtemp(prefix="view-"))
+        views.append(view)
+        view.chmod(0o711)
+        for name in names:
+            (view / name).mkdir() if (folder / name).is_dir() else (view / name).touch()
+            steps.append(f"mount --bind {shlex.quote(str(folder / name))} {shlex.quote(str(view / name))}")
+        steps.append(f"mount --rbind {shlex.quote(str(view))} {shlex.quote(str(folder))}")
+    user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *command]
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+            " && ".join([*steps, "exec " + shlex.join(user)])]
+
+
+def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_copy(tmp_path):
+    """The grader run by a user, not root, as most instructors run it: sandboxed in a user namespace, with the
+    disk limit's tmpfs (a user's namespace could not remount it read-only: the canary's kernel died), the same
+    scores, eve kept in her copy, and the feedback pages made from notebooks nbgrader leaves read-only. A shared
+    reference cache of root's, which it cannot write, is said so and left as it was (the grading stopped with a
+    PermissionError after the canary had run)."""
+    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("unshare", "setpriv")):
+        pytest.skip("becoming another user for one command needs root and util-linux's unshare and setpriv")
+    uid = 61017  # no one's: a user namespace needs no name for it
+    folder, views = Path(tempfile.mkdtemp(prefix="not-root-")), []
+    try:
+        for student in ["ada", "eve"]:
+            shutil.copytree(demo.SUBMITTED / student / "00_environment", folder / "submitted" / student / "00_environment")
+        (folder / "home").mkdir()
+        for path in [folder, *folder.rglob("*")]:
+            os.chown(path, uid, uid)
+        shared = folder / "shared"  # root's, as another instructor's would be
+        shared.mkdir(mode=0o755)
+        command = _as_a_user(uid, ["env", f"HOME={folder / 'home'}", sys.executable, "-m", "autograder.grade",
+                                   "--submitted", str(folder / "submitted"), "--workdir", str(folder / "work"),
+                                   "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT_S), "--rerun-canary",
+                                   "--reference-cache", str(shared)],
+                             [Path(sys.executable).resolve(), Path(sys.prefix), pipeline.ROOT, folder], views)
+        done = subprocess.run(command, cwd=pipeline.ROOT, capture_output=True, text=True, timeout=300)
+        if "files: NOT enforced" in done.stdout:
+            pytest.skip("this Linux lets no user but root make namespaces: " + next(
+                line for line in done.stdout.splitlines() if "files: NOT enforced" in line))
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "files: enforced" in done.stdout and "in a user namespace" in done.stdout
+        assert f"References are not kept in {shared} this run" in done.stderr and not any(shared.iterdir())
+        with (folder / "work" / "scores.csv").open() as handle:
+            scores = {row["student"]: row["score"] for row in csv.DictReader(handle)
+                      if row["assignment"] == "00_environment"}
+        assert scores == {"ada": "8", "eve": "0"}
+        assert (folder / "work" / "feedback" / "ada" / "00_environment" / "00_environment.html").stat().st_uid == uid
+        eve = nbformat.read(folder / "work" / "executed" / "eve" / "00_environment" / "00_environment.ipynb",
+                            as_version=4)
+        printed = "".join(o.get("text", "") for c in eve.cells for o in c.get("outputs", []))
+        assert "files found" in printed
+        for line in printed.splitlines():
+            if line.startswith(("hidden tests in ", "wrote ")):
+                assert "/jobs/eve/" in line, line
+    finally:
+        for made in [folder, *views]:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 MEMORY_HOG = """\
