@@ -13,7 +13,8 @@ A run can be stopped (Ctrl-C, SIGTERM, SIGHUP: :class:`Interrupts` turns
 them into ``KeyboardInterrupt``, held back while the gradebook is written).
 Then every runner is ended with its sandbox, the jobs not finished lose
 their folders, :class:`GradingStopped` says what was graded and what not,
-and ``state.json`` in the work folder remembers it: the next run on the same
+and ``state.json`` in the work folder remembers it (with ``state.journal``, a line
+per pair graded since it was written whole): the next run on the same
 work folder keeps the gradebook and grades only the submissions that were not
 graded, or that changed since.
 """
@@ -118,20 +119,69 @@ def submitted_notebook(folder: Path, notebook: str) -> Path | None:
     return max(copies, key=lambda path: (path.stat().st_mtime, path.name), default=None)
 
 
+JOURNAL = "state.journal"  # the pairs graded since state.json was last written whole, a line each
+
+
 def read_state(workdir: Path) -> dict | None:
-    """What earlier runs in ``workdir`` graded (``state.json``), or None."""
+    """What earlier runs in ``workdir`` graded (``state.json`` and its journal), or None."""
     try:
         state = json.loads((workdir / STATE).read_text())
     except (OSError, ValueError):
         return None
-    return state if isinstance(state, dict) and isinstance(state.get("graded"), dict) else None
+    if not isinstance(state, dict) or not isinstance(state.get("graded"), dict):
+        return None
+    replay_journal(workdir, state)
+    return state
 
 
 def write_state(workdir: Path, state: dict) -> None:
-    # Whole, once per graded submission: a run stopped here leaves the old state or the new. One entry a line
-    # without indentation, which json writes with its C encoder: 11 ms rather than 35 ms for a class of
-    # 1,000 x 9 notebooks at its end, written after each of them.
+    """``state`` whole, under a new journal mark; the journal of the old mark goes.
+
+    Whole, a run stopped here leaves the old state or the new; stopped between the two steps, the journal
+    left holds lines of the old mark only, which the new state already has (:func:`replay_journal`
+    passes over them). One entry a line without indentation, which json writes with its C encoder.
+    """
+    state["journal"] = secrets.token_hex(8)
     write_whole(workdir / STATE, json.dumps(state, separators=(",\n", ": ")))
+    with contextlib.suppress(FileNotFoundError):
+        (workdir / JOURNAL).unlink()
+
+
+def journal_pair(workdir: Path, state: dict, key: str) -> None:
+    """That pair ``key`` is graded (its fingerprint, row and withheld notebooks, as ``state`` has them), as one
+    line added to the journal: the same cost whatever the class's size. Written whole, state.json took
+    14.5 ms for a class of 1,000 x 9 notebooks at its end, after each of them (about 65 s in all)."""
+    if "journal" not in state:  # a state.json from before the journal
+        write_state(workdir, state)
+    entry = {"mark": state["journal"], "pair": key, "graded": state["graded"][key], "row": state["rows"][key]}
+    if key in state.get("withheld", {}):
+        entry["withheld"] = state["withheld"][key]
+    with open(workdir / JOURNAL, "a") as journal:
+        journal.write(json.dumps(entry) + "\n")
+
+
+def replay_journal(workdir: Path, state: dict) -> None:
+    """Add to ``state`` (read from state.json) the pairs its journal says were graded after it was written.
+
+    Only lines of the mark state.json carries count; a last line cut short (the run was killed while
+    writing it) is passed over, as is any line that is not an entry.
+    """
+    try:
+        lines = (workdir / JOURNAL).read_text().splitlines()
+    except (OSError, ValueError):
+        return
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or "journal" not in state or entry.get("mark") != state["journal"] \
+                or not isinstance(entry.get("pair"), str):
+            continue
+        state.setdefault("graded", {})[entry["pair"]] = entry.get("graded")
+        state.setdefault("rows", {})[entry["pair"]] = entry.get("row")
+        if "withheld" in entry:
+            state.setdefault("withheld", {})[entry["pair"]] = entry["withheld"]
 
 
 def take_in(intake: Path, workdir: Path) -> None:
@@ -333,7 +383,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
         state["graded"][key] = prints[pair]
         state["rows"][key] = {"note": "; ".join(notes.get(pair, [])),
                               "seconds": round(sum(j.status.get("seconds", 0) for j in jobs[pair]), 1)}
-        write_state(workdir, state)
+        journal_pair(workdir, state, key)
 
     feedback = None
     if settings.feedback and todo and (settings.feedback_apart if settings.feedback_apart is not None
@@ -437,6 +487,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
             unfinished |= set(feedback.close())
         unfinished = sorted(unfinished)
         discard(workdir, [pair for pair in unfinished if pair in cleared])
+        write_state(workdir, state)  # the pairs graded before the stop, in state.json itself
         if isinstance(error, ClusterError):
             raise GradingStopped(0, sorted(graded), unfinished, reason=f"grading stopped: {error}") from None
         raise GradingStopped(INTERRUPTS.received, sorted(graded), unfinished) from None

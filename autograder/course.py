@@ -13,8 +13,8 @@ out what nbgrader expects, and what the grader adds::
 Later, as nbgrader lays them out: ``submitted/`` (``nbgrader collect`` or
 ``zip_collect``, with each ``timestamp.txt``), ``autograded/`` and
 ``feedback/`` (``python -m autograder.grade --course DIR``), and the
-grader's own ``executed/``, ``jobs/``, ``reference/``, ``state.json``,
-``report.txt`` and ``scores.csv``. The grader never empties a course
+grader's own ``executed/``, ``jobs/``, ``reference/``, ``state.json`` (and its
+``state.journal``), ``report.txt`` and ``scores.csv``. The grader never empties a course
 directory: grading again grades what is new or changed (see
 :mod:`autograder.batch`). Due dates are kept in the gradebook:
 ``--due NAME=WHEN`` here, ``python -m autograder.course due DIR NAME=WHEN``

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.batch import STATE, mark_review, write_state
+from autograder.batch import STATE, mark_review, replay_journal, write_state
 from autograder.canary import reference_of
 from autograder.gradebook import EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.job import Job
@@ -42,9 +42,12 @@ class ReviewError(Exception):
 
 def _state(workdir: Path) -> dict:
     try:
-        return json.loads((workdir / STATE).read_text())
+        state = json.loads((workdir / STATE).read_text())
     except (OSError, ValueError) as error:
         raise ReviewError(f"no grading run in {workdir} ({error})") from None
+    if isinstance(state, dict):  # a run stopped outright: what it withheld since state.json was written
+        replay_journal(workdir, state)
+    return state
 
 
 def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:

@@ -845,6 +845,32 @@ def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path
     assert "runs it again each time" in said, said
 
 
+def test_state_json_and_its_journal_say_what_was_graded_whatever_stopped_the_run(tmp_path):
+    """Each graded pair is a line added to the journal; state.json is written whole at a run's steps. A line
+    cut short, or one of a state.json written whole since, is passed over."""
+    from autograder.batch import JOURNAL, STATE, journal_pair, read_state, write_state
+
+    state = {"graded": {"ada/00": "a"}, "rows": {"ada/00": {"note": ""}}}
+    write_state(tmp_path, state)
+    for key, fingerprint in [("bob/00", "b"), ("eve/00", "e")]:
+        state["graded"][key], state["rows"][key] = fingerprint, {"note": f"{key} noted"}
+        state.setdefault("withheld", {})["eve/00"] = {"00": ["reads sys.modules"]}
+        journal_pair(tmp_path, state, key)
+    assert json.loads((tmp_path / STATE).read_text())["graded"] == {"ada/00": "a"}
+    with (tmp_path / JOURNAL).open("a") as journal:
+        journal.write('{"mark": "' + state["journal"] + '", "pair": "zed/00", "gra')  # killed while writing
+    found = read_state(tmp_path)
+    assert found["graded"] == {"ada/00": "a", "bob/00": "b", "eve/00": "e"}
+    assert found["rows"]["bob/00"] == {"note": "bob/00 noted"} and found["withheld"] == {"eve/00": {"00": ["reads sys.modules"]}}
+    # Written whole under a new mark, then stopped before the old journal went: its lines are passed over.
+    old_journal = (tmp_path / JOURNAL).read_text()
+    del state["graded"]["bob/00"]  # regraded from scratch this run
+    write_state(tmp_path, state)
+    assert not (tmp_path / JOURNAL).exists()
+    (tmp_path / JOURNAL).write_text(old_journal)
+    assert "bob/00" not in read_state(tmp_path)["graded"]
+
+
 def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypatch):
     """A class of a thousand has thousands of jobs: the first runs while the others are still being prepared."""
     from autograder import batch, executors

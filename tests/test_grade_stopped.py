@@ -11,6 +11,7 @@ of it can be found in /proc.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import signal
@@ -120,6 +121,11 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
             assert not (workdir / "jobs" / "zed").exists(), "the job not begun keeps no folder"
         left = gone_within(mark, 5)
         assert left == [], f"still running after {signum.name} to the grader: {left}"
+        if signum == signal.SIGKILL:  # killed outright: ada's line in state.json's journal says she is graded
+            from autograder.batch import STATE, read_state
+
+            assert f"ada/{ASSIGNMENT}" not in json.loads((workdir / STATE).read_text())["graded"]
+            assert f"ada/{ASSIGNMENT}" in read_state(workdir)["graded"]
     finally:
         if run.poll() is None:
             run.kill()
