@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from autograder import cgroups
+from autograder.batch import STATE, read_state
 from autograder.demo import SUBMITTED
 from autograder.runner import RUN_MARKER, processes_of
 
@@ -107,6 +108,12 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
         assert any("/zed/" in line and line.endswith("--warm") for line in live_marked(mark)), live_marked(mark)
         ada_log = workdir / "jobs" / "ada" / ASSIGNMENT / ASSIGNMENT / "runner.log"
         assert ada_log.is_file(), "ada is graded first"
+        if signum == signal.SIGKILL:  # once the grader has noted ada as graded (slow's kernel, started ahead, may
+            # reach its sleep while nbgrader still grades her)
+            deadline = time.monotonic() + 60
+            while f"ada/{ASSIGNMENT}" not in (read_state(workdir) or {}).get("graded", {}):
+                assert time.monotonic() < deadline, "ada was never noted as graded"
+                time.sleep(0.1)
         if signum == signal.SIGINT:  # Ctrl-C: the grader and the runners it started
             os.killpg(run.pid, signum)
         else:
@@ -122,8 +129,6 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
         left = gone_within(mark, 5)
         assert left == [], f"still running after {signum.name} to the grader: {left}"
         if signum == signal.SIGKILL:  # killed outright: ada's line in state.json's journal says she is graded
-            from autograder.batch import STATE, read_state
-
             assert f"ada/{ASSIGNMENT}" not in json.loads((workdir / STATE).read_text())["graded"]
             assert f"ada/{ASSIGNMENT}" in read_state(workdir)["graded"]
     finally:
