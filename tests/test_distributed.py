@@ -207,14 +207,14 @@ def test_sync_batchnorm_on_simulated_devices_sees_the_whole_batch():
 
 
 def init_process_group(outdir):
-    """Stands in for torch.distributed's, failing as gloo's connect does, on the first run only."""
-    attempts = sorted(outdir.glob("attempt-*"))
-    (outdir / f"attempt-{len(attempts)}-{os.environ['RANK']}").write_text("")
-    if not any(path.name.startswith("attempt-0-") for path in attempts):
+    """Stands in for torch.distributed's, failing as gloo's connect does, on the first two runs (rank 1 of each)."""
+    rank = os.environ["RANK"]
+    (outdir / f"attempt-{rank}-{len(list(outdir.glob(f'attempt-{rank}-*')))}").write_text("")
+    if rank == "1" and len(list(outdir.glob("attempt-1-*"))) <= 2:
         raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:226")
 
 
-def connects_on_the_second_run(outdir):
+def connects_on_the_third_run(outdir):
     init_process_group(outdir)
     return int(os.environ["RANK"])
 
@@ -224,11 +224,12 @@ def fails_its_own_way(outdir):
     raise ValueError("the answer is wrong")
 
 
-def test_a_run_whose_ranks_could_not_connect_runs_once_more_and_no_other_failure_does(tmp_path):
+def test_a_run_whose_ranks_could_not_connect_runs_again_and_no_other_failure_does(tmp_path):
     first, second = tmp_path / "gloo", tmp_path / "own"
     first.mkdir()
     second.mkdir()
-    assert run_functions([init_process_group], connects_on_the_second_run, outdir=first, timeout_s=60) == [0, 1]
+    assert run_functions([init_process_group], connects_on_the_third_run, outdir=first, timeout_s=60) == [0, 1]
+    assert len(list(first.glob("attempt-1-*"))) == 3, "three runs: the first two could not connect"
     with pytest.raises(DistributedRunError, match="ValueError: the answer is wrong"):
         run_functions([], fails_its_own_way, outdir=second, timeout_s=60)
     assert len(list(second.glob("ran-*"))) == 2, "one run of two ranks: not run again"
