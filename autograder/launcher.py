@@ -30,6 +30,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -150,9 +151,28 @@ def _mount_view(spec: dict) -> None:
 
 
 def _bind(source: str, path: str, read_only: bool, pass_fds: tuple[int, ...] = ()) -> None:
-    _run("mount", "--no-canonicalize", "--bind", source, path, pass_fds=pass_fds)
+    try:
+        _run("mount", "--no-canonicalize", "--bind", source, path, pass_fds=pass_fds)
+    except subprocess.CalledProcessError:
+        # In a user namespace, a folder holding a mount of the parent namespace's (a Slurm node's tmpfs under the
+        # course, say) binds only with that mount, which may not be uncovered: bound recursively, each read-only.
+        _run("mount", "--no-canonicalize", "--rbind", source, path, pass_fds=pass_fds)
+        if read_only:
+            for below in _mounts_below(path):
+                _remount_read_only(below)
     if read_only:
         _remount_read_only(path)
+
+
+def _mounts_below(path: str) -> list[str]:
+    """The mount points strictly below ``path`` in this mount namespace (/proc/self/mountinfo)."""
+    found = []
+    with open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            point = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), line.split()[4])
+            if point != path and _under(point, [path]):
+                found.append(point)
+    return found
 
 
 def _remount_read_only(path: str) -> None:

@@ -482,12 +482,13 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
             assert "/jobs/eve/" in line, line
 
 
-def _as_a_user(uid: int, command: list[str], reach: list[Path], views: list[Path]) -> list[str]:
+def _as_a_user(uid: int, command: list[str], reach: list[Path], views: list[Path], covered: Path) -> list[str]:
     """``command`` run by root as user ``uid``, no capability, in a mount namespace of its own where ``reach`` (the
     machine's Python, the course, the grader's folders) can be reached: a folder on the way to one that only its
     owner may enter (Python under /root, pytest's folders) shows there as a folder others may pass through, holding
-    only what leads to them (a folder of ``views``, for the caller to remove). Nothing else changes for the rest
-    of the machine."""
+    only what leads to them (a folder of ``views``, for the caller to remove). And ``covered``, a folder in the
+    course, has a tmpfs of its own over it, as a Slurm node's work folder has (tools/practice-slurm.sh). Nothing
+    else changes for the rest of the machine."""
     blocked: dict[Path, set[str]] = {}
     for path in reach:
         parts = Path(path).resolve().parts
@@ -497,7 +498,7 @@ def _as_a_user(uid: int, command: list[str], reach: list[Path], views: list[Path
                 blocked.setdefault(folder, set()).add(parts[depth])
     if any(a != b and b.is_relative_to(a) for a in blocked for b in blocked):
         pytest.skip(f"folders others cannot pass through lie within each other: {sorted(map(str, blocked))}")
-    steps = []
+    steps = [f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(covered))}"]
     for folder, names in blocked.items():
         view = Path(tempfile.mkdtemp(prefix="view-"))
         views.append(view)
@@ -516,11 +517,14 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
     disk limit's tmpfs (a user's namespace could not remount it read-only: the canary's kernel died), the same
     scores, eve kept in her copy, and the feedback pages made from notebooks nbgrader leaves read-only. A shared
     reference cache of root's, which it cannot write, is said so and left as it was (the grading stopped with a
-    PermissionError after the canary had run)."""
+    PermissionError after the canary had run). A mount inside the course's folder, which the sandbox binds back
+    read-only (a Slurm node's, as a user's worker met it: the bind failed), is bound with it, read-only too."""
     if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("unshare", "setpriv")):
         pytest.skip("becoming another user for one command needs root and util-linux's unshare and setpriv")
     uid = 61017  # no one's: a user namespace needs no name for it
     folder, views = Path(tempfile.mkdtemp(prefix="not-root-")), []
+    (pipeline.ROOT / "build").mkdir(exist_ok=True)
+    covered = Path(tempfile.mkdtemp(prefix="covered-", dir=pipeline.ROOT / "build"))
     try:
         for student in ["ada", "eve"]:
             shutil.copytree(demo.SUBMITTED / student / "00_environment", folder / "submitted" / student / "00_environment")
@@ -533,11 +537,13 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
                                    "--submitted", str(folder / "submitted"), "--workdir", str(folder / "work"),
                                    "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT_S), "--rerun-canary",
                                    "--reference-cache", str(shared)],
-                             [Path(sys.executable).resolve(), Path(sys.prefix), pipeline.ROOT, folder], views)
+                             [Path(sys.executable).resolve(), Path(sys.prefix), pipeline.ROOT, folder], views,
+                             covered)
         done = subprocess.run(command, cwd=pipeline.ROOT, capture_output=True, text=True, timeout=300)
-        if "files: NOT enforced" in done.stdout:
-            pytest.skip("this Linux lets no user but root make namespaces: " + next(
-                line for line in done.stdout.splitlines() if "files: NOT enforced" in line))
+        unenforced = [line for line in done.stdout.splitlines() if "files: NOT enforced" in line]
+        if unenforced and "cannot enter namespaces" in unenforced[0]:
+            pytest.skip("this Linux lets no user but root make namespaces: " + unenforced[0])
+        assert not unenforced, "the sandbox could not be built for a user that is not root: " + unenforced[0]
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "files: enforced" in done.stdout and "in a user namespace" in done.stdout
         assert f"References are not kept in {shared} this run" in done.stderr and not any(shared.iterdir())
@@ -554,7 +560,7 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
             if line.startswith(("hidden tests in ", "wrote ")):
                 assert "/jobs/eve/" in line, line
     finally:
-        for made in [folder, *views]:
+        for made in [folder, covered, *views]:
             shutil.rmtree(made, ignore_errors=True)
 
 
