@@ -147,6 +147,9 @@ down() {
         sleep 0.5
     done
     for node in "${NODES[@]}"; do
+        # What is left in the node: a slurmd that did not end, the slurmstepd of a job still completing (it would
+        # go on retrying the controller, and the next `up` find the node busy), the job's own processes.
+        ip netns pids "practice-$node" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
         ip link delete "veth-$node" 2>/dev/null || true
         ip netns delete "practice-$node" 2>/dev/null || true
     done
