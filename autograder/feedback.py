@@ -26,6 +26,7 @@ import nbformat
 from nbconvert.exporters import HTMLExporter
 from nbconvert.filters.highlight import Highlight2HTML
 
+from autograder import launcher
 from autograder.gradebook import last_line
 from autograder.hints import strip_ansi, teach
 from autograder.probe import HIDDEN
@@ -355,7 +356,8 @@ def serve(lines, answer) -> None:
     from autograder.gradebook import grading_environment, nbgrader_api
 
     first = json.loads(next(lines))
-    _end_with(first["parent"])
+    # Killed when the grader ends (Linux), even mid-page; elsewhere it ends at its input's end.
+    launcher.die_with_parent(first["parent"], signal.SIGKILL)
     workdir = Path(first["workdir"])
     with grading_environment():
         api = nbgrader_api(workdir, first["db_url"])
@@ -363,16 +365,6 @@ def serve(lines, answer) -> None:
             request, began = json.loads(line), time.process_time()
             notes = page_notes(api, workdir, tuple(request["pair"]), set(request["hidden"]))
             answer(json.dumps({"notes": notes, "seconds": time.process_time() - began}))
-
-
-def _end_with(parent: int) -> None:
-    """This process is killed when ``parent`` ends (Linux), even mid-page; elsewhere it ends at its input's end."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # ended before that was set
-        raise SystemExit(0)
 
 
 def regenerate(course: Path, assignment: str, students: list[str] | None = None) -> dict[tuple[str, str], list[str]]:
