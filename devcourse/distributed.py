@@ -77,7 +77,11 @@ def torchrun(
 
     With ``nnodes > 1`` each node is a separate torchrun launcher meeting the
     others through the c10d rendezvous on a free port of 127.0.0.1, as
-    separate machines would. Raises :class:`DistributedRunError` when a
+    separate machines would. On Linux each launcher (``python -m
+    torch.distributed.run``) is forked from the server that has imported torch
+    (:mod:`devcourse.warmstart`; a second less per run on two cores); the
+    ranks are the launcher's own processes, started fresh by it, as torchrun
+    starts them anywhere. Raises :class:`DistributedRunError` when a
     launcher exits non-zero or the run takes longer than ``timeout_s``; in
     both cases every process of the run has been ended.
     """
@@ -92,7 +96,8 @@ def torchrun(
             "--max-restarts=0", "--monitor-interval=0.5", f"--log-dir={logs}",
             str(script), *args,
         ]
-        return _run([(command, _environment())] * nnodes, lambda _: "a launcher", timeout_s, cwd)
+        return _run([(command, _environment())] * nnodes, lambda _: "a launcher", timeout_s, cwd,
+                    warmstart.starter(_environment()))
 
 
 def start_ranks(

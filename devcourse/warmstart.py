@@ -8,16 +8,19 @@ process, and the course's checks start many small runs (07's exercises,
 ``python -m devcourse.warmstart``, that imports torch and what the ranks of
 :func:`devcourse.distributed.start_ranks` import, and then only forks. Each
 forked process turns itself into what ``python SCRIPT ARGS`` would have
-been before it runs the script:
+been before it runs the script (or, for ``python -m MODULE ARGS``, as
+torchrun's launcher is started, the module):
 
 - a session of its own (as ``Popen(start_new_session=True)``), its working
   folder, the environment it was given, standard output and error appended
   to the log file it was given, standard input from ``/dev/null``;
-- ``sys.argv``, ``sys.path`` (the script's folder first) and the command
-  line ``ps`` shows (:func:`retitle`) of ``python SCRIPT ARGS``;
+- ``sys.argv``, ``sys.path`` (the script's folder first; for a module the
+  working folder) and the command line ``ps`` shows (:func:`retitle`) of
+  ``python SCRIPT ARGS``;
 - Python's ``random``, numpy's and torch's CPU generators seeded afresh, as
   a new process seeds them;
-- the script runs as ``__main__``; its exit code, or minus the signal that
+- the script runs as ``__main__`` (a module through ``runpy``, as
+  ``python -m`` runs it, even one the server imported); its exit code, or minus the signal that
   ended it, is what :meth:`ForkedProcess.poll` returns, as ``Popen``'s would.
 
 What still differs from a process started fresh: the modules the server
@@ -51,7 +54,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = ["ForkedProcess", "WarmStarter", "retitle", "starter"]
 
@@ -174,9 +177,10 @@ class WarmStarter:
         return not (self._ended or self._closed)
 
     def start(self, command: Sequence[str], env: dict[str, str], cwd: str | Path | None, log: str | Path) -> ForkedProcess:
-        """Run ``command`` (``[sys.executable, SCRIPT, *ARGS]``) in a forked process; its output is appended to ``log``."""
-        if list(command[:1]) != [sys.executable] or len(command) < 2 or command[1].startswith("-"):
-            raise ValueError(f"only `python SCRIPT ARGS` can be forked, not {list(command)!r}")
+        """Run ``command`` (``[sys.executable, SCRIPT, *ARGS]`` or ``[sys.executable, "-m", MODULE, *ARGS]``)
+        in a forked process; its output is appended to ``log``."""
+        if not _forkable(command):
+            raise ValueError(f"only `python SCRIPT ARGS` and `python -m MODULE ARGS` can be forked, not {list(command)!r}")
         request = {"command": list(command), "env": dict(env), "cwd": os.path.abspath(cwd or os.getcwd()),
                    "log": os.path.abspath(log)}
         with self._lock:
@@ -373,9 +377,13 @@ def _run_script(request: dict, fresh_path: list[str]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         command = request["command"]
-        script = os.path.abspath(command[1])
-        refresh(command, os.path.dirname(script), fresh_path)
-        code = _main(script)
+        if command[1] == "-m":  # as `python -m`: the working folder first on the path, the module found there
+            refresh(command, os.getcwd(), fresh_path)
+            code = _main(_run_module, command[2])
+        else:
+            script = os.path.abspath(command[1])
+            refresh(command, os.path.dirname(script), fresh_path)
+            code = _main(_run_path, script)
     finally:
         try:
             sys.stdout.flush()
@@ -387,20 +395,47 @@ def _run_script(request: dict, fresh_path: list[str]) -> None:
             os._exit(code if code >= 0 else 128 - code)
 
 
-def _main(script: str) -> int:
-    """Run ``script`` as ``__main__``, and return the exit code Python would have ended with."""
-    import atexit
-    import traceback
+def _forkable(command: Sequence[str]) -> bool:
+    """Whether ``command`` is ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``, what the server can become."""
+    command = list(command)
+    if command[:1] != [sys.executable] or len(command) < 2:
+        return False
+    if command[1] == "-m":
+        return len(command) >= 3 and not command[2].startswith("-")
+    return not command[1].startswith("-")
+
+
+def _run_path(script: str) -> None:
+    """Run ``script`` as ``__main__``, as ``python SCRIPT`` does."""
     import types
 
     module = types.ModuleType("__main__")
     module.__file__ = script
     module.__builtins__ = __builtins__
     sys.modules["__main__"] = module
+    with open(script, "rb") as file:
+        code = compile(file.read(), script, "exec")
+    exec(code, module.__dict__)
+
+
+def _run_module(name: str) -> None:
+    """Run module ``name`` as ``__main__``, as ``python -m`` does: through ``runpy``, which finds it on the
+    path, puts its file in ``sys.argv[0]`` and runs it even where the server imported it (as a fresh
+    process, which never imported it, would, without runpy's warning that it was imported)."""
+    import runpy
+
+    sys.modules.pop(name, None)
+    runpy._run_module_as_main(name)  # what `python -m` calls; runpy.run_module differs (no __main__ swap)
+
+
+def _main(run: Callable[[str], None], target: str) -> int:
+    """``run(target)`` (:func:`_run_path` or :func:`_run_module`), and the exit code Python would have ended
+    with; an exception is printed as Python prints it: without this module's frames."""
+    import atexit
+    import traceback
+
     try:
-        with open(script, "rb") as file:
-            code = compile(file.read(), script, "exec")
-        exec(code, module.__dict__)
+        run(target)
         code = 0
     except SystemExit as done:
         if done.code is None or isinstance(done.code, int):
@@ -409,7 +444,8 @@ def _main(script: str) -> int:
             print(done.code, file=sys.stderr)
             code = 1
     except BaseException as error:  # noqa: BLE001 - printed as Python prints it, without this frame
-        traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+        tb = error.__traceback__.tb_next  # run's frame, then the script's (or runpy's, as under `python -m`)
+        traceback.print_exception(type(error), error, tb.tb_next if tb is not None else None)
         code = -signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
     atexit._run_exitfuncs()
     return code

@@ -89,6 +89,35 @@ def test_start_ranks_gives_each_process_what_torchrun_gives_it(tmp_path, nodes, 
     assert [r["GROUP_RANK"] for r in seen["start_ranks"]] == (["0", "0"] if nodes == 1 else ["0", "1"])
 
 
+def _lineage(outdir):
+    """The commands of this rank's parent (torchrun's launcher) and of the launcher's parent."""
+    def parent_of(pid):
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+    def command(pid):
+        with open(f"/proc/{pid}/cmdline") as cmdline:
+            return cmdline.read().replace("\0", " ").strip()
+
+    launcher = os.getppid()
+    return {"launcher": command(launcher), "above": command(parent_of(launcher))}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads the processes' parents in /proc (Linux)")
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "DEVCOURSE_NO_WARMSTART"])
+def test_torchruns_launcher_is_forked_warm_and_starts_its_ranks_itself(tmp_path, monkeypatch, warm):
+    """On Linux the launcher is forked from the warm server (no torch import of its own); the ranks are its children,
+    started by torchrun as anywhere. Turned off, the launcher is a child of the caller."""
+    if not warm:
+        monkeypatch.setenv("DEVCOURSE_NO_WARMSTART", "1")
+    script = write_script(tmp_path / "lineage.py", [], _lineage, tmp_path)
+    torchrun(script, nproc_per_node=2, timeout_s=60)
+    for rank in range(2):
+        seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert "-m torch.distributed.run" in seen["launcher"], seen
+        assert ("-m devcourse.warmstart" in seen["above"]) == warm, seen
+
+
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="simulated devices are only turned on without an accelerator")
 def test_ranks_on_simulated_devices_train_as_on_the_cpu(two_nodes_on_the_cpu):
     results = run_functions([_setup], _train, simulated_devices=2)

@@ -21,6 +21,8 @@ import torch
 if __name__ == "__main__":
     json.dump({"argv": sys.argv, "path0": sys.path[0], "path": sys.path[1:], "cwd": os.getcwd(),
                "file": __file__, "name": __name__, "env": os.environ.get("COURSE_PROBE"),
+               "spec": getattr(__spec__, "name", None), "package": __package__,
+               "main": sys.modules["__main__"].__dict__ is globals(),
                "seed": torch.initial_seed(), "random": random.random(), "threads": torch.get_num_threads(),
                "sid_is_pid": os.getsid(0) == os.getpid(), "stdin": sys.stdin.read(),
                "cmdline": open("/proc/self/cmdline").read().split(chr(0))[:2]},
@@ -60,12 +62,55 @@ def test_a_forked_script_sees_what_a_fresh_one_sees(server, tmp_path):
         seen[how] = json.loads(out.read_text())
         assert log.read_text() == "to the log\n"
     fresh, forked = seen["fresh"], seen["forked"]
-    for key in ("path0", "path", "cwd", "file", "name", "threads", "sid_is_pid", "stdin", "cmdline"):
+    for key in ("path0", "path", "cwd", "file", "name", "spec", "package", "main", "threads", "sid_is_pid", "stdin",
+                "cmdline"):
         assert forked[key] == fresh[key], key
     assert forked["argv"][0] == fresh["argv"][0] and forked["argv"][1].endswith("forked.json")
     assert forked["env"] == "forked" and forked["cmdline"] == [sys.executable, str(script)]  # what ps shows
     # seeded afresh in every process, as a new one is
     assert len({seen[how]["seed"] for how in seen}) == 3 and len({seen[how]["random"] for how in seen}) == 3
+
+
+def test_a_forked_module_sees_what_python_dash_m_gives_it(server, tmp_path):
+    """`python -m MODULE` (torchrun's launcher is one): the module's file in argv[0], the working folder first on
+    the path, __main__ with the module's spec, and the module run even when the server had imported it."""
+    starter, env = server
+    package = tmp_path / "probes"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "report.py").write_text(REPORT)
+    seen = {}
+    for how in ("fresh", "forked"):
+        out, log = tmp_path / f"{how}.json", tmp_path / f"{how}.log"
+        command = [sys.executable, "-m", "probes.report", str(out)]
+        if how == "fresh":
+            code = subprocess.run(command, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True,
+                                  start_new_session=True).returncode
+        else:
+            code = _ran(starter.start(command, env, tmp_path, log))
+            assert log.read_text() == "to the log\n"
+        assert code == 0
+        seen[how] = json.loads(out.read_text())
+    fresh, forked = seen["fresh"], seen["forked"]
+    for key in ("path0", "path", "cwd", "file", "name", "spec", "package", "main", "sid_is_pid", "cmdline"):
+        assert forked[key] == fresh[key], key
+    assert forked["argv"][0] == fresh["argv"][0] and forked["argv"][1].endswith("forked.json")
+    assert fresh["argv"][0] == str(package / "report.py") and fresh["name"] == "__main__"
+    assert fresh["cmdline"] == [sys.executable, "-m"]
+
+
+def test_a_module_the_server_had_imported_runs_as_main_all_the_same_and_quietly(tmp_path):
+    """The server imports torch.distributed's modules; torchrun's launcher is one of their kind. runpy runs a
+    module that is already imported, but warns that it was (RuntimeWarning), which a fresh process never prints."""
+    package = tmp_path / "probes"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "main.py").write_text("print('ran as', __name__)\n")
+    code = ("import sys, probes.main\nfrom devcourse import warmstart\n"
+            "sys.exit(warmstart._main(warmstart._run_module, 'probes.main'))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(warmstart.__file__).parents[1]), str(tmp_path)]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ran as probes.main\nran as __main__\n", "")
 
 
 @pytest.mark.parametrize("body, code, output", [
@@ -75,24 +120,37 @@ def test_a_forked_script_sees_what_a_fresh_one_sees(server, tmp_path):
     ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL, ""),
     ("raise KeyboardInterrupt", -signal.SIGINT, "KeyboardInterrupt"),
 ])
-def test_exit_codes_and_errors_are_pythons(server, tmp_path, body, code, output):
+@pytest.mark.parametrize("as_module", [False, True], ids=["script", "module"])
+def test_exit_codes_and_errors_are_pythons(server, tmp_path, body, code, output, as_module):
     starter, env = server
     script = tmp_path / "end.py"
     script.write_text(body + "\n")
-    fresh = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    command = [sys.executable, *(["-m", "end"] if as_module else [str(script)])]
+    fresh = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True)
     log = tmp_path / "log"
-    assert _ran(starter.start([sys.executable, str(script)], env, tmp_path, log)) == fresh.returncode == code
+    assert _ran(starter.start(command, env, tmp_path, log)) == fresh.returncode == code
     assert output in log.read_text() and output in fresh.stderr
-    if "Traceback" in fresh.stderr:  # the same traceback: the server's own frames left out
+    if "Traceback" in fresh.stderr:  # the same traceback: the server's own frames left out (runpy's kept, as Python's)
         assert log.read_text() == fresh.stderr
+        assert ("<frozen runpy>" in fresh.stderr) == as_module
+
+
+def test_a_module_that_is_not_there_fails_as_python_dash_m_does(server, tmp_path):
+    starter, env = server
+    command = [sys.executable, "-m", "no_such_module_here"]
+    fresh = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True)
+    log = tmp_path / "log"
+    assert _ran(starter.start(command, env, tmp_path, log)) == fresh.returncode == 1
+    assert log.read_text() == fresh.stderr == f"{sys.executable}: No module named no_such_module_here\n"
 
 
 def test_only_python_scripts_are_forked(server, tmp_path):
     starter, env = server
     with pytest.raises(ValueError):
         starter.start(["/bin/true"], env, tmp_path, tmp_path / "log")
-    with pytest.raises(ValueError):
-        starter.start([sys.executable, "-c", "pass"], env, tmp_path, tmp_path / "log")
+    for command in ([sys.executable, "-c", "pass"], [sys.executable, "-m"], [sys.executable, "-m", "-c", "pass"]):
+        with pytest.raises(ValueError):
+            starter.start(command, env, tmp_path, tmp_path / "log")
 
 
 def test_a_server_that_dies_ends_its_processes_and_another_takes_its_place(tmp_path):
