@@ -82,7 +82,10 @@ def _installed() -> str:
     digest = hashlib.sha256()
     for package in (sys.modules["autograder"], devcourse):
         digest.update(fingerprint(Path(package.__file__).parent, recursive=True, suffix=".py").encode())
-    for name in sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()):
+    # Each name and version once: Python finds the course's own metadata (devcourse.egg-info) a second time when
+    # the grader runs from the repository's root, whose folder is then first on the path; a key that counted it
+    # twice would change with the folder the grader is started from, and the canary run again for nothing.
+    for name in sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()}):
         digest.update(name.encode() + b"\0")
     return digest.hexdigest()
 

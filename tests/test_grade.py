@@ -828,6 +828,17 @@ def test_the_canary_grades_each_assignment_that_has_submissions_and_its_referenc
     assert graded("again") == ["02_cross_device_errors"]
 
 
+def test_the_key_of_a_reference_is_the_same_whichever_folder_the_grader_starts_in(tmp_path):
+    """`make grade` starts in the repository's root, an instructor's own command may start elsewhere: the references
+    kept on one day must serve the other (the root holds the course's metadata, found there a second time)."""
+    code = "from autograder import canary; print(canary.this_machine())"
+    root = Path(pipeline.ROOT)
+    env = dict(os.environ, PYTHONPATH=str(root))
+    keys = [subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                           check=True, timeout=120).stdout for cwd in (root, tmp_path)]
+    assert keys[0] == keys[1] and len(keys[0].strip()) == 64
+
+
 def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path):
     """A reference the work folder keeps from an older run (another solution, grader or machine) is not called ready.
 
