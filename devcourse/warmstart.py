@@ -419,9 +419,9 @@ def _run_path(script: str) -> None:
 
 
 def _run_module(name: str) -> None:
-    """Run module ``name`` as ``__main__``, as ``python -m`` does: through ``runpy``, which finds it on the
-    path, puts its file in ``sys.argv[0]`` and runs it even where the server imported it (as a fresh
-    process, which never imported it, would, without runpy's warning that it was imported)."""
+    """Run module ``name`` as ``__main__``, as ``python -m`` does (``runpy`` finds it on the path and puts its
+    file in ``sys.argv[0]``). A module the server imported is dropped from ``sys.modules`` first: runpy would
+    run it all the same, but warn that it had been imported, which a fresh process never does."""
     import runpy
 
     sys.modules.pop(name, None)
