@@ -164,15 +164,24 @@ def _bind(source: str, path: str, read_only: bool, pass_fds: tuple[int, ...] = (
         _remount_read_only(path)
 
 
-def _mounts_below(path: str) -> list[str]:
-    """The mount points strictly below ``path`` in this mount namespace (/proc/self/mountinfo)."""
+def mount_points(pid: int | str = "self") -> list[tuple[str, set[str]]]:
+    """(mount point, its mount options) of every mount in the mount namespace of process ``pid``
+    (``/proc/PID/mountinfo``), each point as a path: the kernel's octal escapes (a space is ``\\040``)
+    undone. Raises ``OSError`` where that file cannot be read."""
+    with open(f"/proc/{pid}/mountinfo") as mounts:
+        lines = mounts.read().splitlines()
     found = []
-    with open("/proc/self/mountinfo") as mounts:
-        for line in mounts:
-            point = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), line.split()[4])
-            if point != path and _under(point, [path]):
-                found.append(point)
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5:
+            point = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), fields[4])
+            found.append((point, set(fields[5].split(","))))
     return found
+
+
+def _mounts_below(path: str) -> list[str]:
+    """The mount points strictly below ``path`` in this mount namespace."""
+    return [point for point, _ in mount_points() if point != path and _under(point, [path])]
 
 
 def _remount_read_only(path: str) -> None:

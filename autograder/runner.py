@@ -48,6 +48,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import cgroups, launcher, probe, sandbox
+from autograder.launcher import mount_points
 
 GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
 RECORDER_SOURCE = (Path(__file__).with_name("recorder.py")).read_text()
@@ -178,13 +179,11 @@ def seal_ipc(launcher: int, ipc_dir: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            mounts = Path(f"/proc/{launcher}/mountinfo").read_text().splitlines()
+            mounts = mount_points(launcher)
         except OSError:
             break
-        for line in mounts:
-            fields = line.split()
-            if len(fields) > 5 and fields[4] == target and "ro" in fields[5].split(","):
-                return
+        if any(point == target and "ro" in options for point, options in mounts):
+            return
         time.sleep(0.02)
     raise RuntimeError(f"the sandbox did not seal the kernel's IPC folder {ipc_dir} within {timeout_s:g} s")
 

@@ -96,8 +96,8 @@ def torchrun(
             "--max-restarts=0", "--monitor-interval=0.5", f"--log-dir={logs}",
             str(script), *args,
         ]
-        return _run([(command, _environment())] * nnodes, lambda _: "a launcher", timeout_s, cwd,
-                    warmstart.starter(_environment()))
+        env = _environment()
+        return _run([(command, env)] * nnodes, lambda _: "a launcher", timeout_s, cwd, warmstart.starter(env))
 
 
 def start_ranks(

@@ -206,3 +206,29 @@ def test_disk_use_is_read_only_from_a_disk_of_the_sandbox_size():
     assert disk_used_mib(os.getpid(), own + 64) is None
     assert disk_used_mib(os.getpid(), own) == pytest.approx((size.f_blocks - size.f_bfree) * size.f_frsize / (1 << 20),
                                                             abs=64)
+
+
+MOUNTED = r'''
+import json, sys
+from autograder import launcher
+print(json.dumps({"points": [[point, sorted(options)] for point, options in launcher.mount_points()],
+                  "below": launcher._mounts_below(sys.argv[1])}))
+'''
+
+
+def test_mount_points_are_read_as_paths_even_with_a_space_in_their_name(tmp_path):
+    """mountinfo writes a space as \\040: the sandbox's binds below a folder and the sealed IPC folder are found by
+    their paths (a course under "My Course" included), with their options."""
+    folder = tmp_path / "My Course"
+    (folder / "node tmp").mkdir(parents=True)
+    script = (f'mount -t tmpfs -o ro,size=1m none "{folder}/node tmp" && '
+              f'exec "{sys.executable}" -c \'{MOUNTED}\' "{folder}"')
+    own = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    done = subprocess.run([*own, "sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if done.returncode != 0 and "unshare" in done.stderr:
+        pytest.skip(f"no mount namespace of the test's own: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert [str(folder / "node tmp"), ["ro"]] in [[p, [o for o in options if o == "ro"]] for p, options in seen["points"]]
+    assert seen["below"] == [str(folder / "node tmp")]
