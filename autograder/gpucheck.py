@@ -15,7 +15,11 @@ Checks, in order (``--only`` picks some):
 * ``cluster``: part of the demo class (``CLUSTER_ASSIGNMENTS``) graded through a
   real Dask scheduler with ``--gpu-jobs``, by a worker started with ``--gpu 0``
   beside one without the GPU resource: every job must run on the GPU worker,
-  whose runners see only its GPU, with the expected scores.
+  whose runners see only its GPU, with the expected scores;
+* ``mistakes``: ``tests/test_mistakes.py`` with every round of the catalog
+  (``make mistakes``), so each public mistake is graded with CUDA in the device
+  matrix: every mistake must lose points on its exercise (the test's bar) and
+  every correct fix keep them all.
 
 The report goes to ``docs/gpu-report.md``. Without CUDA the command stops
 with a message that says so. ``--dry-run`` rehearses on the CPU instead: it
@@ -47,7 +51,8 @@ from autograder.pipeline import ROOT, tool_env
 GPU_REPORT = ROOT / "docs" / "gpu-report.md"
 DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
 WORKDIR = ROOT / "build" / "gpu-check"
-STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading", "cluster")
+STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading", "cluster", "mistakes")
+MISTAKES_TESTS = ROOT / "tests" / "test_mistakes.py"
 CLUSTER_ASSIGNMENTS = ("01_device_placement", "07_multi_device_training")
 
 
@@ -119,9 +124,21 @@ def _driver_version() -> str:
     return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown"
 
 
-def check_notebooks(ctx: Context) -> Check:
+def _junit_cases(junit: Path) -> list[tuple[str, str, str | None]]:
+    """Each test case of a pytest JUnit XML file: (class name, test name, None if it passed else its message)."""
     import xml.etree.ElementTree as ET
 
+    cases = []
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            problem = case.find("failure")
+            problem = case.find("error") if problem is None else problem
+            message = None if problem is None else (problem.get("message") or problem.text or "failed").strip()
+            cases.append((case.get("classname", "?"), case.get("name", "?"), message))
+    return cases
+
+
+def check_notebooks(ctx: Context) -> Check:
     junit = WORKDIR / "nbval.xml"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "solutions", f"--junitxml={junit}"]
     processes = min(8, (os.cpu_count() or 1) // 2)
@@ -130,15 +147,13 @@ def check_notebooks(ctx: Context) -> Check:
     done = subprocess.run(command, cwd=ROOT, env=tool_env(), capture_output=True, text=True)
     per_notebook: dict[str, list[int]] = {}
     failures = []
-    if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            # nbval's class name is the notebook's path with dots: solutions.NN_topic.NN_topic.ipynb
-            notebook = case.get("classname", "?").removesuffix(".ipynb").split(".")[-1]
-            counts = per_notebook.setdefault(notebook, [0, 0])
-            failed = case.find("failure") is not None or case.find("error") is not None
-            counts[1 if failed else 0] += 1
-            if failed:
-                failures.append(f"{notebook} :: {case.get('name')}")
+    for classname, name, message in _junit_cases(junit):
+        # nbval's class name is the notebook's path with dots: solutions.NN_topic.NN_topic.ipynb
+        notebook = classname.removesuffix(".ipynb").split(".")[-1]
+        counts = per_notebook.setdefault(notebook, [0, 0])
+        counts[0 if message is None else 1] += 1
+        if message is not None:
+            failures.append(f"{notebook} :: {name}")
     table = ["| notebook | cells passed | cells failed |", "|---|---|---|"]
     table += [f"| {nb} | {ok} | {bad} |" for nb, (ok, bad) in sorted(per_notebook.items())]
     if failures:
@@ -146,6 +161,33 @@ def check_notebooks(ctx: Context) -> Check:
     where = "on the GPU" if ctx.cuda else "on the CPU (dry run)"
     status = "passed" if done.returncode == 0 else "failed"
     return Check("notebooks", status, f"nbval over {len(per_notebook)} notebooks {where}: exit code {done.returncode}", table)
+
+
+def check_mistakes(ctx: Context) -> Check:
+    """The mistakes catalog's every round, graded by the real grader with this machine's device matrix."""
+    from devcourse.grading import device_matrix
+
+    junit = WORKDIR / "mistakes.xml"
+    junit.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(MISTAKES_TESTS), f"--junitxml={junit}"]
+    done = subprocess.run(command, cwd=ROOT, env=dict(tool_env(), COURSE_MISTAKE_ROUNDS="all"),
+                          capture_output=True, text=True)
+    cases = _junit_cases(junit)
+    devices = ", ".join(str(d) for d in device_matrix("tensor"))
+    body = [f"Device matrix: {devices}; `COURSE_MISTAKE_ROUNDS=all` (what `make mistakes` runs)", "",
+            "| test | outcome |", "|---|---|"]
+    body += [f"| {name} | {'passed' if message is None else 'failed'} |" for _, name, message in cases]
+    for _, name, message in cases:
+        if message is not None:
+            body += ["", f"{name}:", "```", message[-3000:], "```"]
+    if not cases:  # pytest did not get as far as the tests: its own words say why
+        body += ["", "```", (done.stdout + done.stderr)[-3000:], "```"]
+    failed = sum(message is not None for _, _, message in cases)
+    good = done.returncode == 0 and cases and not failed
+    summary = f"{len(cases) - failed} of {len(cases)} tests passed on {devices}: exit code {done.returncode}"
+    if not ctx.cuda:
+        return Check("mistakes", "not run" if good else "failed", "rehearsed on the CPU: " + summary, body)
+    return Check("mistakes", "passed" if good else "failed", summary, body)
 
 
 def check_grading(ctx: Context) -> Check:
@@ -293,6 +335,7 @@ CHECKS: dict[str, Callable[[Context], Check]] = {
     "amp": check_amp,
     "loading": check_loading,
     "cluster": check_cluster,
+    "mistakes": check_mistakes,
 }
 
 

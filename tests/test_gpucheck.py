@@ -120,3 +120,31 @@ def test_unexpected_scores_names_each_row_that_differs_from_expected_scores_csv(
     off = Result(first.student, first.assignment, 99.0, 10)
     assert unexpected_scores([off, *as_expected[1:]]) == [
         f"{first.student} / {first.assignment}: got 99, expected {rows[0]['score'] or 'nothing'}"]
+
+
+def test_the_mistakes_check_reports_each_test_of_the_catalog_and_fails_with_its_message(monkeypatch, tmp_path):
+    """A real pytest run with a JUnit file: a failing test fails the check and its message is in the report."""
+    catalog = tmp_path / "test_catalog.py"
+    catalog.write_text("import os\n\n"
+                       "def test_mistakes_lose_points_on_their_exercise():\n"
+                       "    assert os.environ['COURSE_MISTAKE_ROUNDS'] == 'all'\n\n"
+                       "def test_correct_fixes_keep_every_point():\n"
+                       "    assert False, 'correct fixes that lost points: [(\"sync_each_call\", (0.0, 2.0))]'\n")
+    monkeypatch.setattr(gpucheck, "MISTAKES_TESTS", catalog)
+    check = gpucheck.check_mistakes(gpucheck.Context(dry_run=True, size_mib=1))
+    assert check.status == "failed"
+    assert "1 of 2 tests passed on cpu, " in check.summary
+    text = "\n".join(check.details)
+    assert "| test_mistakes_lose_points_on_their_exercise | passed |" in text
+    assert "| test_correct_fixes_keep_every_point | failed |" in text and "sync_each_call" in text
+
+    catalog.write_text(catalog.read_text().replace("assert False, ", "assert True, "))
+    check = gpucheck.check_mistakes(gpucheck.Context(dry_run=True, size_mib=1))
+    assert check.status == ("not run" if NO_GPU else "passed") and "2 of 2 tests passed" in check.summary
+
+
+def test_the_mistakes_check_says_so_when_pytest_ran_no_test(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpucheck, "MISTAKES_TESTS", tmp_path / "missing.py")
+    check = gpucheck.check_mistakes(gpucheck.Context(dry_run=True, size_mib=1))
+    assert check.status == "failed" and "0 of 0 tests passed" in check.summary
+    assert "missing.py" in "\n".join(check.details)  # pytest's own words
