@@ -326,7 +326,21 @@ def _problem(job: Job, source: nbformat.NotebookNode) -> str | None:
     return None
 
 
+_BANNER_END = "To connect another client to this kernel, use:"  # ipykernel's, then the line naming its connection file
+
+
 def _last_words(job: Job) -> str:
-    """The last line the runner and its kernel wrote to the job's log, or ``""``."""
+    """The last line the runner and its kernel wrote to the job's log, or ``""``.
+
+    Every kernel that starts writes ipykernel's banner there, ending with the path of its connection file
+    (``--existing ...``): those are not its last words, only what comes after them is (a kernel that died
+    before the banner gets the log's last line, as it stands).
+    """
     log = job.folder / "runner.log"
-    return sandbox.last_line(log.read_text(errors="replace")) if log.exists() else ""
+    if not log.exists():
+        return ""
+    text = log.read_text(errors="replace")
+    if _BANNER_END in text:
+        first, _, rest = text.rsplit(_BANNER_END, 1)[1].lstrip().partition("\n")
+        text = rest if first.startswith("--existing") else first + "\n" + rest
+    return sandbox.last_line(text)

@@ -965,3 +965,25 @@ def test_a_reference_being_made_is_locked_for_other_graders_until_its_maker_lets
     maker.release()
     assert other.acquire(wait=False)
     other.release()
+
+
+def test_a_failed_canarys_message_quotes_what_the_kernel_said_after_its_banner_not_the_banner(run, tmp_path):
+    """Each kernel writes ipykernel's banner to its runner.log, ending with its connection file's path: a canary
+    whose check failed named that path as "the kernel's last words" (seen on a GPU machine). A real kernel's log
+    from the demo class's grading: silent after its banner, then with a line of its own after it."""
+    from autograder.canary import _last_words
+    from autograder.job import Job
+
+    workdir, _ = run
+    logs = sorted((workdir / "jobs" / "(canary)").glob("*/*/runner.log"))
+    assert logs and all("--existing" in log.read_text() for log in logs), "the banner this test is about"
+    folder = tmp_path / "job"
+    folder.mkdir()
+    shutil.copy(logs[0], folder / "runner.log")
+    job = Job("(canary)", "01_device_placement", "01_device_placement", folder)
+    assert _last_words(job) == ""
+    with (folder / "runner.log").open("a") as log:
+        log.write("Fatal Python error: Segmentation fault\n\n")
+    assert _last_words(job) == "Fatal Python error: Segmentation fault"
+    (folder / "runner.log").write_text("OSError: libtorch_cpu.so: failed to map segment from shared object\n")
+    assert _last_words(job) == "OSError: libtorch_cpu.so: failed to map segment from shared object"  # died before
