@@ -140,6 +140,7 @@ def _junit_cases(junit: Path) -> list[tuple[str, str, str | None]]:
 
 def check_notebooks(ctx: Context) -> Check:
     junit = WORKDIR / "nbval.xml"
+    junit.unlink(missing_ok=True)  # what an earlier run found is not this run's
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "solutions", f"--junitxml={junit}"]
     processes = min(8, (os.cpu_count() or 1) // 2)
     if processes >= 2:  # a notebook per process, as make test runs them (pytest-xdist, one file per process)
