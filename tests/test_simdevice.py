@@ -7,6 +7,7 @@ what must happen in a process without it runs in a subprocess.
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import subprocess
 import sys
@@ -462,6 +463,7 @@ def test_collectives_run_in_gloo_on_the_values(tmp_path):
 
     assert dist.get_default_backend_for_device("sim:1") == "gloo"
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    model = None
     try:
         tensor = torch.arange(3.0, device="sim:1")
         dist.all_reduce(tensor)  # a flat list of tensors
@@ -475,6 +477,12 @@ def test_collectives_run_in_gloo_on_the_values(tmp_path):
         assert model.module.weight.grad.device == torch.device("sim:1")
         assert model.module.weight.grad.tolist() == [[4.0] * 3] * 2
     finally:
+        # The model goes first, while the process group is still registered: otherwise DDP's reducer, freed when
+        # this function returns, drops the group's last reference and destroys it holding the GIL, and a gloo
+        # thread that needs the GIL to free a finished collective's tensors (these are Python subclasses) never
+        # gets it. Seen once as a hang here (both threads' stacks read with gdb; pytorch/pytorch#56297).
+        model = None
+        gc.collect()
         dist.destroy_process_group()
 
 
