@@ -52,6 +52,15 @@ from autograder.launcher import mount_points
 
 GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
 RECORDER_SOURCE = (Path(__file__).with_name("recorder.py")).read_text()
+# IPython shows a frame of a library file through stack_data (whole statements, the executing node
+# marked), which parses the file and costs the 19 notebooks of the demo class's honest students about
+# a seventh of their processor time (140 errors, five or so torch frames each); a file longer than
+# ultratb.FAST_THRESHOLD lines, and a notebook's own cell always, is shown from its raw lines instead.
+# The threshold at -1 shows every frame that way: the cells' frames as before, a library frame with its
+# file, line and function and the lines around it. The feedback keeps the cells' frames only and counts
+# the others (autograder.hints), so it reads the same. Set before the guard's snapshot, which keeps it;
+# the cell binds no name in the student's namespace.
+TRACEBACK_SOURCE = "__import__('IPython.core.ultratb').core.ultratb.FAST_THRESHOLD = -1\n"
 MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more is recorded as nothing
 # Set by the grader to a token of its run, and passed down to every process of it, kernels
 # included: what is left of a run can be found by it (/proc/PID/environ).
@@ -260,7 +269,7 @@ class Session:
         self.killed, self.finished = threading.Event(), threading.Event()
         # The recorder first, so that the guard's snapshot holds it and puts it back before each test.
         self.guard = nbformat.v4.new_code_cell(
-            RECORDER_SOURCE + f"\ninstall({job['recorder_name']!r})\ndel install\n" +
+            TRACEBACK_SOURCE + RECORDER_SOURCE + f"\ninstall({job['recorder_name']!r})\ndel install\n" +
             GUARD_SOURCE + f"\ninstall({job['guard_name']!r})\ndel install\n")
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
         self.client = NotebookClient(self.nb, km=self.km, timeout=job["cell_timeout_s"], allow_errors=True,

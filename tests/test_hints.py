@@ -119,6 +119,36 @@ def test_library_frames_are_counted_not_shown(taught):
     assert not any("linear.py" in line for line in lines), lines
 
 
+SPY = """
+import stack_data as _sd
+_sd_calls = []
+_sd_frames = _sd.FrameInfo.stack_data
+_sd.FrameInfo.stack_data = lambda *args, **kwargs: (_sd_calls.append(1), _sd_frames(*args, **kwargs))[1]
+"""
+
+
+def test_the_graders_plain_library_frames_leave_the_feedback_as_it_was(tmp_path):
+    """A grading kernel shows a library file's frames from their raw lines (autograder.runner's TRACEBACK_SOURCE,
+    about a seventh of the demo class's processor time): stack_data is not called for any error, yet every
+    error's feedback reads as it does from a kernel that IPython left as it is (the cells' frames are shown
+    the raw way in both, and the library frames are only counted)."""
+    from autograder.runner import TRACEBACK_SOURCE
+
+    shown, calls = {}, {}
+    for kind, setup in [("as IPython has it", SPY), ("as the grader starts it", TRACEBACK_SOURCE + SPY)]:
+        nb = _notebook()
+        nb.cells[0].source = setup + nb.cells[0].source  # one cell: the execution counts stay the same
+        nb.cells.append(nbformat.v4.new_code_cell("print(len(_sd_calls))"))
+        NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+        calls[kind] = int(nb.cells[-1].outputs[0].text)
+        taught = hints.teach(redact(nb, set()), "99_hints")
+        shown[kind] = [output for cell in taught.cells[1:-1] for output in cell.get("outputs", [])]
+    assert calls["as the grader starts it"] == 0 and calls["as IPython has it"] > 0, calls
+    assert sum(output.output_type == "error" for output in shown["as the grader starts it"]) == len(ANSWERS)
+    assert shown["as the grader starts it"] == shown["as IPython has it"]
+
+
 def test_an_unknown_error_gets_no_hint():
     assert hints.hint_for("ZeroDivisionError", "division by zero") is None
     assert hints.hint_for("RuntimeError", "\x1b[1mMissing key(s) in state_dict\x1b[0m: \"bias\"").kind == "keys"
