@@ -15,11 +15,29 @@ Every grading run of the suite shares one folder of canary references
 (``$COURSE_REFERENCE_CACHE``, see :mod:`autograder.canary`): the instructor's
 solution runs once per set of limits, not once per test. A test that needs
 the canary itself names a cache of its own or ``--rerun-canary``.
+
+pytest-timeout stops a test that runs past its limit by a signal, whose
+handler is Python: a test stuck in C code that holds the GIL (a deadlock
+in a library's threads, say) never runs it. A second limit, the test's
+timeout plus ``$COURSE_TEST_WATCHDOG_GRACE_S`` (60 s), is kept by
+faulthandler's own thread, which needs no GIL: past it, every thread's
+stack is written to the process's real standard error and the process
+exits (code 1). Under xdist the test is reported as its worker's crash,
+and a new worker takes the rest. xdist (``--dist loadfile``) would give the
+new worker the crashed test again, and up to four times; so every worker
+notes each test it starts and ends in a file the run's workers share, and
+a test that was started and never ended is not run again: it fails at its
+setup, naming the crash.
 """
 
+import faulthandler
 import os
+from pathlib import Path
 
 import pytest
+
+WATCHDOG_GRACE_S = float(os.environ.get("COURSE_TEST_WATCHDOG_GRACE_S", "60"))
+_real_stderr = None  # standard error before any test's output is captured (see pytest_configure)
 
 # The files that take longest (minutes each on two cores), longest first.
 LONGEST_FIRST = [
@@ -88,3 +106,64 @@ def pytest_runtest_call(item):
         if not any(out.get("output_type") == "error" for out in outputs):
             raise AssertionError("this cell is tagged raises-exception but ran without raising")
     return result
+
+
+def pytest_configure(config):
+    global _real_stderr
+    if _real_stderr is None:  # pytest's capture is off while plugins are configured: fd 2 is the real one
+        _real_stderr = os.fdopen(os.dup(2), "w")
+
+
+def _timeout_s(item) -> float:
+    """The limit pytest-timeout puts on ``item``: its ``timeout`` mark, else the run's (0: none)."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        value = marker.args[0] if marker.args else marker.kwargs["timeout"]
+    else:
+        from pytest_timeout import get_env_settings
+
+        value = get_env_settings(item.config).timeout
+    return float(value or 0)
+
+
+def _started_journal(config) -> Path | None:
+    """Under xdist, the file the run's workers share: a line ``start NODEID`` or ``end NODEID`` per test."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or not config.option.basetemp:  # not a worker; xdist gives each its basetemp
+        return None
+    return Path(config.option.basetemp).parent / f"tests-started-{workerinput['testrunuid']}.txt"
+
+
+CRASHED_BEFORE = pytest.StashKey[bool]()
+
+
+def _note(journal: Path, line: str) -> None:
+    with open(journal, "a") as file:  # one short write, appended whole (O_APPEND)
+        file.write(line + "\n")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    journal = _started_journal(item.config)
+    if journal is not None:
+        lines = journal.read_text().splitlines() if journal.exists() else []
+        item.stash[CRASHED_BEFORE] = lines.count(f"start {item.nodeid}") > lines.count(f"end {item.nodeid}")
+        _note(journal, f"start {item.nodeid}")
+    limit = _timeout_s(item)
+    watched = limit > 0 and not float(item.config.getini("faulthandler_timeout") or 0)  # one timer per process
+    if watched:
+        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=_real_stderr)
+    try:
+        return (yield)
+    finally:
+        if watched:
+            faulthandler.cancel_dump_traceback_later()
+        if journal is not None:
+            _note(journal, f"end {item.nodeid}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.stash.get(CRASHED_BEFORE, False):
+        pytest.fail("not run again: this test was running when an earlier process of this run ended (reported "
+                    "as that process's crash; a stuck test's stacks are on standard error)", pytrace=False)
