@@ -35,8 +35,8 @@ def test_a_test_stuck_in_c_holding_the_gil_is_ended_with_its_stacks_and_the_run_
     env.pop("PYTEST_ADDOPTS", None)
     started = time.monotonic()
     # The course's conftest as a plugin; one xdist worker, as make test runs them (two there).
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-n", "1", "--dist", "loadfile",
-                           "--timeout=1", "-q", "test_stuck.py"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
+                           "-n", "1", "--dist", "loadfile", "--timeout=1", "-q", "test_stuck.py"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     took = time.monotonic() - started
     said = done.stdout + done.stderr
