@@ -216,7 +216,8 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
         state = None
     if state is None or state.get("course") != course:
         state = {"course": course, "intake": str(intake) if intake else None, "finished": True, "graded": {},
-                 "generated": {}, "rows": {}, **{key: state[key] for key in ("withheld", "reviewed") if state and key in state}}
+                 "generated": {}, "rows": {},
+                 **{key: state[key] for key in ("withheld", "reviewed") if state and key in state}}
     state["finished"] = False
     (workdir / "submitted").mkdir(exist_ok=True)
     if intake is not None:
@@ -225,7 +226,8 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
     return state
 
 
-def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR, settings: Settings | None = None) -> list[Result]:
+def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR,
+          settings: Settings | None = None) -> list[Result]:
     """Autograde every ``submitted/<student>/<assignment>/`` folder not graded yet; return one Result per pair.
 
     ``submitted`` is copied into ``workdir/submitted/`` first; None grades what
@@ -305,7 +307,8 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     unknown = sorted(set(settings.assignments or ()) - set(names))
     if unknown:
         raise ChoiceError(f"no assignment named {', '.join(unknown)} in {workdir / 'source'}")
-    sources = {name: {p.stem: nbformat.read(p, as_version=4) for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
+    sources = {name: {p.stem: nbformat.read(p, as_version=4)
+                      for p in sorted((workdir / "source" / name).glob("*.ipynb"))}
                for name in names}
     if due:
         with INTERRUPTS.holding(), lock.held(), Gradebook(db_url, course_id) as gradebook:
@@ -448,7 +451,8 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                 notes.setdefault(pair, []).append(f"{job.notebook}: filled the disk limit of "
                                                   f"{job.status['disk_full']} MiB (writes past it failed)")
             if job.findings:
-                notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3]))
+                notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, "
+                                                  + "; ".join(job.findings[:3]))
                 state.setdefault("withheld", {}).setdefault(f"{job.student}/{job.assignment}", {})[job.notebook] = \
                     job.findings
             remaining[pair] -= 1
@@ -467,7 +471,8 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                         else:
                             record(pair, feedback_in_line(pair) if settings.feedback else [])
                     else:
-                        notes.setdefault(pair, []).append("not graded: " + last_line(outcome.get("error") or outcome.get("log")))
+                        notes.setdefault(pair, []).append("not graded: "
+                                                          + last_line(outcome.get("error") or outcome.get("log")))
             if feedback is not None:  # the pages made so far; at most depth - 1 left waiting
                 feedback.deliver(record, INTERRUPTS.holding, keep=feedback.depth - 1)
             progress.step(f"{job.student}/{job.assignment}")
@@ -594,7 +599,8 @@ def flag_for_review(db_url: str, course_id: str, pair: tuple[str, str], findings
 
 def mark_review(db_url: str, course_id: str, pair: tuple[str, str], comments: dict[str, str],
                 needs_manual_grade: bool) -> None:
-    """Set the formgrader flag of each named notebook's grades, and its first cell's comment to ``comments[notebook]``."""
+    """Set the formgrader flag of each named notebook's grades, and its first cell's comment to
+    ``comments[notebook]``."""
     from nbgrader.api import Gradebook, MissingEntry
 
     student, name = pair

@@ -19,7 +19,8 @@ Past the memory limit Linux's out-of-memory killer ends a process of the sandbox
 submission wrote to its in-memory disk counts as memory there); past the process limit a fork or
 a new thread fails. The runner reads the cgroup's counters (:meth:`Group.oom_kills`,
 :meth:`Group.refused_forks`) and ends the sandbox at the first of either, with the note the watch
-would give: a submission gets the same score on a machine with cgroups and one without. A sandbox's cgroup is removed when the sandbox ends, anything left in it killed first.
+would give: a submission gets the same score on a machine with cgroups and one without. A sandbox's
+cgroup is removed when the sandbox ends, anything left in it killed first.
 
 The decision is made once in the grader (:func:`find`); each runner makes its sandboxes' cgroups
 from it (:meth:`Group.create`), and the sandbox's launcher joins one before it starts anything
@@ -88,7 +89,8 @@ def _own() -> dict[str, str]:
 
 
 def _up(point: str, path: str) -> list[Path]:
-    """The folders of the cgroup at ``path`` under the mount ``point``, then of each cgroup above it, up to ``point``."""
+    """The folders of the cgroup at ``path`` under the mount ``point``, then of each cgroup above it, up to
+    ``point``."""
     here, top = Path(point) / path.lstrip("/"), Path(point)
     folders = [here, *here.parents]
     return folders[:folders.index(top) + 1] if top in folders else [top]

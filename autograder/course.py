@@ -137,7 +137,8 @@ def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = N
             for name in names:
                 outcome = api.generate_assignment(name, force=True)
                 if not outcome["success"]:
-                    raise CourseError(f"nbgrader could not release {name}: {outcome.get('error') or outcome.get('log')}")
+                    raise CourseError(f"nbgrader could not release {name}: "
+                                      f"{outcome.get('error') or outcome.get('log')}")
         set_due(folder, due or {}, db_url)
     except BaseException:
         (folder / CONFIG).unlink(missing_ok=True)  # not a course directory: init can be run again
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--db-url", help="the gradebook, e.g. postgresql://user:password@host/db "
                                        "(default: SQLite, gradebook.db in the folder)")
     make.add_argument("--exchange", help="nbgrader's exchange folder (default: exchange/ in the folder)")
-    make.add_argument("--course-id", help=f"nbgrader's course id (default: {course_config().CourseDirectory.course_id})")
+    make.add_argument("--course-id",
+                      help=f"nbgrader's course id (default: {course_config().CourseDirectory.course_id})")
     make.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
                       help="an assignment's due date, e.g. 01_device_placement='2026-10-05 17:00 UTC' (repeatable)")
     later = commands.add_parser("due", help="set due dates in a course directory's gradebook")

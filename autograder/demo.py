@@ -211,7 +211,8 @@ ROSTER: dict[str, dict[str, dict[str, str]]] = {
             '''),
             "diagnose": _code('''
                 def diagnose(facts: EnvFacts, expect_gpu: bool) -> list[str]:
-                    """The codes of the problems that keep this set-up from using a GPU as expected; [] when all is well."""
+                    """The codes of the problems that keep this set-up from using a GPU as expected; [] when all
+                    is well."""
                     if not expect_gpu:
                         return []
                     if facts.cuda_build is None:
@@ -243,7 +244,8 @@ ROSTER: dict[str, dict[str, dict[str, str]]] = {
             '''),
             "causal_mask": _code('''
                 def causal_mask(scores: torch.Tensor) -> torch.Tensor:
-                    """A (T, T) bool mask on scores.device, True strictly above the diagonal, for scores of shape (..., T, T)."""
+                    """A (T, T) bool mask on scores.device, True strictly above the diagonal, for scores of shape
+                    (..., T, T)."""
                     T = scores.shape[-1]
                     return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
             '''),
@@ -418,7 +420,8 @@ ROSTER.update({
 # Tampering with the notebook itself: applied to the student's notebook after the answers are filled in.
 def _edit_tests(nb):
     """Replace every test with `pass`, and delete the last test cell."""
-    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")]
+    tests = [c for c in nb.cells
+             if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")]
     for cell in tests:
         cell.source = "pass  # nothing to check"
     nb.cells.remove(tests[-1])
@@ -455,7 +458,8 @@ def _solutions(name: str) -> dict[str, str]:
     for cell in nbformat.read(solution_path(name), as_version=4).cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution"):
-            lines = [line for line in cell.source.splitlines() if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
+            lines = [line for line in cell.source.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
             answers[meta["grade_id"]] = "\n".join(lines)
     return answers
 

@@ -362,7 +362,7 @@ def _ended_when_set(stop: str | None, runners: Runners):
                 if event.wait(timeout=1.0):
                     runners.stop()
                     return
-            except Exception:  # the scheduler is gone: the job runs to its own end
+            except Exception:  # noqa: BLE001 - the scheduler is gone: the job runs to its own end
                 return
 
     threading.Thread(target=listen, name="grading-stop", daemon=True).start()
@@ -412,7 +412,7 @@ class DaskExecutor(Executor):
             self.client = apart(lambda: Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False))
         except ClusterError:
             raise
-        except Exception as error:  # refused, timed out, or something that is not a Dask scheduler
+        except Exception as error:  # noqa: BLE001 - refused, timed out, or something that is not a Dask scheduler
             if self.cluster is not None:
                 self.cluster.close()
             raise unanswered(address, error) from None
@@ -451,7 +451,7 @@ class DaskExecutor(Executor):
                 if remote_future.cancelled():
                     raise ClusterError(f"job {key} was cancelled")
                 unpack(remote_future.result(), folder)  # once per job: only the future that finished writes
-            except BaseException as error:  # the cluster could not run it: the grader stops, it scores nothing
+            except BaseException as error:  # noqa: BLE001 - the cluster could not run it: the grader stops, it scores nothing
                 reason = error if isinstance(error, ClusterError) else ClusterError(
                     f"the Dask cluster at {self.address} could not run job {key}: "
                     f"{type(error).__name__}: {one_line(error)}"
@@ -476,7 +476,7 @@ class DaskExecutor(Executor):
                 waiting = bool(self.pending)
             try:
                 able = bool(self._able_workers()) if waiting else True
-            except Exception:  # the scheduler is gone: as good as no worker
+            except Exception:  # noqa: BLE001 - the scheduler is gone: as good as no worker
                 able = False
             if able:
                 since = None
@@ -486,7 +486,8 @@ class DaskExecutor(Executor):
                 continue
             with self.lock:
                 failed, self.pending = self.pending, {}
-            need = "with the resource GPU=1 (python -m autograder.executors worker ADDRESS --gpu K) " if self.gpu else ""
+            need = ("with the resource GPU=1 (python -m autograder.executors worker ADDRESS --gpu K) "
+                    if self.gpu else "")
             reason = ClusterError(f"no Dask worker {need}has been connected to the scheduler at {self.address} "
                                   f"for {self.workerless_s:g} s while {len(failed)} job(s) waited")
             self.client.cancel(list(failed), force=True)
@@ -549,7 +550,7 @@ def check_scheduler(address: str) -> None:
     try:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()  # refused: at once
         answer = apart(lambda: asyncio.run(asyncio.wait_for(identity(), CONNECT_TIMEOUT_S)))
-    except Exception as error:  # refused, timed out, or a peer that does not speak Dask
+    except Exception as error:  # noqa: BLE001 - refused, timed out, or a peer that does not speak Dask
         raise unanswered(address, error) from None
     if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
         raise ClusterError(f"what answered at {address} is not a Dask scheduler; nothing was graded")
@@ -579,8 +580,9 @@ def wait_for_workers(client, names: set[str], timeout_s: float = 60) -> None:
 
 def runner_sees() -> dict:
     """What a process that this Dask worker starts (a runner is one) sees: its host's name, the job id of the Slurm
-    job it is in (or None), ``CUDA_VISIBLE_DEVICES`` and the GPUs torch finds there. Submit it to a worker; for checks of a
-    cluster's set-up (gpu-check, slurm-check). On a machine without a GPU it reports 0 GPUs and no name.
+    job it is in (or None), ``CUDA_VISIBLE_DEVICES`` and the GPUs torch finds there. Submit it to a worker; for
+    checks of a cluster's set-up (gpu-check, slurm-check). On a machine without a GPU it reports 0 GPUs and no
+    name.
     """
     import json
 
@@ -652,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="a worker for the scheduler at ADDRESS (this process becomes it)")
     worker.add_argument("address", help="the scheduler, tcp://HOST:PORT")
-    worker.add_argument("--gpu", type=int, metavar="K", help="this worker's GPU: CUDA_VISIBLE_DEVICES=K, resource GPU=1")
+    worker.add_argument("--gpu", type=int, metavar="K",
+                        help="this worker's GPU: CUDA_VISIBLE_DEVICES=K, resource GPU=1")
     worker.add_argument("--nthreads", type=int, default=1, help="jobs at a time (default 1)")
     worker.add_argument("--name", help="the worker's name (default: Dask's)")
     worker.add_argument("--no-nanny", action="store_true",

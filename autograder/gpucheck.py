@@ -93,7 +93,8 @@ def check_environment(ctx: Context) -> Check:
     ]
     for i in range(torch.cuda.device_count() if ctx.cuda else 0):
         props = torch.cuda.get_device_properties(i)
-        rows.append((f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}"))
+        rows.append((f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB, "
+                                  f"compute capability {props.major}.{props.minor}"))
     table = ["| what | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
     if missing:
         table += ["", *advice(missing)]
@@ -161,7 +162,8 @@ def check_notebooks(ctx: Context) -> Check:
         table += ["", "Failed cells:", *(f"- {f}" for f in failures)]
     where = "on the GPU" if ctx.cuda else "on the CPU (dry run)"
     status = "passed" if done.returncode == 0 else "failed"
-    return Check("notebooks", status, f"nbval over {len(per_notebook)} notebooks {where}: exit code {done.returncode}", table)
+    return Check("notebooks", status,
+                 f"nbval over {len(per_notebook)} notebooks {where}: exit code {done.returncode}", table)
 
 
 def check_mistakes(ctx: Context) -> Check:
@@ -170,7 +172,8 @@ def check_mistakes(ctx: Context) -> Check:
 
     junit = WORKDIR / "mistakes.xml"
     junit.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(MISTAKES_TESTS), f"--junitxml={junit}"]
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(MISTAKES_TESTS),
+               f"--junitxml={junit}"]
     done = subprocess.run(command, cwd=ROOT, env=dict(tool_env(), COURSE_MISTAKE_ROUNDS="all"),
                           capture_output=True, text=True)
     cases = _junit_cases(junit)
@@ -203,7 +206,8 @@ def check_grading(ctx: Context) -> Check:
     body = [f"Device matrix: {devices}", "", "```", format_table(results), "```"]
     if wrong:
         body += ["", "Scores that differ from expected_scores.csv:", *(f"- {w}" for w in wrong)]
-    return Check("grading", "failed" if wrong else "passed", f"demo class graded on {devices}; {len(wrong)} unexpected scores", body)
+    return Check("grading", "failed" if wrong else "passed",
+                 f"demo class graded on {devices}; {len(wrong)} unexpected scores", body)
 
 
 def _ddp_check(outdir):
@@ -217,9 +221,9 @@ def _ddp_check(outdir):
     device = torch.device("cuda", local) if use_gpus else torch.device("cpu")
     if use_gpus:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if use_gpus else "gloo")
-    torch.manual_seed(dist.get_rank())
-    model = DDP(nn.Linear(64, 8).to(device), device_ids=[local] if use_gpus else None)
+    dist.init_process_group("nccl" if use_gpus else "gloo")  # noqa: F821 (the script's prelude imports dist, nn and DDP)
+    torch.manual_seed(dist.get_rank())  # noqa: F821
+    model = DDP(nn.Linear(64, 8).to(device), device_ids=[local] if use_gpus else None)  # noqa: F821
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(5):
         loss = model(torch.randn(32, 64, device=device)).pow(2).mean()
@@ -227,10 +231,10 @@ def _ddp_check(outdir):
         loss.backward()
         optimizer.step()
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    everyone = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, flat)
+    everyone = [torch.empty_like(flat) for _ in range(dist.get_world_size())]  # noqa: F821
+    dist.all_gather(everyone, flat)  # noqa: F821
     same = all(torch.equal(other, flat) for other in everyone)
-    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "backend": dist.get_backend(),
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "backend": dist.get_backend(),  # noqa: F821
             "device": str(device), "same": same}
 
 
@@ -241,7 +245,8 @@ def check_ddp(ctx: Context) -> Check:
     ranks = run_functions([], _ddp_check, nproc_per_node=gpus or 2, timeout_s=300)
     same = all(r["same"] for r in ranks)
     backend = ranks[0]["backend"]
-    body = [f"- rank {r['rank']} of {r['world']}: {r['backend']} on {r['device']}, parameters equal on all ranks: {r['same']}" for r in ranks]
+    body = [f"- rank {r['rank']} of {r['world']}: {r['backend']} on {r['device']}, "
+            f"parameters equal on all ranks: {r['same']}" for r in ranks]
     if gpus == 1:
         body.append("- One GPU: world size 1, so NCCL ran but exchanged nothing. A second GPU would exercise the "
                     "all-reduce between GPUs and a DistributedSampler split over two devices.")
@@ -288,7 +293,8 @@ def check_cluster(ctx: Context) -> Check:
     processes = [scheduler]
     try:
         worker = [sys.executable, "-m", "autograder.executors", "worker", address]
-        processes.append(start_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"], folder / "gpu0.log"))
+        processes.append(start_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"],
+                                       folder / "gpu0.log"))
         processes.append(start_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
         with Client(address, timeout=30, set_as_default=False) as client:
             wait_for_workers(client, {"gpu0", "cpu-only"}, timeout_s=90)
@@ -352,7 +358,7 @@ def run(steps: list[str], ctx: Context, after_each: Callable[[list[Check]], None
         started = time.monotonic()
         try:
             check = CHECKS[step](ctx)
-        except Exception as exc:  # a broken check is reported, not fatal
+        except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
             check = Check(step, "failed", f"{type(exc).__name__}: {exc}".splitlines()[0],
                           ["```", traceback.format_exc()[-3000:], "```"])
         check.seconds = time.monotonic() - started

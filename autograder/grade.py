@@ -79,7 +79,8 @@ __all__ = ["grade", "main"]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder.grade", description=__doc__.split("\n\n")[0],
-                                     epilog="Writes report.txt, scores.csv, scores.png and feedback/ in the work folder.")
+                                     epilog="Writes report.txt, scores.csv, scores.png and feedback/ "
+                                            "in the work folder.")
     parser.add_argument("--course", type=Path, metavar="DIR",
                         help="a course directory (python -m autograder.course init): grade what its submitted/ "
                              "holds (nbgrader collect, zip_collect) into its gradebook; nothing in it is emptied")
@@ -149,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                              "devcourse once: about 2 s of processor time less per notebook)")
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                         help="run the jobs on this Dask scheduler's workers (each in the same sandbox, on its machine; "
-                              "start workers with python -m autograder.executors worker ADDRESS)")
+                         help="run the jobs on this Dask scheduler's workers (each in the same sandbox, on its "
+                              "machine; start workers with python -m autograder.executors worker ADDRESS)")
     cluster.add_argument("--dask-local", type=int, default=0, metavar="N",
                          help="start a Dask cluster of N worker processes on this machine for the run")
     parser.add_argument("--gpu-jobs", action="store_true",
@@ -240,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     table = format_table(results)
     write_csv(results, workdir / "scores.csv")
     write_histogram(results, workdir / "scores.png")
-    footer = f"Graded in {time.monotonic() - started:.0f} s. Written to {workdir}: scores.csv, scores.png, report.txt" + \
-             (", feedback/" if settings.feedback else "")
+    footer = (f"Graded in {time.monotonic() - started:.0f} s. Written to {workdir}: scores.csv, scores.png, report.txt"
+              + (", feedback/" if settings.feedback else ""))
     (workdir / "report.txt").write_text("\n".join([*header, "", table, "", footer]) + "\n")
     print("\n" + table + "\n\n" + footer)
     return 0

@@ -49,7 +49,8 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
     overrides.CourseDirectory.submitted_directory = EXECUTED
     overrides.CourseDirectory.db_url = db_url or config.CourseDirectory.db_url
     # The notebooks arrive executed by the sandboxed runner: nbgrader must neither clear nor re-run them.
-    overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
+    overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                                                  CheckCellMetadata]
     overrides.Autograde.autograde_preprocessors = [LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
     from autograder.feedback import FeedbackExporter  # here: autograder.feedback imports this module
     overrides.GenerateFeedback.exporter_class = FeedbackExporter

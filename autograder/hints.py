@@ -145,7 +145,8 @@ GUARDED = re.compile(r"__import__\('builtins'\)\.__dict__\.get\('_grader_[0-9a-f
 
 
 def unguarded(text: str) -> str:
-    """``__import__('builtins').__dict__.get('_grader_...', __import__('operator')).eq(a, b)`` -> ``operator.eq(a, b)``."""
+    """``__import__('builtins').__dict__.get('_grader_...', __import__('operator')).eq(a, b)`` ->
+    ``operator.eq(a, b)``."""
     return GUARDED.sub(lambda match: (match.group(1) or match.group(2)) + ".", text)
 
 
@@ -212,7 +213,8 @@ def sections(nb: nbformat.NotebookNode) -> set[str]:
 def _hint_html(hint: Hint, here: str, headings: set[str]) -> str:
     where = f"{hint.notebook}, section \u201c{hint.section}\u201d"
     if hint.notebook == here and hint.section in headings:
-        where = f'<a href="#{html.escape(anchor(hint.section))}">section \u201c{html.escape(hint.section)}\u201d</a> above'
+        where = (f'<a href="#{html.escape(anchor(hint.section))}">'
+                 f'section \u201c{html.escape(hint.section)}\u201d</a> above')
     else:
         where = html.escape(where)
     return f"<p><b>Hint:</b> {html.escape(hint.says)} Taught in {where}.</p>"

@@ -173,10 +173,12 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     recorder_name = guard_name + "_probe"
     tests = [cell for cell in nb.cells if is_test(cell)]
     codes, _ = probe.notebook_probes([cell.source for cell in tests], recorder_name, reference)
-    probes = [[nbgrader_meta(cell)["grade_id"], test_prelude(guard_name, imports) + strict_comparisons(code, guard_name)]
+    probes = [[nbgrader_meta(cell)["grade_id"],
+               test_prelude(guard_name, imports) + strict_comparisons(code, guard_name)]
               for cell, code in zip(tests, codes)]
     for cell in tests:
-        cell.source = test_prelude(guard_name, imports) + strict_comparisons(probe.visible_source(cell.source), guard_name)
+        cell.source = (test_prelude(guard_name, imports)
+                       + strict_comparisons(probe.visible_source(cell.source), guard_name))
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))

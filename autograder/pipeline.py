@@ -187,7 +187,8 @@ def validate(notebook: Path, invert: bool = False) -> tuple[bool, str]:
         command.append("--invert")
     done = subprocess.run(command, cwd=notebook.parent, env=tool_env(), capture_output=True, text=True)
     output = done.stdout + done.stderr
-    verdict = "Success! The notebook does not pass any tests." if invert else "Success! Your notebook passes all the tests."
+    verdict = ("Success! The notebook does not pass any tests." if invert
+               else "Success! Your notebook passes all the tests.")
     return verdict in output, output
 
 
@@ -265,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         over = []
         for name in names:
             run_s, validate_s = timings(name)
-            flags = (" run over" if run_s > RUN_LIMIT_S else "") + (" Validate over" if validate_s > VALIDATE_LIMIT_S else "")
+            flags = ((" run over" if run_s > RUN_LIMIT_S else "")
+                     + (" Validate over" if validate_s > VALIDATE_LIMIT_S else ""))
             print(f"{name:<34} {run_s:8.1f} {validate_s:13.1f}{flags}", flush=True)
             over += [name] if flags else []
         return 1 if over else 0

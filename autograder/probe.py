@@ -358,7 +358,8 @@ def notebook_probes(tests: list[str], recorder: str, reference: bool = False) ->
 
 
 @functools.lru_cache(maxsize=64)
-def _notebook_probes(tests: tuple[str, ...], recorder: str, reference: bool) -> tuple[tuple[str, ...], tuple[Site, ...]]:
+def _notebook_probes(tests: tuple[str, ...], recorder: str,
+                     reference: bool) -> tuple[tuple[str, ...], tuple[Site, ...]]:
     local = "_course_probe"  # no leading "__": a class body would mangle it
     sources = [ipython_free(source) for source in tests]
     sites: list[Site] = []

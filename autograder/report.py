@@ -74,7 +74,8 @@ def format_table(results: list[Result]) -> str:
 
 
 def score_text(result: Result) -> str:
-    """A result's score as the CSV writes it (and ``expected_scores.csv`` holds it): ``withheld``, empty, or the number."""
+    """A result's score as the CSV writes it (and ``expected_scores.csv`` holds it): ``withheld``, empty, or the
+    number."""
     return "withheld" if result.withheld else "" if result.score is None else f"{result.score:g}"
 
 

@@ -30,7 +30,8 @@ import nbformat
 
 from autograder.batch import STATE, mark_review, replay_journal, write_state
 from autograder.canary import reference_of
-from autograder.gradebook import EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
+                                  nbgrader_api)
 from autograder.job import Job
 from autograder.settings import WORKDIR, Settings
 from autograder.verdict import judge
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     decision = parser.add_mutually_exclusive_group(required=True)
     decision.add_argument("--release", action="store_true", help="grade it as it ran")
     decision.add_argument("--confirm", action="store_true", help="keep 0 points")
-    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the grading run's work folder (default: build/grade)")
+    parser.add_argument("--workdir", type=Path, default=WORKDIR,
+                        help="the grading run's work folder (default: build/grade)")
     parser.add_argument("--db-url", default=None, help="the gradebook the run used (default: as autograder.grade)")
     args = parser.parse_args(argv)
     student, _, assignment = args.pair.partition("/")

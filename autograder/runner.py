@@ -164,7 +164,8 @@ def _children_from_stat():
 
 
 def disk_used_mib(launcher: int, size_mib: int) -> float | None:
-    """What a sandbox with a disk of ``size_mib`` holds on it (its ``/tmp`` tmpfs), in MiB; None where it cannot be read.
+    """What a sandbox with a disk of ``size_mib`` holds on it (its ``/tmp`` tmpfs), in MiB; None where it cannot be
+    read.
 
     Also None while ``/tmp`` seen from the launcher is not a disk of that size: before the sandbox has
     mounted its own, the path leads to the grader's ``/tmp``, whose use is not the submission's.
@@ -447,7 +448,8 @@ def run(job: dict, go=None) -> dict | None:
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
         signal.signal(signum, lambda number, _frame: end(f"grading was stopped ({signal.Signals(number).name})"))
-    watchdog = threading.Timer(job["time_limit_s"], end, args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
+    watchdog = threading.Timer(job["time_limit_s"], end,
+                               args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
     if go is None:
         watchdog.start()
     shown, observations = None, {}

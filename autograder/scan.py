@@ -64,7 +64,8 @@ def scan(cells: list) -> list[str]:
                 name = node.id
             elif isinstance(node, ast.Attribute):
                 dotted = f"{node.value.id}.{node.attr}" if isinstance(node.value, ast.Name) else ""
-                name = dotted if dotted in FORBIDDEN_DOTTED else node.attr if node.attr in FORBIDDEN_ATTRIBUTES else None
+                name = (dotted if dotted in FORBIDDEN_DOTTED
+                        else node.attr if node.attr in FORBIDDEN_ATTRIBUTES else None)
                 if isinstance(node.value, ast.Name) and node.value.id in inspect_names and node.attr in INSPECT_FRAMES:
                     name = f"inspect.{node.attr}"
             elif isinstance(node, ast.ImportFrom) and node.module == "inspect" and \
@@ -80,7 +81,8 @@ def scan(cells: list) -> list[str]:
             targets = []
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
                 targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("setattr", "delattr")):
                 targets = node.args[:1]
             for target in targets:
                 root = target

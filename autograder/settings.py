@@ -24,7 +24,8 @@ GRADEBOOK_ENV = "COURSE_GRADEBOOK_URL"
 
 # The demo class's due dates (UTC), for its work folder's gradebook; one of its submissions is late.
 # Weekly from 2026-09-07, 17:00 UTC.
-DEMO_DUE = {name: (datetime(2026, 9, 7, 17, tzinfo=timezone.utc) + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
+DEMO_DUE = {name: (datetime(2026, 9, 7, 17, tzinfo=timezone.utc)
+                   + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
             for number, name in enumerate(assignments())}
 
 
@@ -75,7 +76,8 @@ class Settings:
     keep_work: bool = False  # what the kernel writes goes to the job's working copy, kept after grading
     canary: str = "graded"  # the instructor's solution run first (the reference): of each "graded" assignment, or "all"
     rerun_canary: bool = False  # run it even where a reference kept from an earlier run has the same key
-    reference_cache: str | None = None  # a folder of references several work folders share (None: $COURSE_REFERENCE_CACHE)
+    # a folder of references several work folders share (None: $COURSE_REFERENCE_CACHE)
+    reference_cache: str | None = None
     assignments: tuple[str, ...] = ()  # grade only these assignments (none named: all)
     students: tuple[str, ...] = ()  # grade only these students (none named: all)
     regrade: bool = False  # grade the chosen submissions even if an earlier run graded them unchanged
@@ -83,7 +85,8 @@ class Settings:
     scheduler: str | None = None  # a Dask scheduler's address: jobs run on its workers (autograder.executors)
     dask_local: int = 0  # start a Dask cluster of this many workers on this machine for the run
     warm: bool = True  # the local pool starts the kernels of the next jobs in line while the current ones run
-    zygote: bool = True  # the local pool forks runners and kernels from one process with torch imported (Linux, with namespaces)
+    # the local pool forks runners and kernels from one process with torch imported (Linux, with namespaces)
+    zygote: bool = True
     gpu_jobs: bool = False  # on a Dask cluster, each job asks for the resource GPU=1
 
     @property

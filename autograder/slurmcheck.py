@@ -86,7 +86,8 @@ def sbatch_refuses(script: str) -> str | None:
         done = subprocess.run(["sbatch", "--test-only", handle.name], capture_output=True, text=True, timeout=60)
     if done.returncode == 0:
         return None
-    return " ".join(line.removeprefix("sbatch: error: ") for line in done.stderr.strip().splitlines()) or f"exit {done.returncode}"
+    return (" ".join(line.removeprefix("sbatch: error: ") for line in done.stderr.strip().splitlines())
+            or f"exit {done.returncode}")
 
 
 SQUEUE = ["squeue", "--me", "--name", JOB_NAME]  # this user's jobs of the check
@@ -190,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     refused = sbatch_refuses(job_script(options))
     if refused:
-        print(f"slurm-check: sbatch refuses the workers' job script: {refused}. Nothing was submitted.", file=sys.stderr)
+        print(f"slurm-check: sbatch refuses the workers' job script: {refused}. Nothing was submitted.",
+              file=sys.stderr)
         return 2
     cluster = SLURMCluster(**options)
     try:
@@ -206,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             sees = {w["name"]: client.submit(runner_sees, workers=[address], pure=False,
                                              allow_other_workers=False).result(60)
                     for address, w in client.scheduler_info()["workers"].items()}
-            print(f"[slurm-check] {len(workers)} workers up after {time.monotonic() - started:.0f} s: {sees}", flush=True)
+            print(f"[slurm-check] {len(workers)} workers up after {time.monotonic() - started:.0f} s: {sees}",
+                  flush=True)
             settings = Settings(scheduler=cluster.scheduler_address, gpu_jobs=args.gpu, assignments=(args.assignment,),
                                 progress=False, feedback=False)
             graded = time.monotonic()

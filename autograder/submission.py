@@ -63,7 +63,8 @@ def read_submission(path: Path, own: set[str], other_sources: dict[str, set[str]
 
 def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The notebook to grade: the source's cells, with the student's answers and added cells put in."""
-    answers = {nbgrader_meta(c)["grade_id"]: c for c in submitted.cells if is_answer(c) and nbgrader_meta(c).get("grade_id")}
+    answers = {nbgrader_meta(c)["grade_id"]: c for c in submitted.cells
+               if is_answer(c) and nbgrader_meta(c).get("grade_id")}
     source_ids = {c.get("id") for c in source.cells}
     source_grade_ids = {nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
     added: dict[str | None, list] = {}

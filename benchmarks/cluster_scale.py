@@ -139,7 +139,8 @@ def main() -> int:
             runs.append((workers, wall, busy, own, pages))
             print(f"{workers} worker(s): {wall:.0f} s wall, {60 * len(made) / wall:.1f} submissions/min, "
                   f"{60 * len(made) / wall / workers:.1f} per worker per min; runners busy {busy:.0f} s in all, "
-                  f"the grader's own handling {own:.0f} s" + (f", the feedback process's {pages:.0f} s" if pages else ""),
+                  f"the grader's own handling {own:.0f} s"
+                  + (f", the feedback process's {pages:.0f} s" if pages else ""),
                   flush=True)
     base_workers, base_wall, base_busy, base_own, base_pages = runs[0]
     for workers, wall, *_ in runs[1:]:

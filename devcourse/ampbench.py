@@ -105,7 +105,8 @@ def format_table(results: list[PrecisionResult]) -> str:
     base = next((r for r in results if r.mode == "fp32"), results[0])
     lines = [f"device: {base.device}", f"{'mode':6} {'ms/step':>8} {'vs fp32':>8} {'peak MiB':>9} {'last loss':>10}"]
     for r in results:
-        lines.append(f"{r.mode:6} {r.ms_per_step:8.2f} {base.ms_per_step / r.ms_per_step:7.2f}x {r.peak_mib:9.1f} {r.last_loss:10.4f}")
+        lines.append(f"{r.mode:6} {r.ms_per_step:8.2f} {base.ms_per_step / r.ms_per_step:7.2f}x "
+                     f"{r.peak_mib:9.1f} {r.last_loss:10.4f}")
     return "\n".join(lines)
 
 

@@ -262,7 +262,8 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> object:
     if is_zip:
         if not zipfile.is_zipfile(path):
             raise TruncatedCheckpoint(
-                f"{path} is cut short or damaged ({size} bytes, no zip directory at its end): save it again or re-copy it"
+                f"{path} is cut short or damaged ({size} bytes, no zip directory at its end): "
+                "save it again or re-copy it"
             )
         with zipfile.ZipFile(path) as archive:
             if not any(name.endswith("data.pkl") for name in archive.namelist()):
@@ -371,7 +372,8 @@ def check_keys(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
                              ("of the wrong shape", wrong_shape)):
             if items:
                 parts.append(f"{len(items)} {label}: {', '.join(items)}")
-        raise KeyMismatch("the checkpoint does not fit the model; " + "; ".join(parts), missing, unexpected, wrong_shape)
+        raise KeyMismatch("the checkpoint does not fit the model; " + "; ".join(parts),
+                          missing, unexpected, wrong_shape)
 
 
 def load_model(
@@ -389,8 +391,9 @@ def load_model(
     To keep memory near one copy of the weights, the model is built on the
     ``meta`` device (no memory) and the tensors read from the file become the
     model's own (``load_state_dict(assign=True)``) before one move to
-    ``device``; loading into an already built model would hold two copies. Models with non-persistent buffers, whose values a
-    checkpoint does not hold, are built normally instead.
+    ``device``; loading into an already built model would hold two copies.
+    Models with non-persistent buffers, whose values a checkpoint does not
+    hold, are built normally instead.
 
     Raises :class:`CheckpointError` for a bad file or a mismatch; the model
     is only returned when every tensor has loaded.

@@ -357,7 +357,8 @@ def run_functions(
     again, after a pause, up to :data:`GLOO_RUNS` runs in all.
     """
     with contextlib.ExitStack() as stack:
-        folder = Path(outdir) if outdir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-")))
+        folder = (Path(outdir) if outdir is not None
+                  else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-"))))
         script = write_script(folder / "run.py", functions, main, folder, simulated_devices)
         for attempt in range(1, GLOO_RUNS + 1):
             try:

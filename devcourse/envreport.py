@@ -69,7 +69,8 @@ class EnvFacts:
         ]
         for d in self.cuda_devices:
             major, minor = d.capability
-            rows.append((f"cuda:{d.index}", f"{d.name}, {d.total_memory_gib:.1f} GiB, compute capability {major}.{minor}"))
+            rows.append((f"cuda:{d.index}",
+                         f"{d.name}, {d.total_memory_gib:.1f} GiB, compute capability {major}.{minor}"))
         return rows
 
     def to_text(self) -> str:
@@ -119,7 +120,7 @@ def smoke_test(device: torch.device | str, size: int = 256) -> str:
         product = a @ a
         synchronize(device)
         elapsed_ms = (time.perf_counter() - start) * 1000
-    except Exception as exc:  # the report shows any failure instead of raising it
+    except Exception as exc:  # noqa: BLE001 - the report shows any failure instead of raising it
         return f"{device}: failed with {type(exc).__name__}: {exc}"
     return f"{device}: {size}x{size} matmul ran, result on {product.device}, {elapsed_ms:.1f} ms"
 
@@ -151,6 +152,7 @@ def _html_table(facts: EnvFacts) -> str:
     from html import escape
 
     cells = "".join(
-        f"<tr><th style='text-align:left'>{escape(key)}</th><td>{escape(value)}</td></tr>" for key, value in facts.rows()
+        f"<tr><th style='text-align:left'>{escape(key)}</th><td>{escape(value)}</td></tr>"
+        for key, value in facts.rows()
     )
     return f"<table>{cells}</table>"

@@ -75,7 +75,7 @@ def explore(saved_on: str, choice: str) -> str:
     lines = [f"torch.load(<saved on {saved_on}>, map_location={choice}, weights_only=True)"]
     try:
         state = torch.load(io.BytesIO(fixture_bytes(saved_on)), map_location=map_location, weights_only=True)
-    except Exception as exc:  # the explorer shows the error instead of raising it
+    except Exception as exc:  # noqa: BLE001 - the explorer shows the error instead of raising it
         lines.append(f"  {type(exc).__name__}: {exc}")
         return "\n".join(lines)
     if seen:

@@ -158,7 +158,8 @@ def assert_tensor(actual: object, expected: torch.Tensor, device: torch.device |
         want = torch.device(device) if device is not None else expected.device
         assert actual.device == want, f"tensor is on {actual.device}, expected {want}"
         assert actual.dtype == expected.dtype, f"tensor has dtype {actual.dtype}, expected {expected.dtype}"
-        assert actual.shape == expected.shape, f"tensor has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        assert actual.shape == expected.shape, (f"tensor has shape {tuple(actual.shape)}, "
+                                                f"expected {tuple(expected.shape)}")
         if has_values(actual) and has_values(expected):
             assert torch.equal(actual.cpu(), expected.cpu()), "tensor values differ from the expected ones"
 

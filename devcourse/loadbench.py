@@ -131,7 +131,8 @@ def measure(strategy: str, path: Path, layers: int, device: str = "cpu", timeout
                        str(device), result["gpu_peak_mib"], result["extra_anon_mib"])
 
 
-def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES, device: str = "cpu") -> list[Measurement]:
+def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES,
+                    device: str = "cpu") -> list[Measurement]:
     """Write a checkpoint of about ``size_mib`` MiB and measure each strategy loading it onto ``device``.
 
     Each strategy loads in a process of its own; a bar shows the strategies done.

@@ -18,7 +18,8 @@ import torch
 
 
 def proc_status_mib(field: str) -> float | None:
-    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ``RssAnon`` ...) in MiB; ``None`` without ``/proc``."""
+    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ``RssAnon`` ...) in MiB; ``None`` without
+    ``/proc``."""
     status = Path("/proc/self/status")
     if not status.exists():
         return None
@@ -118,7 +119,8 @@ def run_child(module: str, args: Sequence[str], timeout_s: float = 600) -> dict:
 
     Raises ``RuntimeError`` with the end of its error output when it fails.
     """
-    done = subprocess.run([sys.executable, "-m", module, "--child", *args], capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run([sys.executable, "-m", module, "--child", *args], capture_output=True, text=True,
+                          timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:1])} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -161,9 +161,10 @@ def memory_profile() -> Iterator[torch.profiler.profile]:
     dropped: only the starting and stopping run with the error stream silenced, never the code in the
     block. Starting and stopping also drop the ``UserWarning`` "Profiler clears events at the end of each
     cycle", which older PyTorch releases give for a profile without cycles (seen with 2.11 on a GPU
-    machine; pytorch/pytorch#180387 stopped it). ``torch.cuda._memory_viz._profile_to_snapshot(prof)`` turns the result into the snapshot format
-    of the viewer at pytorch.org/memory_viz, ``profile_plot(prof)`` into a page of it. Works on any machine:
-    on a CPU-only one it records the CPU's allocator.
+    machine; pytorch/pytorch#180387 stopped it). ``torch.cuda._memory_viz._profile_to_snapshot(prof)``
+    turns the result into the snapshot format of the viewer at pytorch.org/memory_viz,
+    ``profile_plot(prof)`` into a page of it. Works on any machine: on a CPU-only one it records the
+    CPU's allocator.
     """
     from torch.profiler import ProfilerActivity, profile
 

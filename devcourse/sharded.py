@@ -42,14 +42,14 @@ def _save_sharded_worker(outdir):
     from devcourse.models import seeded_tinynet
 
     request = json.loads((outdir / "request.json").read_text())
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    dist.init_process_group("gloo")  # noqa: F821 (the script's prelude imports dist)
+    rank = dist.get_rank()  # noqa: F821
     # eval(): BatchNorm's running statistics are buffers, which FSDP2 does not shard or
     # synchronise; trained per rank they would differ, and DCP saves one rank's copy.
     model = seeded_tinynet(request["seed"]).eval()
     # A CPU mesh, named: without one FSDP2 makes a mesh on the machine's accelerator and moves
     # each rank to the GPU of its local rank, which a machine with fewer GPUs than ranks lacks.
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))  # noqa: F821
     for child in model.children():
         fully_shard(child, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -84,7 +84,8 @@ def save_sharded_checkpoint(
     with tempfile.TemporaryDirectory(prefix="sharded-save-") as workdir:
         workdir = Path(workdir)
         (workdir / "request.json").write_text(json.dumps({"seed": seed, "with_optimizer": with_optimizer}))
-        results = run_functions([], _save_sharded_worker, nproc_per_node=world_size, timeout_s=timeout_s, outdir=workdir)
+        results = run_functions([], _save_sharded_worker, nproc_per_node=world_size, timeout_s=timeout_s,
+                                outdir=workdir)
         shutil.copytree(workdir / "checkpoint", folder, dirs_exist_ok=True)
     return results[0]
 

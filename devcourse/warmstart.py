@@ -176,11 +176,13 @@ class WarmStarter:
         """Whether the server can start processes."""
         return not (self._ended or self._closed)
 
-    def start(self, command: Sequence[str], env: dict[str, str], cwd: str | Path | None, log: str | Path) -> ForkedProcess:
+    def start(self, command: Sequence[str], env: dict[str, str], cwd: str | Path | None,
+              log: str | Path) -> ForkedProcess:
         """Run ``command`` (``[sys.executable, SCRIPT, *ARGS]`` or ``[sys.executable, "-m", MODULE, *ARGS]``)
         in a forked process; its output is appended to ``log``."""
         if not _forkable(command):
-            raise ValueError(f"only `python SCRIPT ARGS` and `python -m MODULE ARGS` can be forked, not {list(command)!r}")
+            raise ValueError("only `python SCRIPT ARGS` and `python -m MODULE ARGS` can be forked, "
+                             f"not {list(command)!r}")
         request = {"command": list(command), "env": dict(env), "cwd": os.path.abspath(cwd or os.getcwd()),
                    "log": os.path.abspath(log)}
         with self._lock:

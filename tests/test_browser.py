@@ -55,7 +55,8 @@ SETTINGS = {
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
 }
 CELLS = ".jp-NotebookPanel .jp-Notebook .jp-Cell"
-STUDENT_LAB = ROOT / "jupyter" / "student-lab"  # make lab puts it first on JUPYTER_CONFIG_PATH, its data on JUPYTER_PATH
+# make lab puts it first on JUPYTER_CONFIG_PATH, its data on JUPYTER_PATH
+STUDENT_LAB = ROOT / "jupyter" / "student-lab"
 COURSE = ROOT / "course"
 SECOND = 1000  # Playwright counts in milliseconds
 
@@ -165,7 +166,7 @@ def browser():
     try:
         # launch() gives the browser a fresh, temporary profile of its own.
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
-    except Exception as err:  # any launch failure ends the same way: say why, and fail
+    except Exception as err:  # noqa: BLE001 - any launch failure ends the same way: say why, and fail
         playwright.stop()
         pytest.fail(f"Chromium at {CHROMIUM} could not be started:\n{err}", pytrace=False)
     try:
@@ -279,7 +280,7 @@ def run_all(notebook: Notebook) -> list[tuple[int, str | None, str]]:
                 return /\\[\\d+\\]/.test(prompts[stop]) && !prompts.some(p => p.includes('*'));
             }""",
             arg=[CELLS, notebook.first_stub_call()], timeout=120 * SECOND)
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever ended the wait, the prompts say where the run stopped
         prompts = page.locator(f"{CELLS} .jp-InputArea-prompt").all_inner_texts()
         raise AssertionError(f"Run All did not reach cell {notebook.first_stub_call()} within 120 s; "
                              f"the prompts read {prompts}") from None
@@ -369,7 +370,8 @@ def test_environment_report_runs_a_test_on_each_device_and_validate_lists_the_op
         lines.append(rf"{re.escape(device)}: 256x256 matmul ran, result on {re.escape(device)}, \d+\.\d ms")
         deadline = time.monotonic() + 30
         while not re.fullmatch("\n".join(lines), output.inner_text().strip()):
-            assert time.monotonic() < deadline, f"expected {len(lines)} test lines, the output shows\n{output.inner_text()}"
+            assert time.monotonic() < deadline, (f"expected {len(lines)} test lines, the output shows\n"
+                                                 f"{output.inner_text()}")
             time.sleep(0.1)
     panel.screenshot(path=page.artifacts / "environment-report.png")
 
@@ -408,7 +410,8 @@ def test_map_location_explorer_shows_what_each_choice_loads(page, lab):
         before, shown = shown, wait_for_text(result, explore(where, how))
         assert shown != before
         if devices:
-            assert {line.split()[1] for line in shown.splitlines()[1:] if not line.startswith("  the callable")} == devices
+            assert {line.split()[1] for line in shown.splitlines()[1:]
+                    if not line.startswith("  the callable")} == devices
     assert "location=['cuda:0']" in explore("cuda:0", "lambda storage, location: storage")
     cell = notebook.cell("map_location_explorer()")
     cell.screenshot(path=page.artifacts / "map-location-explorer.png")
@@ -424,7 +427,8 @@ def _columns(text: str) -> list[list[str]]:
 def test_inspector_filters_the_table_and_flags_the_new_head(page, lab):
     notebook = open_notebook(page, lab, "02_cross_device_errors")
     assert_run_stopped_at_the_first_stub(notebook, run_all(notebook))
-    printed = notebook.cell("from devcourse.inspector import inspect_text, inspector_widget\n\nprint(inspect_text(model))")
+    printed = notebook.cell("from devcourse.inspector import inspect_text, inspector_widget\n\n"
+                            "print(inspect_text(model))")
     everything = _columns(printed.locator(".jp-Cell-outputArea").inner_text().strip())
     panel = notebook.cell("inspector_widget(model)").locator(".jp-Cell-outputArea")
     table = panel.locator(".widget-html pre")
@@ -483,7 +487,8 @@ def type_lines(page, lines: list[str]) -> None:
 
 
 def select_line_text(cell, text: str, lines: int = 1) -> None:
-    """Put the cursor in the line holding ``text`` and select from its indentation to the end of the ``lines``-th line."""
+    """Put the cursor in the line holding ``text`` and select from its indentation to the end of the
+    ``lines``-th line."""
     page = cell.page
     cell.locator(".cm-line", has_text=text).first.click()
     page.keyboard.press("End")
@@ -523,7 +528,8 @@ def test_student_types_the_answers_validates_and_sees_a_broken_answer_named(page
     select_line_text(notebook.cell_at(notebook.index_of("prepare_batch")), right)
     type_lines(page, [wrong])
     text, failed = validate(notebook)
-    assert notebook.saved().cells[notebook.index_of("prepare_batch")].source == solutions["prepare_batch"][0].replace(right, wrong)
+    assert (notebook.saved().cells[notebook.index_of("prepare_batch")].source
+            == solutions["prepare_batch"][0].replace(right, wrong))
     keeps_the_label = notebook.cells[notebook.index_of("prepare_batch_keeps_the_label")].source.splitlines()[0]
     assert failed == [keeps_the_label], text
     assert "AssertionError" in text

@@ -30,7 +30,8 @@ def test_fixture_saved_on_a_gpu_fails_to_load_without_map_location(tmp_path, sav
 def test_fixture_records_the_device_it_claims(tmp_path):
     ck.make_checkpoint(tmp_path / "c.pt", saved_on="cuda:1")
     seen = []
-    torch.load(tmp_path / "c.pt", map_location=lambda storage, location: seen.append(location) or storage, weights_only=True)
+    torch.load(tmp_path / "c.pt", map_location=lambda storage, location: seen.append(location) or storage,
+               weights_only=True)
     assert seen and set(seen) == {"cuda:1"}
 
 
@@ -79,7 +80,8 @@ def test_fp16_fixture_keeps_integer_buffers_integer(tmp_path):
 def test_fixtures_are_byte_for_byte_reproducible(tmp_path):
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
-        ck.make_checkpoint(tmp_path / folder / "c.pt", saved_on="cuda:1", wrapper="ddp", dtype=torch.float16, training=True)
+        ck.make_checkpoint(tmp_path / folder / "c.pt", saved_on="cuda:1", wrapper="ddp", dtype=torch.float16,
+                           training=True)
     assert (tmp_path / "a" / "c.pt").read_bytes() == (tmp_path / "b" / "c.pt").read_bytes()
 
 

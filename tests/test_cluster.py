@@ -84,7 +84,7 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def gradebook(server):
+def gradebook(server):  # noqa: F811 - the fixture imported above, which pytest passes in
     """The URL of an empty gradebook database on the module's PostgreSQL server."""
     return server["url"]
 
@@ -126,8 +126,8 @@ def graded(cluster, gradebook, tmp_path_factory):
     watcher = threading.Thread(target=_kill_a_worker_in_a_students_job, args=(address, processes, killed, stop))
     watcher.start()
     try:
-        code = grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(tmp / "work"), "--scheduler", address,
-                           "--db-url", gradebook, "--quiet"])
+        code = grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(tmp / "work"),
+                           "--scheduler", address, "--db-url", gradebook, "--quiet"])
     finally:
         stop.set()
         watcher.join()
@@ -297,7 +297,8 @@ def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cl
         stop_lab(worker)
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "worker nomount" in err and "cannot build the grading sandbox: util-linux's mount is not installed" in err, err
+    assert ("worker nomount" in err
+            and "cannot build the grading sandbox: util-linux's mount is not installed" in err), err
     assert not (tmp_path / "work" / "scores.csv").exists()
 
 

@@ -28,7 +28,8 @@ def _train(outdir):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return {"rank": rank, "world": world, "device": str(model.module.weight.device), "weight": model.module.weight.detach()}
+    return {"rank": rank, "world": world, "device": str(model.module.weight.device),
+            "weight": model.module.weight.detach()}
 
 
 def _processes_running(folder):
@@ -84,7 +85,8 @@ def test_start_ranks_gives_each_process_what_torchrun_gives_it(tmp_path, nodes, 
         seen[launcher.__name__] = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
         assert list(temporary.iterdir()) == [], f"{launcher.__name__} left its logs behind"
     for by_torchrun, by_start_ranks in zip(seen["torchrun"], seen["start_ranks"]):
-        assert {k: by_torchrun.get(k) for k in TORCHRUN_VARIABLES} == {k: by_start_ranks.get(k) for k in TORCHRUN_VARIABLES}
+        assert ({k: by_torchrun.get(k) for k in TORCHRUN_VARIABLES}
+                == {k: by_start_ranks.get(k) for k in TORCHRUN_VARIABLES})
         assert None not in [by_torchrun.get(k) for k in TORCHRUN_VARIABLES], by_torchrun
     assert [r["GROUP_RANK"] for r in seen["start_ranks"]] == (["0", "0"] if nodes == 1 else ["0", "1"])
 
@@ -118,7 +120,8 @@ def test_torchruns_launcher_is_forked_warm_and_starts_its_ranks_itself(tmp_path,
         assert ("-m devcourse.warmstart" in seen["above"]) == warm, seen
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(), reason="simulated devices are only turned on without an accelerator")
+@pytest.mark.skipif(torch.accelerator.is_available(),
+                    reason="simulated devices are only turned on without an accelerator")
 def test_ranks_on_simulated_devices_train_as_on_the_cpu(two_nodes_on_the_cpu):
     results = run_functions([_setup], _train, simulated_devices=2)
     assert [r["rank"] for r in results] == [0, 1] and [r["device"] for r in results] == ["sim:0", "sim:1"]
@@ -220,7 +223,8 @@ def _sync_batchnorm(outdir):
             "grad": model.module[0].weight.grad.cpu()}
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(), reason="simulated devices are only turned on without an accelerator")
+@pytest.mark.skipif(torch.accelerator.is_available(),
+                    reason="simulated devices are only turned on without an accelerator")
 def test_sync_batchnorm_on_simulated_devices_sees_the_whole_batch():
     results = run_functions([_setup], _sync_batchnorm, simulated_devices=2)
     torch.manual_seed(0)

@@ -30,7 +30,8 @@ def test_text_report_names_every_gpu():
 
 
 def test_text_report_of_a_cpu_only_build_says_so():
-    text = _facts(cuda_build=None, cuda_available=False, device_count=0, cuda_devices=(), cuda_visible_devices=None).to_text()
+    text = _facts(cuda_build=None, cuda_available=False, device_count=0, cuda_devices=(),
+                  cuda_visible_devices=None).to_text()
     assert "none (CPU-only build)" in text
     assert "CUDA_VISIBLE_DEVICES  unset" in text
 

@@ -53,7 +53,8 @@ def test_a_check_that_raises_is_reported_as_failed_and_the_rest_run(monkeypatch)
 
 def test_report_has_a_summary_table_and_a_section_per_check():
     ctx = gpucheck.Context(dry_run=True, size_mib=1)
-    checks = [gpucheck.Check("ddp", "passed", "nccl, world size 2", ["- rank 0"]), gpucheck.Check("amp", "not run", "no GPU")]
+    checks = [gpucheck.Check("ddp", "passed", "nccl, world size 2", ["- rank 0"]),
+              gpucheck.Check("amp", "not run", "no GPU")]
     text = gpucheck.render(checks, ctx)
     assert "| ddp | passed |  | nccl, world size 2 |" in text and "| amp | not run |  | no GPU |" in text
     assert "## ddp: passed" in text and "- rank 0" in text and "## amp: not run" in text
@@ -100,7 +101,8 @@ def test_the_environment_says_when_torch_is_not_the_pinned_one(monkeypatch):
     ctx = gpucheck.Context(dry_run=True, size_mib=1)
     assert not any("pins torch" in line for line in gpucheck.check_environment(ctx).details)
     monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
-    assert any("pins torch 2.13.0" in line and "2.11.0+cu130" in line for line in gpucheck.check_environment(ctx).details)
+    assert any("pins torch 2.13.0" in line and "2.11.0+cu130" in line
+               for line in gpucheck.check_environment(ctx).details)
 
 
 def test_unexpected_scores_names_each_row_that_differs_from_expected_scores_csv():

@@ -182,11 +182,12 @@ def test_feedback_highlights_each_cell_source_once_and_its_pages_are_nbconverts(
 def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monkeypatch):
     """--feedback-apart yes (what a cluster's grader does by itself): a process of its own makes each page while the
     grader goes on. The grader never calls write_feedback, and each page is the one it makes itself."""
-    from autograder import batch, feedback
+    from autograder import feedback
     from autograder.gradebook import grading_environment, nbgrader_api
 
     for student in ("ada", "grace"):
-        shutil.copytree(demo.SUBMITTED / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
+        shutil.copytree(demo.SUBMITTED / student / "00_environment",
+                        tmp_path / "submitted" / student / "00_environment")
     in_grader = _calls(monkeypatch, feedback, "write_feedback", lambda api, workdir, pair, *_: pair)
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
     grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
@@ -195,7 +196,8 @@ def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monke
     state = json.loads((workdir / "state.json").read_text())
     assert sorted(state["graded"]) == ["ada/00_environment", "grace/00_environment"]
     assert state["last_run"]["feedback_apart_s"] > 0
-    pages = {student: workdir / "feedback" / student / "00_environment" / "00_environment.html" for student in ("ada", "grace")}
+    pages = {student: workdir / "feedback" / student / "00_environment" / "00_environment.html"
+             for student in ("ada", "grace")}
     made_apart = {student: page.read_text() for student, page in pages.items()}
     hidden = set().union(*(feedback.hidden_lines(nbformat.read(path, as_version=4))
                            for path in (workdir / "source" / "00_environment").glob("*.ipynb")))
@@ -225,7 +227,8 @@ write_feedback(API(), Path({str(workdir)!r}), ("grace", "00_environment"), set()
     # nbgrader leaves graded notebooks read-only to their owner too (444): a grader that is not root (here root
     # without the right to pass over a file's mode) makes the page all the same.
     if shutil.which("setpriv"):
-        not_root = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search", sys.executable, "-c", f"""
+        not_root = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
+                                   sys.executable, "-c", f"""
 from pathlib import Path
 from autograder.feedback import write_feedback
 from autograder.gradebook import grading_environment, nbgrader_api
@@ -280,7 +283,8 @@ def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_pat
         apart.hand_on((student, "00"), set())
         apart.deliver(lambda *made: recorded.append(made), hold, keep=apart.depth - 1)
     apart.deliver(lambda *made: recorded.append(made), hold)
-    assert recorded == [((student, "00"), [f"made by the grader: {student}, held True"]) for student in ("ada", "bob", "cy")]
+    assert recorded == [((student, "00"), [f"made by the grader: {student}, held True"])
+                        for student in ("ada", "bob", "cy")]
     assert held == [True, False] * 3 and apart.close() == []
 
 
@@ -350,7 +354,7 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
             assert path not in text, (page, path)
         assert "_grader_" not in text, f"{page}: the grader's rewrite of a test shown to the student"
     empty = (workdir / "feedback" / "linus" / "02_cross_device_errors" / "02_cross_device_errors.html")
-    failed = re.findall(r"Failed: (Exercise \d+ \(\d+ points?\): [^<]*?) -- this test \((\w+)\) is worth", 
+    failed = re.findall(r"Failed: (Exercise \d+ \(\d+ points?\): [^<]*?) -- this test \((\w+)\) is worth",
                         empty.read_text()) if empty.exists() else []
     assert failed, "no failed test names its exercise"
     # grace keeps Standardize's statistics in plain attributes: on sim:1 they meet the input from the CPU
@@ -446,7 +450,8 @@ def test_a_late_submission_carries_its_penalty_into_nbgraders_export_and_the_lms
         assert done.returncode == 0, done.stderr
         with open(workdir / f"{name}.csv", newline="") as handle:
             exports[name] = list(csv.DictReader(handle))
-    [row] = [r for r in exports["nbgrader"] if (r["student_id"], r["assignment"]) == ("grace", "02_cross_device_errors")]
+    [row] = [r for r in exports["nbgrader"]
+             if (r["student_id"], r["assignment"]) == ("grace", "02_cross_device_errors")]
     assert (float(row["raw_score"]), float(row["late_submission_penalty"]), float(row["score"])) == (2.0, 0.4, 1.6)
     on_time = [r for r in exports["nbgrader"] if r["student_id"] == "ada"]
     assert on_time and all(float(r["late_submission_penalty"]) == 0 for r in on_time)
@@ -473,7 +478,8 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
     if not sandbox.probe(user_namespace=True).namespaces:
         pytest.skip(f"no user namespaces here: {sandbox.probe(user_namespace=True).reason}")
     for student in ["ada", "eve"]:
-        shutil.copytree(demo.SUBMITTED / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
+        shutil.copytree(demo.SUBMITTED / student / "00_environment",
+                        tmp_path / "submitted" / student / "00_environment")
     settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, user_namespace=True)
     assert "user namespace" in " ".join(settings.isolation().describe(1, 1, 1))
     results = {r.student: r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
@@ -533,7 +539,8 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
     covered = Path(tempfile.mkdtemp(prefix="covered-", dir=pipeline.ROOT / "build"))
     try:
         for student in ["ada", "eve"]:
-            shutil.copytree(demo.SUBMITTED / student / "00_environment", folder / "submitted" / student / "00_environment")
+            shutil.copytree(demo.SUBMITTED / student / "00_environment",
+                            folder / "submitted" / student / "00_environment")
         (folder / "home").mkdir()
         for path in [folder, *folder.rglob("*")]:
             os.chown(path, uid, uid)
@@ -671,7 +678,8 @@ def test_assemble_restores_tests_and_keeps_answers():
     source = nbformat.read(pipeline.SOLUTIONS / "01_device_placement" / "01_device_placement.ipynb", as_version=4)
     student = nbformat.read(demo.SUBMITTED / "trudy" / "02_cross_device_errors" / "02_cross_device_errors.ipynb",
                             as_version=4)
-    source02 = nbformat.read(pipeline.SOLUTIONS / "02_cross_device_errors" / "02_cross_device_errors.ipynb", as_version=4)
+    source02 = nbformat.read(pipeline.SOLUTIONS / "02_cross_device_errors" / "02_cross_device_errors.ipynb",
+                             as_version=4)
     built = submission.assemble(source02, student)
     tests = [c.source for c in built.cells if submission.is_test(c)]
     assert tests == [c.source for c in source02.cells if submission.is_test(c)], "edited and deleted tests come back"
@@ -801,8 +809,8 @@ print("refused")
 
 
 def test_tensor_comparisons_in_tests_refuse_a_lying_subclass_and_accept_plain_and_simulated_tensors():
-    done = subprocess.run([sys.executable, "-c", GUARDED_COMPARISONS], cwd=pipeline.ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", GUARDED_COMPARISONS], cwd=pipeline.ROOT, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip().endswith("refused"), done.stdout + done.stderr
 
 
@@ -884,7 +892,8 @@ def test_state_json_and_its_journal_say_what_was_graded_whatever_stopped_the_run
         journal.write('{"mark": "' + state["journal"] + '", "pair": "zed/00", "gra')  # killed while writing
     found = read_state(tmp_path)
     assert found["graded"] == {"ada/00": "a", "bob/00": "b", "eve/00": "e"}
-    assert found["rows"]["bob/00"] == {"note": "bob/00 noted"} and found["withheld"] == {"eve/00": {"00": ["reads sys.modules"]}}
+    assert (found["rows"]["bob/00"] == {"note": "bob/00 noted"}
+            and found["withheld"] == {"eve/00": {"00": ["reads sys.modules"]}})
     # Written whole under a new mark, then stopped before the old journal went: its lines are passed over.
     old_journal = (tmp_path / JOURNAL).read_text()
     del state["graded"]["bob/00"]  # regraded from scratch this run

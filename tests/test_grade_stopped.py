@@ -122,7 +122,8 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
             out, err = run.communicate(timeout=5)  # stops within 5 s
             assert run.returncode == 128 + signum, (run.returncode, err)
             assert err.splitlines()[0].startswith(f"grading was stopped by {signum.name}"), err
-            assert f"Graded (in the gradebook): ada/{ASSIGNMENT}" in err and f"Not graded: slow/{ASSIGNMENT}" in err, err
+            assert (f"Graded (in the gradebook): ada/{ASSIGNMENT}" in err
+                    and f"Not graded: slow/{ASSIGNMENT}" in err), err
             assert f"zed/{ASSIGNMENT}" in err.split("Not graded:")[1], err
             assert not (workdir / "jobs" / "slow").exists(), "the unfinished job's folder is removed"
             assert not (workdir / "jobs" / "zed").exists(), "the job not begun keeps no folder"

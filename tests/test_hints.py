@@ -75,7 +75,8 @@ def _notebook() -> nbformat.NotebookNode:
     """)))
     for number, (kind, answer) in enumerate(ANSWERS.items(), start=1):
         nb.cells.append(nbformat.v4.new_markdown_cell(f"## Exercise {number} (2 points): {kind}"))
-        nb.cells.append(nbformat.v4.new_code_cell(textwrap.dedent(answer).replace("def answer", f"def answer_{number}")))
+        nb.cells.append(nbformat.v4.new_code_cell(
+            textwrap.dedent(answer).replace("def answer", f"def answer_{number}")))
         test = nbformat.v4.new_code_cell(f"answer_{number}()")
         test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": f"test_{number}",
                                      "points": 2, "schema_version": 3}
@@ -187,7 +188,8 @@ def test_a_crashed_rank_keeps_its_rank_exception_and_traceback_in_the_feedback()
                                  "points": 2, "schema_version": 3}
     test.outputs = [nbformat.v4.new_output("error", ename="DistributedRunError", evalue=message, traceback=[
         "\x1b[31m----\x1b[39m", "\x1b[31mDistributedRunError\x1b[39m    Traceback (most recent call last)",
-        "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[40]\x1b[39m\x1b[32m, line 1\x1b[39m\n----> 1 check_on_devices(...)\n",
+        "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[40]\x1b[39m\x1b[32m, line 1\x1b[39m\n"
+        "----> 1 check_on_devices(...)\n",
         f"\x1b[31mDistributedRunError\x1b[39m: {message}"])]
     nb.cells = [nbformat.v4.new_markdown_cell("## Exercise 3 (2 points): train with DDP"), test]
     shown = "\n".join(hints.teach(nb, "07_multi_device_training").cells[1].outputs[0].traceback)
@@ -241,8 +243,9 @@ def test_a_frame_that_matches_no_test_line_keeps_its_lines_with_the_checks_named
     frame = ("Cell In[3], line 2\n      1 x = 1\n----> 2 assert __import__('builtins').__dict__.get('_grader_ab12', "
              "__import__('operator')).eq(x, 2) and __import__('builtins').__dict__.get('_grader_ab12', "
              "__import__('importlib').import_module('torch.testing')).assert_close(x, 2)")
-    assert hints.frame_as_written(frame, "y = 3\n") == ("Cell In[3], line 2\n      1 x = 1\n"
-                                                  "----> 2 assert operator.eq(x, 2) and torch.testing.assert_close(x, 2)")
+    assert hints.frame_as_written(frame, "y = 3\n") == (
+        "Cell In[3], line 2\n      1 x = 1\n"
+        "----> 2 assert operator.eq(x, 2) and torch.testing.assert_close(x, 2)")
 
 
 def _frame(ran: list[str], failing: int, before: int = 4, after: int = 3) -> str:
@@ -293,4 +296,5 @@ def test_a_students_cell_called_by_a_test_keeps_its_frame(tmp_path):
     test.source = "answer()"
     shown = "\n".join(hints.teach(redact(nb, set()), "99_hints", prelude=2).cells[-1].outputs[0].traceback)
     assert "Cell In[2], line 1\n----> 1 answer()" in shown, shown  # the test's frame, as written
-    assert "Cell In[1], line 5, in answer()\n      4 def answer():\n----> 5     return 1 / 0" in shown, shown  # as it ran
+    assert ("Cell In[1], line 5, in answer()\n      4 def answer():\n"
+            "----> 5     return 1 / 0") in shown, shown  # as it ran

@@ -35,7 +35,8 @@ def test_text_marks_odd_ones_and_filters():
     text = inspect_text(model)
     assert len(text.splitlines()) == 9
     assert [line.split()[0] for line in text.splitlines() if "<-" in line] == ["head.bias", "encoder.1.running_var"]
-    assert [line.split()[0] for line in inspect_text(model, "odd ones").splitlines()] == ["head.bias", "encoder.1.running_var"]
+    assert ([line.split()[0] for line in inspect_text(model, "odd ones").splitlines()]
+            == ["head.bias", "encoder.1.running_var"])
     assert all("buffer" in line for line in inspect_text(model, "buffers").splitlines())
     assert inspect_text(nn.ReLU()) == "(no tensors to show)"
     with pytest.raises(ValueError):

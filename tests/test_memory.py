@@ -141,7 +141,8 @@ def test_memory_profile_records_allocations_without_the_profilers_log_lines():
 
 
 def test_memory_profile_drops_older_pytorchs_warning_about_cycles_only(monkeypatch):
-    """PyTorch 2.11 warned "Profiler clears events ..." on starting any profile (seen on a GPU machine); made to here."""
+    """PyTorch 2.11 warned "Profiler clears events ..." on starting any profile (seen on a GPU machine); made to
+    here."""
     from torch.profiler import profiler
 
     original = profiler._KinetoProfile.prepare_trace

@@ -108,7 +108,8 @@ def graded(tmp_path_factory):
             for item in items:
                 scores = [gradebook.find_grade(test, assignment, assignment, student)
                           for test in exercise_tests(assignment, item["answer"])]
-                verdicts[item["kind"], item["id"]] = (sum(g.score for g in scores), sum(g.max_score for g in scores), student)
+                verdicts[item["kind"], item["id"]] = (sum(g.score for g in scores),
+                                                      sum(g.max_score for g in scores), student)
     return verdicts
 
 

@@ -45,7 +45,8 @@ def test_every_assignment_has_a_folder_and_notebook_of_the_same_name():
 
 
 def _files(root: Path) -> list[Path]:
-    """The files under root, less those nbgrader's CourseDirectory.ignore leaves out (what a run writes beside a notebook)."""
+    """The files under root, less those nbgrader's CourseDirectory.ignore leaves out (what a run writes beside a
+    notebook)."""
     ignored = pipeline.course_config().CourseDirectory.ignore
     return sorted(p.relative_to(root) for p in root.rglob("*")
                   if p.is_file() and not any(fnmatch.fnmatch(part, pattern)
@@ -93,7 +94,8 @@ def test_only_the_last_assignment_says_it_is_the_last_and_each_other_names_the_n
         nb = nbformat.read(pipeline.solution_path(name), as_version=4)
         text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
         says_last = "last notebook" in text
-        assert says_last == (index == len(names) - 1), f"{name} {'says' if says_last else 'does not say'} it is the last"
+        assert says_last == (index == len(names) - 1), (f"{name} {'says' if says_last else 'does not say'} "
+                                                        "it is the last")
         if index < len(names) - 1:
             following = names[index + 1]
             last_section = text.rsplit("## ", 1)[-1]

@@ -230,5 +230,6 @@ def test_mount_points_are_read_as_paths_even_with_a_space_in_their_name(tmp_path
         pytest.skip(f"no mount namespace of the test's own: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert [str(folder / "node tmp"), ["ro"]] in [[p, [o for o in options if o == "ro"]] for p, options in seen["points"]]
+    assert [str(folder / "node tmp"), ["ro"]] in [[p, [o for o in options if o == "ro"]]
+                                                  for p, options in seen["points"]]
     assert seen["below"] == [str(folder / "node tmp")]

@@ -78,17 +78,23 @@ def test_an_index_past_the_count_names_how_many_there_are():
         (lambda d: torch.ones(2, 3, device=d) + torch.ones(2, 3), "but found at least two devices, {d} and cpu!"),
         (lambda d: torch.ones(2, 3) * torch.ones(2, 3, device=d), "but found at least two devices, cpu and {d}!"),
         (lambda d: torch.nn.Linear(3, 2).to(d)(torch.ones(4, 3)),
-         "but got mat1 is on cpu, different from other tensors on {d} (when checking argument in method wrapper_SIM_addmm)"),
+         "but got mat1 is on cpu, different from other tensors on {d} "
+         "(when checking argument in method wrapper_SIM_addmm)"),
         (lambda d: torch.ones(2, 3, device=d) @ torch.ones(3, 2),
-         "but got mat2 is on cpu, different from other tensors on {d} (when checking argument in method wrapper_SIM_mm)"),
+         "but got mat2 is on cpu, different from other tensors on {d} "
+         "(when checking argument in method wrapper_SIM_mm)"),
         (lambda d: torch.nn.Embedding(5, 2).to(d)(torch.tensor([1, 2])),
-         "but got index is on cpu, different from other tensors on {d} (when checking argument in method wrapper_SIM__index_select)"),
+         "but got index is on cpu, different from other tensors on {d} "
+         "(when checking argument in method wrapper_SIM__index_select)"),
         (lambda d: torch.ones(4, 2, device=d).index_select(0, torch.tensor([0])),
-         "but got index is on cpu, different from other tensors on {d} (when checking argument in method wrapper_SIM__index_select)"),
+         "but got index is on cpu, different from other tensors on {d} "
+         "(when checking argument in method wrapper_SIM__index_select)"),
         (lambda d: F.cross_entropy(torch.randn(2, 3, device=d), torch.tensor([0, 1])),
-         "but got target is on cpu, different from other tensors on {d} (when checking argument in method wrapper_SIM_nll_loss_forward)"),
+         "but got target is on cpu, different from other tensors on {d} "
+         "(when checking argument in method wrapper_SIM_nll_loss_forward)"),
         (lambda d: torch.cat([torch.ones(2, device=d), torch.ones(2)]),
-         "but got tensors is on cpu, different from other tensors on {d} (when checking argument in method wrapper_SIM_cat)"),
+         "but got tensors is on cpu, different from other tensors on {d} "
+         "(when checking argument in method wrapper_SIM_cat)"),
         (lambda d: torch.ones(2, device="sim:0") + torch.ones(2, device="sim:1"),
          "but found at least two devices, sim:0 and sim:1!"),
     ],
@@ -201,7 +207,8 @@ def test_a_sim_checkpoint_in_a_process_without_the_device(saved_on_sim1, tmp_pat
             print("ERROR", e)
         print("CPU", torch.load({str(path)!r}, map_location="cpu")["weight"].device)
     """)
-    assert "ERROR Attempting to deserialize object on a simulated 'sim' device, but it is not turned on" in result.stdout
+    assert ("ERROR Attempting to deserialize object on a simulated 'sim' device, but it is not turned on"
+            in result.stdout)
     assert "map_location=torch.device('cpu')" in result.stdout
     assert "CPU cpu" in result.stdout, result.stderr
 
@@ -518,7 +525,8 @@ def test_sync_batchnorm_kernels_match_batchnorm_over_the_whole_batch():
                for g, part in zip((grad_out[:3], grad_out[3:]), parts)]
     sum_dy, sum_dy_xmu = sum(r[0] for r in reduced), sum(r[1] for r in reduced)
     count = torch.tensor([9, 15], dtype=torch.int32, device="sim:1")
-    grad_in = torch.cat([torch.batch_norm_backward_elemt(g.to("sim:1"), part, mean, invstd, w, sum_dy, sum_dy_xmu, count)
+    grad_in = torch.cat([torch.batch_norm_backward_elemt(g.to("sim:1"), part, mean, invstd, w,
+                                                         sum_dy, sum_dy_xmu, count)
                          for g, part in zip((grad_out[:3], grad_out[3:]), parts)])
     x_grad = x.clone().requires_grad_()
     torch.nn.functional.batch_norm(x_grad, None, None, weight, bias, True, 0.1, 1e-5).backward(grad_out)

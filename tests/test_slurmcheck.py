@@ -8,7 +8,6 @@ hand (docs/cluster.md says where and what it gave).
 import os
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -88,16 +87,19 @@ def test_the_docs_slurm_snippets_are_parameters_dask_jobqueue_accepts(monkeypatc
     assert "#SBATCH -p normal" in scripts["normal"] and "--nworkers 16" in scripts["normal"]
     assert "#SBATCH --gres=gpu:1" in scripts["gpu"] and "--resources GPU=1" in scripts["gpu"]
     for script in scripts.values():
-        assert "cd /path/to/course" in script and "/path/to/course/.venv/bin/python -m distributed.cli.dask_worker" in script
+        assert ("cd /path/to/course" in script
+                and "/path/to/course/.venv/bin/python -m distributed.cli.dask_worker" in script)
 
 
 def test_a_job_script_slurm_refuses_stops_the_check_before_anything_is_submitted(tmp_path, monkeypatch, capsys):
-    """sbatch --test-only's refusal (as Slurm 22.05 words it for a partition it lacks) is the message; no job is sent."""
+    """sbatch --test-only's refusal (as Slurm 22.05 words it for a partition it lacks) is the message; no job is
+    sent."""
     calls = tmp_path / "calls"
     sbatch = tmp_path / "sbatch"
     sbatch.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
                       "echo 'sbatch: error: invalid partition specified: nosuch' >&2\n"
-                      "echo 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2\nexit 1\n")
+                      "echo 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2\n"
+                      "exit 1\n")
     sbatch.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     assert slurmcheck.main(["--queue", "nosuch", "--workdir", str(tmp_path / "work")]) == 2

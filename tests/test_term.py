@@ -108,8 +108,10 @@ class Term:
 
 def grades_of(course: Path, student: str) -> list[tuple]:
     """(submitted notebook id, cell name, auto score, manual score, max score, needs manual grade) of each grade."""
-    query = """SELECT sn.id, bc.name, g.auto_score, g.manual_score, gc.max_score, g.needs_manual_grade FROM grade g
-               JOIN submitted_notebook sn ON g.notebook_id = sn.id JOIN submitted_assignment sa ON sn.assignment_id = sa.id
+    query = """SELECT sn.id, bc.name, g.auto_score, g.manual_score, gc.max_score, g.needs_manual_grade
+               FROM grade g
+               JOIN submitted_notebook sn ON g.notebook_id = sn.id
+               JOIN submitted_assignment sa ON sn.assignment_id = sa.id
                JOIN base_cell bc ON g.cell_id = bc.id JOIN grade_cells gc ON gc.id = g.cell_id
                WHERE sa.student_id = ? ORDER BY bc.name"""
     with sqlite3.connect(course / "gradebook.db") as db:
@@ -141,7 +143,7 @@ def _in_its_own_thread(function, *args) -> None:
     def target() -> None:
         try:
             function(*args)
-        except BaseException as error:  # handed to the test's thread
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
             errors.append(error)
 
     thread = threading.Thread(target=target)
@@ -299,7 +301,8 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
                 assert _total(raw["alice"]) in page.read_text()
             assert "BEGIN HIDDEN TESTS" not in page.read_text()
         elif "nbgrader export" in body:
-            [bob] = [r for r in csv_rows(course / "grades.csv") if (r["student_id"], r["assignment"]) == ("bob", ASSIGNMENT)]
+            [bob] = [r for r in csv_rows(course / "grades.csv")
+                     if (r["student_id"], r["assignment"]) == ("bob", ASSIGNMENT)]
             assert (float(bob["raw_score"]), float(bob["late_submission_penalty"])) == (raw["bob"], 0.5), bob
             assert float(bob["score"]) == raw["bob"] - 0.5
             [canvas] = [r for r in csv_rows(course / "grades-canvas.csv") if r["SIS Login ID"] == "bob"]

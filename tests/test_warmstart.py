@@ -203,7 +203,8 @@ def test_one_server_serves_runs_that_hide_the_gpus_and_each_process_sees_its_own
     starter = warmstart.starter(env)
     assert warmstart.starter(hidden) is starter
     script = tmp_path / "visible.py"
-    script.write_text("import os, sys, torch\nprint(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), torch.cuda.device_count())\n")
+    script.write_text("import os, sys, torch\n"
+                      "print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), torch.cuda.device_count())\n")
     for run_env, log in ((hidden, tmp_path / "hidden"), (env, tmp_path / "shown")):
         assert starter.start([sys.executable, str(script)], run_env, tmp_path, log).wait(60) == 0
     fresh = subprocess.run([sys.executable, str(script)], env=hidden, capture_output=True, text=True).stdout

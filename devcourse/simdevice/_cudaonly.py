@@ -77,7 +77,8 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     mean_dy, mean_dy_xmu = sum_dy / total, sum_dy_xmu / total
     xmu = _acc(input) - _per_channel(mean, input)
     scale = _per_channel(invstd, input) if weight is None else _per_channel(invstd * weight.to(invstd.dtype), input)
-    grad = (_acc(grad_out) - _per_channel(mean_dy, input) - xmu * _per_channel(invstd.pow(2) * mean_dy_xmu, input)) * scale
+    grad = (_acc(grad_out) - _per_channel(mean_dy, input)
+            - xmu * _per_channel(invstd.pow(2) * mean_dy_xmu, input)) * scale
     return grad.to(input.dtype)
 
 

@@ -803,7 +803,8 @@ MISTAKES_05 = [
 
 _AMP_STEP_HEAD = '''\
 def amp_step(model: nn.Module, batch: torch.Tensor, target: torch.Tensor, optimizer: torch.optim.Optimizer,
-             scaler: torch.amp.GradScaler, amp_dtype: torch.dtype | None, max_norm: float | None = None) -> torch.Tensor:
+             scaler: torch.amp.GradScaler, amp_dtype: torch.dtype | None,
+             max_norm: float | None = None) -> torch.Tensor:
     """One training step under autocast for batch's device type (amp_dtype None: float32), gradients clipped
     to max_norm if given. Returns the detached loss."""
 '''
@@ -1259,13 +1260,15 @@ def export_portable(model: nn.Module, example: torch.Tensor) -> torch.export.Exp
 '''
 
 _FALLBACK_HEAD = '''\
-def predict_with_fallback(model: nn.Module, batch: torch.Tensor, chunk_size: int | None = None) -> tuple[torch.Tensor, int]:
+def predict_with_fallback(model: nn.Module, batch: torch.Tensor,
+                          chunk_size: int | None = None) -> tuple[torch.Tensor, int]:
     """Outputs of model on batch, computed in chunks that halve whenever one runs out of memory."""
 '''
 
 _LOAD_FOR_INFERENCE_HEAD = '''\
 def load_for_inference(path, model_factory, device=None) -> nn.Module:
-    """A model from model_factory() with the checkpoint at path loaded, in eval mode, on device (default: best_device())."""
+    """A model from model_factory() with the checkpoint at path loaded, in eval mode, on device (default:
+    best_device())."""
 '''
 
 

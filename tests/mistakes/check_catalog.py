@@ -163,7 +163,8 @@ def static_problems(catalog) -> list[str]:
             if normalized(text) == normalized(original):
                 problems.append(f"{m.id}: {kind} is the course's own solution")
             if not defined_names(original) <= defined_names(text):
-                problems.append(f"{m.id}: {kind} does not define {sorted(defined_names(original) - defined_names(text))}")
+                problems.append(f"{m.id}: {kind} does not define "
+                                f"{sorted(defined_names(original) - defined_names(text))}")
         if m.fix is not None and normalized(m.fix) == normalized(m.code):
             problems.append(f"{m.id}: fix is the same as code")
     for (assignment, answer), count in sorted(per_answer.items()):
@@ -242,7 +243,7 @@ def execute_round_with_retry(assignment: str, items: list[dict]) -> dict:
     """execute_round, tried once more when the execution itself breaks (a kernel that fails to start)."""
     try:
         return execute_round(assignment, items)
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever broke the execution, it is tried once more
         return execute_round(assignment, items)
 
 
@@ -312,12 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[str, list[dict], dict]] = []
     baseline: dict[str, dict[str, str]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(execute_round_with_retry, assignment, items): (assignment, items) for assignment, items in jobs}
+        futures = {pool.submit(execute_round_with_retry, assignment, items): (assignment, items)
+                   for assignment, items in jobs}
         for future in as_completed(futures):
             assignment, items = futures[future]
             try:
                 run = future.result()
-            except Exception as exc:  # the execution itself broke: every entry of the round is unchecked
+            except Exception as exc:  # noqa: BLE001 - the execution itself broke: every entry of the round is unchecked
                 run = {"seconds": 0, "failed": {}, "error": f"{type(exc).__name__}: {exc}",
                        "answer_errors": {item["answer"]: f"execution failed: {exc!r}" for item in items}}
             if not items and "error" in run:
