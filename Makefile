@@ -59,20 +59,20 @@ lab-plugin: $(READY)
 grade: $(READY)
 	$(BIN)/python -m autograder.grade
 
-# A term's course directory (autograder/course.py; docs/instructors.md walks through a term).
+# A term's course directory (autograder/course/directory.py; docs/instructors.md walks through a term).
 course-dir: $(READY)
 	@test -n "$(DIR)" || { echo "make course-dir needs DIR=/path/to/new/folder"; exit 2; }
-	$(BIN)/python -m autograder.course init "$(DIR)" $(if $(EXCHANGE),--exchange "$(EXCHANGE)") \
+	$(BIN)/python -m autograder.course.directory init "$(DIR)" $(if $(EXCHANGE),--exchange "$(EXCHANGE)") \
 	  $(if $(DB_URL),--db-url "$(DB_URL)") $(if $(DUE),--due "$(DUE)")
 
 # The last make grade's gradebook as nbgrader's CSV and as Canvas's and Moodle's import shapes
-# (autograder/lms.py), into GRADES_DIR. GRADEBOOK=postgresql://... reads another gradebook.
+# (autograder/plugins/lms.py), into GRADES_DIR. GRADEBOOK=postgresql://... reads another gradebook.
 GRADES_DIR ?= build/grade
 GRADEBOOK ?= sqlite:///$(abspath $(GRADES_DIR))/gradebook.db
 export-grades: $(READY)
 	$(BIN)/python -m nbgrader export --CourseDirectory.db_url=$(GRADEBOOK) --to=$(GRADES_DIR)/grades.csv
 	for lms in canvas moodle; do \
-	  $(BIN)/python -m nbgrader export --exporter=autograder.lms.LmsExportPlugin --LmsExportPlugin.lms=$$lms \
+	  $(BIN)/python -m nbgrader export --exporter=autograder.plugins.lms.LmsExportPlugin --LmsExportPlugin.lms=$$lms \
 	    --CourseDirectory.db_url=$(GRADEBOOK) --to=$(GRADES_DIR)/grades-$$lms.csv || exit 1; done
 
 # Some tests need Debian packages: the browser tests drive Debian's Chromium through
@@ -106,14 +106,14 @@ mistakes: $(READY)
 	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/test_mistakes.py
 
 course: $(READY)
-	$(BIN)/python -m autograder.pipeline course
-	$(BIN)/python -m autograder.demo
+	$(BIN)/python -m autograder.course.build course
+	$(BIN)/python -m autograder.course.demo
 
 execute: $(READY)
-	$(BIN)/python -m autograder.pipeline execute
+	$(BIN)/python -m autograder.course.build execute
 
 both-ways: $(READY)
-	$(BIN)/python -m autograder.pipeline both-ways
+	$(BIN)/python -m autograder.course.build both-ways
 
 clean:
 	rm -rf build .pytest_cache .nbgrader

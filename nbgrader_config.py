@@ -23,6 +23,6 @@ c.ExecutePreprocessor.timeout = 60
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "memory_timeline.png"]
 
 # Late work: 10% of a notebook's score per started day past the assignment's due date, all of it after
-# ten days (autograder/late.py). Due dates live in the gradebook; the submission time is timestamp.txt.
-c.AssignLatePenalties.plugin_class = "autograder.late.PercentPerDay"
+# ten days (autograder/plugins/late.py). Due dates live in the gradebook; the submission time is timestamp.txt.
+c.AssignLatePenalties.plugin_class = "autograder.plugins.late.PercentPerDay"
 c.PercentPerDay.percent_per_day = 10.0

@@ -4,7 +4,7 @@ First :mod:`autograder.canary` runs the instructor's solution in the
 same sandbox, which checks the sandbox and makes the reference every
 submission is judged against. The data flow, module by module: :mod:`autograder.submission` (read and
 assemble), :mod:`autograder.scan`, :mod:`autograder.job` (prepare, run in
-:mod:`autograder.sandbox`, started by :mod:`autograder.launcher`, through
+:mod:`autograder.sandbox`, started by :mod:`autograder.inside.launcher`, through
 :mod:`autograder.runner`),
 :mod:`autograder.verdict`, :mod:`autograder.gradebook` (nbgrader's
 autograde), :mod:`autograder.feedback`, :mod:`autograder.report`.
@@ -35,17 +35,22 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import canary, cgroups
-from autograder.feedback import FeedbackApart, hidden_lines, page_notes
-from autograder.course import is_course_dir
-from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
-                                  nbgrader_api)
+from autograder import canary, cgroups, sandbox
+from autograder.feedback import FeedbackApart, page_notes
+from autograder.course.cells import hidden_test_lines as hidden_lines
+from autograder.course.directory import is_course_dir
+from autograder.gradebook import EXECUTED, GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.course.config import config_of
 from autograder.executors import ClusterError, Executor, executor_for
 from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
-from autograder.pipeline import SOLUTIONS, copy_solutions
+from autograder.course.paths import SOLUTIONS, copy_solutions
 from autograder.report import Progress, devices_text
-from autograder.settings import DEMO_CLASS, DEMO_DUE, WORKDIR, Result, Settings, usable_cores
-from autograder.submission import RENAMED, SubmissionError, fingerprint, grade_ids_of, read_submission, write_whole
+from autograder.settings import Result, Settings
+from autograder.cgroups import usable_cores
+from autograder.course.paths import DEMO_CLASS, WORKDIR, demo_due
+from autograder.submission import SubmissionError, fingerprint, read_submission, write_whole
+from autograder.course.cells import grade_ids_of
+from autograder.course.paths import RENAMED
 from autograder.verdict import judge
 from devcourse.validation import total_points
 
@@ -198,7 +203,7 @@ def take_in(intake: Path, workdir: Path) -> None:
 def open_workdir(workdir: Path, intake: Path | None) -> dict:
     """Ready ``workdir`` for a run; return its state.
 
-    A course directory (:mod:`autograder.course`) is never emptied: its
+    A course directory (:mod:`autograder.course.directory`) is never emptied: its
     ``source/`` is the instructor's, and when it changed every submission is
     graded again. Any other work folder mirrors ``solutions/`` and one
     submissions folder; it is emptied first when either differs from its last run's.
@@ -258,7 +263,7 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR,
 
 def _grade_with(workdir: Path, intake: Path | None, settings: Settings, executor: Executor) -> list[Result]:
     state = open_workdir(workdir, intake)
-    due = settings.due if settings.due is not None else DEMO_DUE if intake == DEMO_CLASS.resolve() else {}
+    due = settings.due if settings.due is not None else demo_due() if intake == DEMO_CLASS.resolve() else {}
     RUNNERS.stopping.clear()
     db_url = gradebook_url(settings, workdir)
     with grading_environment(), ipc_folder() as ipc_root, GradebookLock(db_url) as lock:
@@ -317,7 +322,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     grade_ids = {a: set().union(*(grade_ids_of(nb) for nb in nbs.values())) for a, nbs in sources.items()}
     imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()}
 
-    run = RunContext(settings, settings.isolation(), "_grader_" + secrets.token_hex(8), ipc_root, imports,
+    run = RunContext(settings, sandbox.isolation_of(settings), "_grader_" + secrets.token_hex(8), ipc_root, imports,
                      cgroups.find(), executor)
     cgroups.sweep(run.cgroups)  # what runners killed outright left behind
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))

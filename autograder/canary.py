@@ -61,7 +61,8 @@ import nbformat
 from autograder import sandbox
 from autograder.job import Job, RunContext, prepare
 from autograder.probe import notebook_sites, self_check
-from autograder.submission import fingerprint, is_test, nbgrader_meta, write_whole
+from autograder.submission import fingerprint, write_whole
+from autograder.course.cells import is_test, nbgrader_meta
 from autograder.verdict import judge, observations_of
 
 STUDENT = "(canary)"

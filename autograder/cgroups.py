@@ -24,11 +24,12 @@ cgroup is removed when the sandbox ends, anything left in it killed first.
 
 The decision is made once in the grader (:func:`find`); each runner makes its sandboxes' cgroups
 from it (:meth:`Group.create`), and the sandbox's launcher joins one before it starts anything
-(:func:`autograder.launcher.join_cgroups`).
+(:func:`autograder.inside.launcher.join_cgroups`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import signal
@@ -130,6 +131,20 @@ def cpu_quota() -> float | None:
             if len(words) == 2 and words[0] != "max" and int(words[0]) > 0 and int(words[1]) > 0:
                 limits.append(int(words[0]) / int(words[1]))
     return min(limits) if limits else None
+
+
+def usable_cores() -> int:
+    """The cores this process may use: the default number of notebooks graded at once.
+
+    Fewer than ``os.cpu_count()`` where the process is held to some of them: by its CPU affinity
+    (a Slurm job's cores, ``taskset``; Linux) or by a CPU quota on its cgroup (a container's ``--cpus``,
+    a Kubernetes pod's limit, :func:`cpu_quota`), rounded up. At least 1.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cpu_quota()
+    if quota is not None:
+        cores = min(cores, math.ceil(quota))
+    return max(1, cores)
 
 
 def _trial(parent: Path, files: list[str]) -> bool:

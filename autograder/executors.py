@@ -53,9 +53,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from autograder import bytecode
+from autograder import bytecode, sandbox
+from autograder.cgroups import usable_cores
 from autograder.job import RUNNERS, Runners, execute, finish, launch, relocate
-from autograder.pipeline import ROOT, tool_env
+from autograder.course.config import tool_env
+from autograder.course.paths import ROOT
 from autograder.runner import kernel_env
 from autograder.settings import Settings
 from autograder.zygote import Zygote, usable as zygote_usable
@@ -109,7 +111,7 @@ class LocalPool(Executor):
         self.zygote = None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote()
         if self.zygote is not None:
             self.zygote.start()  # its imports (torch's 2 s) run while the grader sets the run up
-        self.jobs = self.local_cores = max(1, settings.jobs)
+        self.jobs = self.local_cores = max(1, settings.jobs or usable_cores())
         self.ahead = self.jobs if settings.warm else 0
         self.line: collections.deque[tuple[Path, Future]] = collections.deque()
         self.warm: dict[Path, subprocess.Popen] = {}
@@ -192,7 +194,7 @@ def no_zygote(settings: Settings) -> str:
     """Why runners and kernels start fresh here; "" where a zygote forks them (:mod:`autograder.zygote`)."""
     if not settings.zygote:
         return "--no-zygote"
-    if not settings.isolation().namespaces:
+    if not sandbox.isolation_of(settings).namespaces:
         return "the sandbox has no namespaces here"
     return zygote_usable()
 
@@ -280,7 +282,7 @@ def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
     is stopped: the job's runner is then ended as the local pool ends its own.
     """
     settings = Settings(**settings)
-    isolation = settings.isolation()
+    isolation = sandbox.isolation_of(settings)
     if settings.sandbox and not isolation.namespaces:  # a worker runs students' code only as the local pool would
         raise SandboxUnavailable(f"worker {_worker_name()} cannot build the grading sandbox: {isolation.reason} "
                                  "(grade with --no-sandbox to accept a worker without it)")
@@ -560,7 +562,7 @@ def start_process(command: list[str], log: Path, env: dict | None = None, cwd: P
     """``command`` (a scheduler, a worker) as a process of its own session, writing to ``log``.
 
     It gets SIGTERM when this process ends, however that happens (:func:`autograder.sandbox.tethered`);
-    ``env`` defaults to :func:`autograder.pipeline.tool_env`. End it with :func:`stop_group`.
+    ``env`` defaults to :func:`autograder.course.build.tool_env`. End it with :func:`stop_group`.
     """
     from autograder.sandbox import tethered
 

@@ -26,11 +26,10 @@ import nbformat
 from nbconvert.exporters import HTMLExporter
 from nbconvert.filters.highlight import Highlight2HTML
 
-from autograder import launcher
+from autograder.inside import launcher
 from autograder.gradebook import last_line
 from autograder.hints import strip_ansi, teach
-from autograder.probe import HIDDEN
-from autograder.submission import is_test
+from autograder.course.cells import HIDDEN, hidden_test_lines, is_test
 
 
 class _CompiledTemplates(jinja2.BytecodeCache):
@@ -145,14 +144,6 @@ class FeedbackExporter(HTMLExporter):
         for cell in soup.select(".jp-Notebook div.jp-Cell-inputWrapper, .jp-Notebook div.jp-OutputArea-output"):
             cell.attrs["tabindex"] = "0"
         return str(soup)
-
-
-def hidden_lines(source: nbformat.NotebookNode) -> set[str]:
-    lines = set()
-    for cell in source.cells:
-        for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S):
-            lines.update(line.strip() for line in block.splitlines() if len(line.strip()) >= 12)
-    return lines
 
 
 def redact(nb: nbformat.NotebookNode, hidden: set[str]) -> nbformat.NotebookNode:
@@ -375,7 +366,7 @@ def regenerate(course: Path, assignment: str, students: list[str] | None = None)
     comments formgrader saved, and the errors are taught as in the grader's own
     feedback. Returns notes per (student, assignment) that got none.
     """
-    from autograder.course import CourseError, is_course_dir
+    from autograder.course.directory import CourseError, is_course_dir
     from autograder.gradebook import grading_environment, nbgrader_api
 
     course = Path(course).resolve()
@@ -388,7 +379,7 @@ def regenerate(course: Path, assignment: str, students: list[str] | None = None)
     unknown = sorted(set(students or ()) - set(graded))
     if unknown:
         raise CourseError(f"{', '.join(unknown)} has no graded {assignment} in {course / 'autograded'}")
-    hidden = set().union(*(hidden_lines(nbformat.read(p, as_version=4)) for p in source.glob("*.ipynb")))
+    hidden = set().union(*(hidden_test_lines(nbformat.read(p, as_version=4)) for p in source.glob("*.ipynb")))
     notes: dict[tuple[str, str], list[str]] = {}
     with grading_environment():
         api = nbgrader_api(course)
@@ -400,7 +391,7 @@ def regenerate(course: Path, assignment: str, students: list[str] | None = None)
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from autograder.course import CourseError
+    from autograder.course.directory import CourseError
 
     if argv is None and sys.argv[1:] == ["--serve"]:  # a FeedbackApart's process, not for people
         # The answers have the standard output to themselves: anything printed on the way goes to stderr.

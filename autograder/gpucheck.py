@@ -46,7 +46,8 @@ from typing import Callable
 
 import torch
 
-from autograder.pipeline import ROOT, tool_env
+from autograder.course.config import tool_env
+from autograder.course.paths import ROOT
 
 GPU_REPORT = ROOT / "docs" / "gpu-report.md"
 DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
@@ -196,7 +197,7 @@ def check_mistakes(ctx: Context) -> Check:
 
 def check_grading(ctx: Context) -> Check:
     from autograder import grade
-    from autograder.demo import unexpected_scores
+    from autograder.course.demo import unexpected_scores
     from autograder.report import format_table
     from devcourse.grading import device_matrix
 
@@ -283,9 +284,10 @@ def check_cluster(ctx: Context) -> Check:
     from autograder import batch
     from autograder.executors import (RAN_ON, jobs_per_worker, runner_sees, start_process, start_scheduler,
                                       stop_group, wait_for_workers)
-    from autograder.demo import unexpected_scores
+    from autograder.course.demo import unexpected_scores
     from autograder.report import format_table
-    from autograder.settings import DEMO_CLASS, Settings
+    from autograder.settings import Settings
+    from autograder.course.paths import DEMO_CLASS
 
     folder = WORKDIR / "cluster"
     folder.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ that assignment:
    once, one per core: first every cell, with the visible tests the student
    sees (the only output shown), then each test again, hidden checks
    included, as a probe that records values (:mod:`autograder.probe`);
-   before each test :mod:`autograder.guard` puts back what student code may
+   before each test :mod:`autograder.inside.guard` puts back what student code may
    have patched;
 4. the grader decides each test itself (:mod:`autograder.verdict`): its cell
    raised nothing and its probe's values pass against the reference's
@@ -66,13 +66,15 @@ from autograder import bytecode, cgroups, sandbox
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade, read_state
 from autograder.executors import ClusterError, check_scheduler, start_zygote_early
 from autograder.canary import CACHE_ENV, REFERENCES, CanaryFailed
-from autograder.course import CourseError, is_course_dir, parse_due
-from autograder.gradebook import gradebook_problem, gradebook_url, shown_url
+from autograder.course.directory import CourseError, is_course_dir, parse_due
+from autograder.gradebook import gradebook_url
+from autograder.course.config import gradebook_problem, shown_url
 from autograder.report import devices_text, format_table, write_csv, write_histogram
 from autograder.job import RUNNERS
 from autograder.runner import RUN_MARKER
-from autograder.settings import (CELL_TIMEOUT_S, DEMO_CLASS, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, WORKDIR,
-                                 Settings, usable_cores)
+from autograder.settings import CELL_TIMEOUT_S, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, Settings
+from autograder.cgroups import usable_cores
+from autograder.course.paths import DEMO_CLASS, WORKDIR
 
 __all__ = ["grade", "main"]
 
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="Writes report.txt, scores.csv, scores.png and feedback/ "
                                             "in the work folder.")
     parser.add_argument("--course", type=Path, metavar="DIR",
-                        help="a course directory (python -m autograder.course init): grade what its submitted/ "
+                        help="a course directory (python -m autograder.course.directory init): grade what its "
+                             "submitted/ "
                              "holds (nbgrader collect, zip_collect) into its gradebook; nothing in it is emptied")
     parser.add_argument("--submitted", type=Path, default=None,
                         help="folder of <student>/<assignment>/ submissions, copied into the work folder's "
@@ -168,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.course is not None:
         if not is_course_dir(args.course):
-            parser.error(f"{args.course} is not a course directory: make one with python -m autograder.course init")
+            parser.error(f"{args.course} is not a course directory: "
+                         "make one with python -m autograder.course.directory init")
         args.workdir = args.course
     elif args.submitted is None:
         args.submitted = DEMO_CLASS
@@ -195,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = gradebook_problem(db_url)
         if problem:
             parser.exit(2, f"cannot open the gradebook at {shown_url(db_url)}: {problem}\n")
-    isolation = settings.isolation()
+    isolation = sandbox.isolation_of(settings)
     where = (f"on the Dask scheduler at {settings.scheduler}" if settings.scheduler else
              f"on a Dask cluster of {settings.dask_local} local worker(s)" if settings.dask_local else
              f"with {settings.jobs} notebook(s) at a time")

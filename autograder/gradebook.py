@@ -16,21 +16,11 @@ from typing import Iterator
 from unittest import mock
 
 from autograder import sandbox
-from autograder.pipeline import course_config, tool_env
+from autograder.course.config import config_of, tool_env
 from autograder.settings import GRADEBOOK_ENV, Settings
 
 
 EXECUTED = "executed"  # the grader's executed notebooks, which nbgrader's autograde reads (not the submissions)
-
-
-def config_of(workdir: Path):
-    """The nbgrader settings of a work folder: a course directory's own ``nbgrader_config.py``
-    (:mod:`autograder.course`), else the course repository's."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    if (Path(workdir) / "nbgrader_config.py").is_file():
-        return PyFileConfigLoader("nbgrader_config.py", path=str(Path(workdir).resolve())).load_config()
-    return course_config()
 
 
 def nbgrader_api(workdir: Path, db_url: str | None = None):
@@ -154,28 +144,6 @@ def gradebook_url(settings: Settings, workdir: Path) -> str:
     if (Path(workdir) / "nbgrader_config.py").is_file():
         return config_of(workdir).CourseDirectory.db_url
     return f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
-
-
-def shown_url(url: str) -> str:
-    """The gradebook URL as the report prints it: the password replaced by ``***``."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def gradebook_problem(url: str) -> str | None:
-    """Why the gradebook at ``url`` cannot be opened (server down, wrong password...), or None if it can."""
-    import sqlalchemy
-
-    try:
-        engine = sqlalchemy.create_engine(url)
-        with engine.connect():
-            pass
-        engine.dispose()
-    except Exception as error:  # noqa: BLE001 - any reason is reported to the instructor, in one line
-        reason = str(getattr(error, "orig", None) or error)
-        return " ".join(line.strip() for line in reason.splitlines() if line.strip()) or type(error).__name__
-    return None
 
 
 def last_line(text: str | None) -> str:

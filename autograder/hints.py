@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import nbformat
 
-from autograder.submission import is_test, nbgrader_meta
+from autograder.course.cells import is_test, nbgrader_meta
 from devcourse.validation import exercise_of  # the exercise heading above each cell, as Validate names it
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")

@@ -25,10 +25,12 @@ from pathlib import Path
 import nbformat
 
 from autograder import cgroups, probe, sandbox
-from autograder.pipeline import ROOT, tool_env
+from autograder.course.config import tool_env
+from autograder.course.paths import ROOT
 from autograder.scan import ipython_free, scan
 from autograder.settings import Settings
-from autograder.submission import assemble, is_answer, is_test, nbgrader_meta
+from autograder.submission import assemble
+from autograder.course.cells import is_answer, is_test, nbgrader_meta, visible_source
 from autograder.zygote import ZygoteUnavailable
 
 
@@ -112,7 +114,7 @@ def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
 def strict_comparisons(source: str, guard_name: str) -> str:
     """A test's source with every ``a == b`` / ``a != b`` and ``torch.equal``-like call checked by the guard.
 
-    See :mod:`autograder.guard`.
+    See :mod:`autograder.inside.guard`.
     """
     strict = _strict(source, guard_name)
     return source if strict is None else strict[1]
@@ -178,7 +180,7 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
               for cell, code in zip(tests, codes)]
     for cell in tests:
         cell.source = (test_prelude(guard_name, imports)
-                       + strict_comparisons(probe.visible_source(cell.source), guard_name))
+                       + strict_comparisons(visible_source(cell.source), guard_name))
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
@@ -229,7 +231,7 @@ def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]
     kept = {key: description[key] for key in ("guard_name", "recorder_name", "probes")}
     groups = cgroups.find()  # decided once per process, on a worker as on a grader
     cgroups.sweep(groups)
-    _place(job_file.parent, kept, settings, settings.isolation(), ipc_root, [str(ROOT), *hide], groups)
+    _place(job_file.parent, kept, settings, sandbox.isolation_of(settings), ipc_root, [str(ROOT), *hide], groups)
 
 
 class Runners:

@@ -7,7 +7,7 @@ A submission's notebook runs in its kernel in two phases (:mod:`autograder.runne
   while it runs, so nothing a submission prints can quote one.
 * **B, the probes**: after the last cell, each test again, whole (hidden parts included),
   rewritten by :func:`probe_source`. Its assertions no longer decide anything: each records a
-  value (:mod:`autograder.recorder`) and the run goes on. Output of this phase is never shown.
+  value (:mod:`autograder.inside.recorder`) and the run goes on. Output of this phase is never shown.
 
 The rewriting is what makes the verdict the grader's own. A comparison ``assert L == R``, an
 ``assert_tensor(A, E, device)``, ``torch.equal(A, E)``, ``torch.allclose(A, E, ...)`` or
@@ -47,6 +47,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from autograder.course.cells import hidden_line_numbers
 from autograder.scan import ipython_free
 
 MIME = "application/vnd.course.probe+json"
@@ -72,25 +73,6 @@ class Site:
     actual: str = ""  # a value comparison's actual side, as ast.unparse writes it
 
 
-def visible_source(source: str) -> str:
-    """A test cell's source as the student sees it: its hidden parts taken out."""
-    return HIDDEN.sub("", source)
-
-
-def hidden_lines(source: str) -> set[int]:
-    """The (1-based) line numbers inside the hidden parts of a test cell."""
-    lines, inside = set(), False
-    for number, line in enumerate(source.splitlines(), 1):
-        stripped = line.strip()
-        if stripped.startswith("### BEGIN HIDDEN TESTS"):
-            inside = True
-        elif stripped.startswith("### END HIDDEN TESTS"):
-            inside = False
-        elif inside:
-            lines.add(number)
-    return lines
-
-
 def _dotted(node: ast.AST) -> str:
     parts = []
     while isinstance(node, ast.Attribute):
@@ -114,7 +96,7 @@ class _Rewrite(ast.NodeTransformer):
 
     def __init__(self, source: str, recorder: str, reference: bool, first: int = 0):
         self.source, self.recorder, self.reference, self.first = source, recorder, reference, first
-        self.hidden = hidden_lines(source)
+        self.hidden = hidden_line_numbers(source)
         self.sites: list[Site] = []
         self.expected: list[ast.AST] = []  # expected sides and messages: not sent to a student's kernel
         self.workers: set[str] = set()
@@ -345,7 +327,7 @@ def notebook_probes(tests: list[str], recorder: str, reference: bool = False) ->
     """The probes of a notebook's test cells (their sources, in order), and the sites of them all.
 
     Sites are numbered across the notebook: a helper one test defines and a later test calls records
-    the helper's own sites. ``recorder`` is the name under which :mod:`autograder.recorder` was installed
+    the helper's own sites. ``recorder`` is the name under which :mod:`autograder.inside.recorder` was installed
     in the kernel's builtins. ``reference=True`` gives the instructor's probes, which record the expected
     sides too and mark what ran inside the hidden parts; the default gives a student's probes, which never
     hold an expected side.
@@ -414,7 +396,7 @@ def sites_of(source: str) -> list[Site]:
     return notebook_sites([source])
 
 
-# ---- values, as the kernel encodes them (autograder/recorder.py) and the grader reads them --------------------
+# ---- values, as the kernel encodes them (autograder/inside/recorder.py) and the grader reads them --------------------
 
 class _Ref:
     """A value from a kernel that the grader holds by its name only (a device, a dtype, a class)."""
@@ -526,7 +508,7 @@ def _tensor(value: dict) -> TensorValue:
 def holds(kind: str, actual, expected) -> bool:
     """Whether a recorded actual value passes a site of ``kind`` against the reference's recorded expectation.
 
-    Both are encoded values (see :mod:`autograder.recorder`); any error means no.
+    Both are encoded values (see :mod:`autograder.inside.recorder`); any error means no.
     """
     try:
         if kind == "check":

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from autograder.settings import Result
+from autograder.settings import Result, score_text
 
 
 class Progress:
@@ -71,12 +71,6 @@ def format_table(results: list[Result]) -> str:
     if notes:
         lines += ["", "Notes:", *(f"  {note}" for note in notes)]
     return "\n".join(lines)
-
-
-def score_text(result: Result) -> str:
-    """A result's score as the CSV writes it (and ``expected_scores.csv`` holds it): ``withheld``, empty, or the
-    number."""
-    return "withheld" if result.withheld else "" if result.score is None else f"{result.score:g}"
 
 
 def write_csv(results: list[Result], path: Path) -> None:

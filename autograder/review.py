@@ -30,10 +30,11 @@ import nbformat
 
 from autograder.batch import STATE, mark_review, replay_journal, write_state
 from autograder.canary import reference_of
-from autograder.gradebook import (EXECUTED, GradebookLock, config_of, grading_environment, gradebook_url, last_line,
-                                  nbgrader_api)
+from autograder.gradebook import EXECUTED, GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
+from autograder.course.config import config_of
 from autograder.job import Job
-from autograder.settings import WORKDIR, Settings
+from autograder.settings import Settings
+from autograder.course.paths import WORKDIR
 from autograder.verdict import judge
 
 

@@ -4,7 +4,7 @@
 for every submission. It runs outside the sandbox, like nbgrader's executor:
 it starts the kernel through :func:`autograder.sandbox.wrap`, has the
 sandbox seal the kernel's IPC folder once its sockets exist
-(:func:`seal_ipc`), installs :mod:`autograder.guard` in it, runs the cells
+(:func:`seal_ipc`), installs :mod:`autograder.inside.guard` in it, runs the cells
 one by one with a per-cell and a per-notebook wall-time limit, and limits on
 the kernel and every process it started together: memory and the number of
 processes and threads (:func:`tree_usage`, checked four times a second: the
@@ -47,11 +47,11 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import cgroups, launcher, probe, sandbox
-from autograder.launcher import mount_points
+from autograder import cgroups, probe, sandbox
+from autograder.inside import guard, launcher, recorder
+from autograder.course.cells import test_id
+from autograder.inside.launcher import mount_points
 
-GUARD_SOURCE = (Path(__file__).with_name("guard.py")).read_text()
-RECORDER_SOURCE = (Path(__file__).with_name("recorder.py")).read_text()
 # IPython shows a frame of a library file through stack_data (whole statements, the executing node
 # marked), which parses the file and costs the 19 notebooks of the demo class's honest students about
 # a seventh of their processor time (140 errors, five or so torch frames each); a file longer than
@@ -65,6 +65,12 @@ MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more i
 # Set by the grader to a token of its run, and passed down to every process of it, kernels
 # included: what is left of a run can be found by it (/proc/PID/environ).
 RUN_MARKER = "COURSE_GRADING_RUN"
+
+
+@functools.cache
+def source_of(module) -> str:
+    """The source of a module of :mod:`autograder.inside`, as the grader sends it to a kernel."""
+    return Path(module.__file__).read_text()
 
 
 def _stat(pid: int) -> list[str]:
@@ -270,8 +276,8 @@ class Session:
         self.killed, self.finished = threading.Event(), threading.Event()
         # The recorder first, so that the guard's snapshot holds it and puts it back before each test.
         self.guard = nbformat.v4.new_code_cell(
-            TRACEBACK_SOURCE + RECORDER_SOURCE + f"\ninstall({job['recorder_name']!r})\ndel install\n" +
-            GUARD_SOURCE + f"\ninstall({job['guard_name']!r})\ndel install\n")
+            TRACEBACK_SOURCE + source_of(recorder) + f"\ninstall({job['recorder_name']!r})\ndel install\n" +
+            source_of(guard) + f"\ninstall({job['guard_name']!r})\ndel install\n")
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
         self.client = NotebookClient(self.nb, km=self.km, timeout=job["cell_timeout_s"], allow_errors=True,
                                      kernel_name="python3", store_widget_state=False, interrupt_on_timeout=False,
@@ -409,7 +415,7 @@ class Session:
 
 def passed_tests(cells: list) -> list[str]:
     """The grade_ids of the test cells that ran and raised nothing, in order."""
-    return [probe_id(cell) for cell in cells if probe_id(cell) and cell.execution_count is not None
+    return [test_id(cell) for cell in cells if test_id(cell) and cell.execution_count is not None
             and not any(o.output_type == "error" for o in cell.outputs)]
 
 
@@ -502,12 +508,6 @@ def _text(output) -> str:
     if output.output_type == "error":
         return "\n".join(output.traceback) + "\n"
     return ""
-
-
-def probe_id(cell) -> str | None:
-    """The grade_id of a test cell (graded, not an answer), else None."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return meta.get("grade_id") if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution") else None
 
 
 def _go_from_stdin() -> bool:

@@ -34,7 +34,7 @@ report can say so:
 GPUs stay visible in the sandbox (``/dev`` is untouched), so on a GPU box the
 device matrix includes CUDA.
 
-How the sandbox is started and ended, from the inside: :mod:`autograder.launcher`.
+How the sandbox is started and ended, from the inside: :mod:`autograder.inside.launcher`.
 """
 
 from __future__ import annotations
@@ -50,15 +50,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from autograder import launcher
-from autograder.launcher import per_namespace_pid_max
+from autograder.inside import launcher
+from autograder.inside.launcher import per_namespace_pid_max
+from autograder.settings import DISK_LIMIT_MIB, MAX_PROCESSES, Settings
 
 LAUNCHER = os.path.realpath(launcher.__file__)
 
 NOBODY = 65534
 FILE_LIMIT_MIB = 1024  # the largest file a kernel may write (RLIMIT_FSIZE); the course's own files are a few MiB
-DISK_LIMIT_MIB = 2048  # all a submission writes, its working copy, /tmp and /dev/shm together (a tmpfs of this size)
-MAX_PROCESSES = 1024  # processes and threads of one submission together (the course needs fewer than 100)
 
 
 @dataclass(frozen=True)
@@ -136,6 +135,13 @@ def probe(user_namespace: bool | None = None) -> Isolation:
                                     "grade as root, e.g. in a container")
         return Isolation(False, f"unshare failed: {error}")
     return Isolation(True, user_namespace=user_namespace)
+
+
+def isolation_of(settings: Settings) -> Isolation:
+    """What the sandbox of a run with ``settings`` can hold on this machine."""
+    if not settings.sandbox:
+        return Isolation(False, "switched off with --no-sandbox")
+    return probe(settings.user_namespace)
 
 
 def last_line(text: str) -> str:

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-
-from autograder import cgroups, sandbox
-from autograder.pipeline import ROOT, assignments
-
-DEMO_CLASS = ROOT / "autograder" / "demo_class" / "submitted"
-
-WORKDIR = ROOT / "build" / "grade"
+from dataclasses import dataclass
 
 CELL_TIMEOUT_S = 60.0
 
@@ -22,25 +12,9 @@ MEMORY_LIMIT_MIB = 4096
 
 GRADEBOOK_ENV = "COURSE_GRADEBOOK_URL"
 
-# The demo class's due dates (UTC), for its work folder's gradebook; one of its submissions is late.
-# Weekly from 2026-09-07, 17:00 UTC.
-DEMO_DUE = {name: (datetime(2026, 9, 7, 17, tzinfo=timezone.utc)
-                   + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
-            for number, name in enumerate(assignments())}
+DISK_LIMIT_MIB = 2048  # all a submission writes, its working copy, /tmp and /dev/shm together (a tmpfs of this size)
 
-
-def usable_cores() -> int:
-    """The cores this process may use: the default number of notebooks graded at once.
-
-    Fewer than ``os.cpu_count()`` where the process is held to some of them: by its CPU affinity
-    (a Slurm job's cores, ``taskset``; Linux) or by a CPU quota on its cgroup (a container's ``--cpus``,
-    a Kubernetes pod's limit, :func:`autograder.cgroups.cpu_quota`), rounded up. At least 1.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    quota = cgroups.cpu_quota()
-    if quota is not None:
-        cores = min(cores, math.ceil(quota))
-    return max(1, cores)
+MAX_PROCESSES = 1024  # processes and threads of one submission together (the course needs fewer than 100)
 
 
 @dataclass(frozen=True)
@@ -57,14 +31,20 @@ class Result:
     withheld: bool = False  # the score waits for the instructor's review (python -m autograder.review)
 
 
+def score_text(result: Result) -> str:
+    """A result's score as the CSV writes it (and ``expected_scores.csv`` holds it): ``withheld``, empty, or the
+    number."""
+    return "withheld" if result.withheld else "" if result.score is None else f"{result.score:g}"
+
+
 @dataclass
 class Settings:
-    jobs: int = field(default_factory=usable_cores)
+    jobs: int | None = None  # notebooks graded at once on this machine (None: one per core it may use)
     cell_timeout_s: float = CELL_TIMEOUT_S
     time_limit_s: float = TIME_LIMIT_S
     memory_mib: int = MEMORY_LIMIT_MIB
-    disk_mib: int = sandbox.DISK_LIMIT_MIB  # all a submission writes, together (with namespaces; not with keep_work)
-    max_processes: int = sandbox.MAX_PROCESSES  # processes and threads of a submission, together
+    disk_mib: int = DISK_LIMIT_MIB  # all a submission writes, together (with namespaces; not with keep_work)
+    max_processes: int = MAX_PROCESSES  # processes and threads of a submission, together
     db_url: str | None = None
     feedback: bool = True
     # the feedback pages made by a process of their own while the grader goes on (autograder.feedback.FeedbackApart);
@@ -93,8 +73,3 @@ class Settings:
     def on_cluster(self) -> bool:
         """Jobs run on a Dask cluster (``--scheduler`` or ``--dask-local``), not the local pool."""
         return bool(self.scheduler or self.dask_local)
-
-    def isolation(self) -> sandbox.Isolation:
-        if not self.sandbox:
-            return sandbox.Isolation(False, "switched off with --no-sandbox")
-        return sandbox.probe(self.user_namespace)

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.pipeline import ROOT
+from autograder.course.paths import ROOT
 
 WORKDIR = ROOT / "build" / "slurm-check"
 JOB_NAME = "course-grader"
@@ -182,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from autograder import batch
     from autograder.executors import jobs_per_worker, runner_sees
-    from autograder.demo import unexpected_scores
-    from autograder.settings import DEMO_CLASS, Settings
+    from autograder.course.demo import unexpected_scores
+    from autograder.settings import Settings
+    from autograder.course.paths import DEMO_CLASS
 
     if args.workdir.exists():
         shutil.rmtree(args.workdir / "work", ignore_errors=True)

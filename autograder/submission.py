@@ -12,33 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from functools import lru_cache
 from pathlib import Path
 
 import nbformat
 
-from autograder.pipeline import course_config
-
-# A copy an LMS or a browser renamed: ``00_environment (1).ipynb``, ``00_environment-1.ipynb``.
-RENAMED = re.compile(r"^(?P<stem>.+?)(?: \(\d+\)|-\d+)$")
-
-
-def nbgrader_meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def is_answer(cell) -> bool:
-    return bool(nbgrader_meta(cell).get("solution"))
-
-
-def is_test(cell) -> bool:
-    meta = nbgrader_meta(cell)
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
-
-
-def grade_ids_of(nb: nbformat.NotebookNode) -> set[str]:
-    return {nbgrader_meta(c)["grade_id"] for c in nb.cells if nbgrader_meta(c).get("grade_id")}
+from autograder.course.cells import grade_ids_of, is_answer, nbgrader_meta
+from autograder.course.config import course_config
 
 
 class SubmissionError(Exception):

@@ -18,7 +18,7 @@ import nbformat
 
 from autograder.job import Job
 from autograder.probe import compare, notebook_sites
-from autograder.submission import is_test, nbgrader_meta
+from autograder.course.cells import is_test, nbgrader_meta
 
 AGAIN = "when the grader ran this test again, with its hidden checks, "
 

@@ -3,7 +3,7 @@
 A kernel started the ordinary way spends about 2 s of processor time before
 a notebook's first cell runs: a new Python, then IPython and ipykernel, then
 torch, numpy and every ``devcourse`` module, which the guard imports
-(:mod:`autograder.guard`). Where the sandbox has its namespaces (Linux), the
+(:mod:`autograder.inside.guard`). Where the sandbox has its namespaces (Linux), the
 local pool starts one *zygote* per grading run, and each Dask worker one for
 its life (``python -m autograder.zygote``, at the first job), that imports
 those once and from then on only forks::
@@ -24,7 +24,7 @@ those once and from then on only forks::
   then it runs the job as ``python -m autograder.runner`` would. When its
   kernel manager starts a kernel, a launcher is handed what ``Popen`` would
   have been (command, environment, folder, a session of its own, standard
-  input at its end) and builds the sandbox as :mod:`autograder.launcher`
+  input at its end) and builds the sandbox as :mod:`autograder.inside.launcher`
   always does.
 * The kernel, forked by the sandbox's init after the limits and the change
   of user, runs ``ipykernel_launcher`` in its own process with what a fresh
@@ -70,7 +70,8 @@ import threading
 import time
 from pathlib import Path
 
-from autograder import SKIPPED_IMPORTS, launcher
+from autograder import SKIPPED_IMPORTS
+from autograder.inside import launcher
 from devcourse.warmstart import TITLE_ROOM, ForkedProcess, refresh, retitle
 
 READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they take

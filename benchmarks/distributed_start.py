@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from autograder.pipeline import machine
+from autograder.course.build import machine
 from devcourse import warmstart
 from devcourse.distributed import _environment, run_functions
 

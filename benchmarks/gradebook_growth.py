@@ -41,8 +41,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
-from autograder.pipeline import ROOT, tool_env
-from autograder.settings import DEMO_CLASS
+from autograder.course.config import tool_env
+from autograder.course.paths import ROOT
+from autograder.course.paths import DEMO_CLASS
 
 STUDENT = "ada"
 
@@ -97,7 +98,8 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; {STUDENT}'s "
           f"{', '.join(assignments)}; {args.students} more students; median of {args.repeat}", flush=True)
 
-    from autograder.gradebook import config_of, grading_environment, nbgrader_api
+    from autograder.gradebook import grading_environment, nbgrader_api
+    from autograder.course.config import config_of
 
     with tempfile.TemporaryDirectory(prefix="gradebook-growth-") as place:
         root = Path(place)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cgroups, launcher
+from autograder import cgroups
+from autograder.inside import launcher
 
 FOUND = cgroups.find()
 
@@ -98,7 +99,7 @@ def test_removing_a_group_ends_what_is_left_in_it():
     assert not any(folder.exists() for folder in group.folders)
 
 
-_JOBS = "from autograder.settings import Settings; print(Settings().jobs)"
+_JOBS = "from autograder.cgroups import usable_cores; print(usable_cores())"
 
 
 def _own_cpu_v1() -> Path | None:
@@ -118,7 +119,7 @@ def test_the_default_jobs_are_the_cores_the_grader_may_run_on():
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("one core: no fewer to hold the grader to")
-    run = {"capture_output": True, "text": True, "timeout": 60, "cwd": Path(launcher.__file__).parents[1]}
+    run = {"capture_output": True, "text": True, "timeout": 60, "cwd": Path(launcher.__file__).parents[2]}
     assert subprocess.run([sys.executable, "-c", _JOBS], **run).stdout.strip() == str(len(cores))
     pinned = subprocess.run(["taskset", "-c", str(cores[-1]), sys.executable, "-c", _JOBS], **run)
     assert pinned.stdout.strip() == "1", pinned.stderr[-300:]

@@ -83,7 +83,7 @@ def test_make_gpu_check_installs_where_the_sandbox_lets_kernels_import_from(monk
     import sys
 
     from autograder import sandbox
-    from autograder.pipeline import ROOT
+    from autograder.course.paths import ROOT
 
     home = tmp_path / "home"
     dry = subprocess.run(["make", "-n", "gpu-check", f"GPU_PYTHON={sys.executable}"], cwd=ROOT,
@@ -109,7 +109,7 @@ def test_unexpected_scores_names_each_row_that_differs_from_expected_scores_csv(
     """The comparison gpu-check and slurm-check judge a run by: withheld and ungraded rows as the CSV writes them."""
     import csv
 
-    from autograder.demo import EXPECTED_SCORES, unexpected_scores
+    from autograder.course.demo import EXPECTED_SCORES, unexpected_scores
     from autograder.settings import Result
 
     with EXPECTED_SCORES.open() as handle:

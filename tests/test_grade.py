@@ -17,8 +17,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import bytecode, cgroups, demo, grade, pipeline, sandbox, scan, submission
-from autograder.settings import DEMO_CLASS, Settings
+from autograder import bytecode, cgroups, grade, sandbox, scan, submission
+from autograder.course import config, demo, paths
+from autograder.course.cells import grade_ids_of, hidden_test_lines, is_answer, is_test, nbgrader_meta
+from autograder.settings import Settings
+from autograder.course.paths import DEMO_CLASS
 from autograder.job import strict_comparisons
 
 CELL_TIMEOUT_S = 45  # the looping student costs this much; every honest cell of the course is far quicker
@@ -199,7 +202,7 @@ def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monke
     pages = {student: workdir / "feedback" / student / "00_environment" / "00_environment.html"
              for student in ("ada", "grace")}
     made_apart = {student: page.read_text() for student, page in pages.items()}
-    hidden = set().union(*(feedback.hidden_lines(nbformat.read(path, as_version=4))
+    hidden = set().union(*(hidden_test_lines(nbformat.read(path, as_version=4))
                            for path in (workdir / "source" / "00_environment").glob("*.ipynb")))
     with grading_environment():
         api = nbgrader_api(workdir, f"sqlite:///{workdir / 'gradebook.db'}")
@@ -316,7 +319,7 @@ def test_feedback_pages_without_nbconverts_second_pass_read_as_the_same_document
 
     from autograder.feedback import NO_ALT, FeedbackExporter
 
-    nb = nbformat.read(pipeline.SOLUTIONS / "08_portable_models_and_memory" / "08_portable_models_and_memory.ipynb",
+    nb = nbformat.read(paths.SOLUTIONS / "08_portable_models_and_memory" / "08_portable_models_and_memory.ipynb",
                        as_version=4)
     tricky = ('<img src="a.png" title="x > y"><IMG SRC="b.png" ALT="b"><script>var s = "<img src=c.png>";</script>'
               '<!-- <img src="d.png"> --><img src=e.png /><img data-alt="no">')
@@ -350,7 +353,7 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
     for page in pages:
         text = page.read_text()
         assert "\x1b[" not in text and "\\u001b[" not in text and "[0;31m" not in text, page
-        for path in (str(workdir), str(pipeline.ROOT), "/tmp/", "site-packages"):
+        for path in (str(workdir), str(paths.ROOT), "/tmp/", "site-packages"):
             assert path not in text, (page, path)
         assert "_grader_" not in text, f"{page}: the grader's rewrite of a test shown to the student"
     empty = (workdir / "feedback" / "linus" / "02_cross_device_errors" / "02_cross_device_errors.html")
@@ -443,10 +446,10 @@ def test_a_late_submission_carries_its_penalty_into_nbgraders_export_and_the_lms
     assert re.search(r"late by 1\.1 days: -0\.4 points", grace["note"]), grace["note"]
     db = f"--CourseDirectory.db_url=sqlite:///{workdir / 'gradebook.db'}"
     exports = {}
-    for name, options in (("nbgrader", []), ("canvas", ["--exporter=autograder.lms.LmsExportPlugin",
+    for name, options in (("nbgrader", []), ("canvas", ["--exporter=autograder.plugins.lms.LmsExportPlugin",
                                                           "--LmsExportPlugin.lms=canvas"])):
         done = subprocess.run([sys.executable, "-m", "nbgrader", "export", db, f"--to={workdir / name}.csv",
-                               *options], cwd=workdir, env=pipeline.tool_env(), capture_output=True, text=True)
+                               *options], cwd=workdir, env=config.tool_env(), capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         with open(workdir / f"{name}.csv", newline="") as handle:
             exports[name] = list(csv.DictReader(handle))
@@ -481,7 +484,7 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
         shutil.copytree(demo.SUBMITTED / student / "00_environment",
                         tmp_path / "submitted" / student / "00_environment")
     settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, user_namespace=True)
-    assert "user namespace" in " ".join(settings.isolation().describe(1, 1, 1))
+    assert "user namespace" in " ".join(sandbox.isolation_of(settings).describe(1, 1, 1))
     results = {r.student: r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                if r.assignment == "00_environment"}
     assert (results["ada"].score, results["eve"].score) == (8, 0)
@@ -535,8 +538,8 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
         pytest.skip("becoming another user for one command needs root and util-linux's unshare and setpriv")
     uid = 61017  # no one's: a user namespace needs no name for it
     folder, views = Path(tempfile.mkdtemp(prefix="not-root-")), []
-    (pipeline.ROOT / "build").mkdir(exist_ok=True)
-    covered = Path(tempfile.mkdtemp(prefix="covered-", dir=pipeline.ROOT / "build"))
+    (paths.ROOT / "build").mkdir(exist_ok=True)
+    covered = Path(tempfile.mkdtemp(prefix="covered-", dir=paths.ROOT / "build"))
     try:
         for student in ["ada", "eve"]:
             shutil.copytree(demo.SUBMITTED / student / "00_environment",
@@ -550,9 +553,9 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
                                    "--submitted", str(folder / "submitted"), "--workdir", str(folder / "work"),
                                    "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT_S), "--rerun-canary",
                                    "--reference-cache", str(shared)],
-                             [Path(sys.executable).resolve(), Path(sys.prefix), pipeline.ROOT, folder], views,
+                             [Path(sys.executable).resolve(), Path(sys.prefix), paths.ROOT, folder], views,
                              covered)
-        done = subprocess.run(command, cwd=pipeline.ROOT, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(command, cwd=paths.ROOT, capture_output=True, text=True, timeout=300)
         unenforced = [line for line in done.stdout.splitlines() if "files: NOT enforced" in line]
         if unenforced and "cannot enter namespaces" in unenforced[0]:
             pytest.skip("this Linux lets no user but root make namespaces: " + unenforced[0])
@@ -675,19 +678,19 @@ def test_strict_comparisons_refuse_rigged_equality():
 
 
 def test_assemble_restores_tests_and_keeps_answers():
-    source = nbformat.read(pipeline.SOLUTIONS / "01_device_placement" / "01_device_placement.ipynb", as_version=4)
+    source = nbformat.read(paths.SOLUTIONS / "01_device_placement" / "01_device_placement.ipynb", as_version=4)
     student = nbformat.read(demo.SUBMITTED / "trudy" / "02_cross_device_errors" / "02_cross_device_errors.ipynb",
                             as_version=4)
-    source02 = nbformat.read(pipeline.SOLUTIONS / "02_cross_device_errors" / "02_cross_device_errors.ipynb",
+    source02 = nbformat.read(paths.SOLUTIONS / "02_cross_device_errors" / "02_cross_device_errors.ipynb",
                              as_version=4)
     built = submission.assemble(source02, student)
-    tests = [c.source for c in built.cells if submission.is_test(c)]
-    assert tests == [c.source for c in source02.cells if submission.is_test(c)], "edited and deleted tests come back"
-    assert any("raise NotImplementedError" in c.source for c in built.cells if submission.is_answer(c))
+    tests = [c.source for c in built.cells if is_test(c)]
+    assert tests == [c.source for c in source02.cells if is_test(c)], "edited and deleted tests come back"
+    assert any("raise NotImplementedError" in c.source for c in built.cells if is_answer(c))
     with pytest.raises(submission.SubmissionError, match="notebook of 01_device_placement"):
         path = demo.SUBMITTED / "ada" / "01_device_placement" / "01_device_placement.ipynb"
-        ids = {submission.nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
-        submission.read_submission(path, submission.grade_ids_of(source02), {"01_device_placement": ids})
+        ids = {nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
+        submission.read_submission(path, grade_ids_of(source02), {"01_device_placement": ids})
 
 
 def test_corrupt_notebook_is_named(tmp_path):
@@ -716,7 +719,7 @@ def test_the_grader_ends_with_its_output_and_exit_handlers_and_its_code(tmp_path
               "print('x' * 100_000, end='')\n"
               "end(3)\n")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                          cwd=pipeline.ROOT, timeout=120)
+                          cwd=paths.ROOT, timeout=120)
     assert done.returncode == 3
     assert done.stdout == "x" * 100_000 and done.stderr.split() == ["thread", "ran", "handlers", "ran"]
     assert list(tmp_path.iterdir()) == []  # a temporary folder's finalizer ran too
@@ -737,9 +740,9 @@ def test_status_files_say_why_a_notebook_stopped(run):
 def test_nothing_the_course_teaches_is_flagged():
     # Every code cell of every solution notebook but the tests (answers and teaching cells alike),
     # as a student who copies the lessons into answers would hand it in.
-    for path in sorted(pipeline.SOLUTIONS.glob("*/*.ipynb")):
+    for path in sorted(paths.SOLUTIONS.glob("*/*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        cells = [c for c in nb.cells if c.cell_type == "code" and not submission.is_test(c)]
+        cells = [c for c in nb.cells if c.cell_type == "code" and not is_test(c)]
         assert scan.scan(cells) == [], f"{path.name}: {scan.scan(cells)}"
     assert scan.scan(cells_of("import gc\ngc.collect()", "import inspect\nprint(inspect.getsource(len))")) == []
     assert scan.scan(cells_of("import gc\ngc.get_objects()")) == ["line 2 uses get_objects"]
@@ -780,8 +783,9 @@ def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys,
 GUARDED_COMPARISONS = r'''
 import sys, torch
 from autograder.job import strict_comparisons
-from autograder.runner import GUARD_SOURCE
-exec(GUARD_SOURCE)
+from autograder.inside import guard
+from autograder.runner import source_of
+exec(source_of(guard))
 install("_guard_for_test")
 
 class Lying(torch.Tensor):  # says yes to every comparison
@@ -809,7 +813,7 @@ print("refused")
 
 
 def test_tensor_comparisons_in_tests_refuse_a_lying_subclass_and_accept_plain_and_simulated_tensors():
-    done = subprocess.run([sys.executable, "-c", GUARDED_COMPARISONS], cwd=pipeline.ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", GUARDED_COMPARISONS], cwd=paths.ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip().endswith("refused"), done.stdout + done.stderr
 
@@ -846,7 +850,7 @@ def test_the_key_of_a_reference_is_the_same_whichever_folder_the_grader_starts_i
     """`make grade` starts in the repository's root, an instructor's own command may start elsewhere: the references
     kept on one day must serve the other (the root holds the course's metadata, found there a second time)."""
     code = "from autograder import canary; print(canary.this_machine())"
-    root = Path(pipeline.ROOT)
+    root = Path(paths.ROOT)
     env = dict(os.environ, PYTHONPATH=str(root))
     keys = [subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
                            check=True, timeout=120).stdout for cwd in (root, tmp_path)]

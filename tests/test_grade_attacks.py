@@ -7,7 +7,7 @@ feedback alone must hold:
 * ``silencer`` has no answer: it prints every line of source it can reach and silences every
   error the kernel would show (the attack that earned 2 of 8 points when a test passed by
   printing a completion marker);
-* ``forger`` (the demo class's, see ``autograder.demo.FORGER``) has no answer either: its functions
+* ``forger`` (the demo class's, see ``autograder.course.demo.FORGER``) has no answer either: its functions
   return an object that absorbs every use, and a thread of its rewrites the kernel's recorder so
   that every check records True and every value comparison records the expected side the notebook
   pairs with the same expression elsewhere; its errors are silenced too (every test passes in the
@@ -29,8 +29,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import grade, probe
-from autograder.settings import DEMO_CLASS, Settings
+from autograder import grade
+from autograder.course.cells import visible_source
+from autograder.settings import Settings
+from autograder.course.paths import DEMO_CLASS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_grade import CELL_TIMEOUT_S, _submit  # noqa: E402
@@ -188,7 +190,7 @@ def test_no_hidden_test_reaches_what_the_student_sees(attacked):
     feedback = "\n".join(p.read_text() for p in (workdir / "feedback" / "leaker" / "00_environment").glob("*.html"))
     assert feedback, "feedback was written"
     # The leaker ran, and what it could reach while the notebook ran is there: a visible test's source.
-    visible = probe.visible_source(next(c.source for c in graded.cells if "list_devices() must return" in c.source))
+    visible = visible_source(next(c.source for c in graded.cells if "list_devices() must return" in c.source))
     assert base64.b64encode(visible.splitlines()[0].strip().encode()).decode() in shown
     for line in hidden:
         for text in _encodings(line):

@@ -26,7 +26,7 @@ import pytest
 
 from autograder import cgroups
 from autograder.batch import STATE, read_state
-from autograder.demo import SUBMITTED
+from autograder.course.demo import SUBMITTED
 from autograder.runner import RUN_MARKER, processes_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,11 +22,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import demo, grade, sandbox
+from autograder.course import demo
+from autograder import grade, sandbox
 from autograder.gradebook import GradebookLock, grading_environment
-from autograder.pipeline import course_config
+from autograder.course.config import course_config
 from autograder.runner import alive
-from autograder.settings import DEMO_CLASS, GRADEBOOK_ENV
+from autograder.settings import GRADEBOOK_ENV
+from autograder.course.paths import DEMO_CLASS
 
 ASSIGNMENT = "00_environment"
 STUDENTS = {"grader_a": ["ada", "grace"], "grader_b": ["linus", "margaret"]}
@@ -196,7 +198,7 @@ def test_a_course_directory_keeps_its_gradebook_in_postgresql(server, tmp_path):
     import psycopg
     from nbgrader.api import Gradebook
 
-    from autograder import course
+    from autograder.course import directory as course
 
     with psycopg.connect(server["url"].replace("/gradebook", "/postgres"), autocommit=True) as admin:
         admin.execute("CREATE DATABASE term")
@@ -216,7 +218,7 @@ def test_a_new_gradebook_gets_nbgraders_migration_head_without_starting_alembic(
     from unittest import mock
 
     import nbgrader.api
-    from autograder.pipeline import tool_env
+    from autograder.course.config import tool_env
 
     with mock.patch.dict(os.environ, {"PATH": tool_env()["PATH"]}):
         printed = nbgrader.api.get_alembic_version()  # nbgrader's way: the command

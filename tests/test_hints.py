@@ -12,7 +12,7 @@ from nbclient import NotebookClient
 
 from autograder import hints
 from autograder.feedback import redact
-from autograder.pipeline import solution_path
+from autograder.course.paths import solution_path
 
 # kind -> an answer a student could write that raises that error; the test cell calls answer().
 ANSWERS = {

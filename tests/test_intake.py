@@ -11,8 +11,9 @@ import zipfile
 
 import pytest
 
-from autograder.intake import parse
-from autograder.pipeline import COURSE, ROOT, tool_env
+from autograder.plugins.intake import parse
+from autograder.course.config import tool_env
+from autograder.course.paths import COURSE, ROOT
 
 NAME = "00_environment"
 
@@ -39,7 +40,7 @@ def test_nbgraders_zip_collect_files_canvas_and_moodle_downloads(tmp_path):
     course = tmp_path / "course"
     shutil.copytree(COURSE / NAME, course / "release" / NAME)
     (course / "nbgrader_config.py").write_text(
-        "c = get_config()\nc.ZipCollectApp.collector_plugin = 'autograder.intake.LmsCollectorPlugin'\n")
+        "c = get_config()\nc.ZipCollectApp.collector_plugin = 'autograder.plugins.intake.LmsCollectorPlugin'\n")
     archive = course / "downloaded" / NAME / "archive"
     archive.mkdir(parents=True)
     notebook = (COURSE / NAME / f"{NAME}.ipynb").read_bytes()
@@ -80,7 +81,7 @@ def test_a_renamed_download_is_graded_in_full_and_the_report_says_so(tmp_path):
     import csv
 
     from autograder import grade
-    from autograder.settings import DEMO_CLASS
+    from autograder.course.paths import DEMO_CLASS
 
     submitted = tmp_path / "submitted" / "ada" / NAME
     submitted.mkdir(parents=True)

@@ -11,7 +11,8 @@ from datetime import datetime
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.pipeline import ROOT, tool_env
+from autograder.course.config import tool_env
+from autograder.course.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def _nbgraders_scores(gradebook) -> dict[tuple[str, str], float]:
 
 def test_canvas_shape_agrees_with_nbgraders_csv_penalty_included(gradebook):
     folder, url = gradebook
-    rows = _export(url, folder / "canvas.csv", "--exporter=autograder.lms.LmsExportPlugin",
+    rows = _export(url, folder / "canvas.csv", "--exporter=autograder.plugins.lms.LmsExportPlugin",
                    "--LmsExportPlugin.section=Autumn 2026")
     assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "00_environment",
                        "01_device_placement"]
@@ -76,7 +77,7 @@ def test_canvas_shape_agrees_with_nbgraders_csv_penalty_included(gradebook):
 
 def test_moodle_shape_names_each_student_by_email_and_id_and_can_rename_columns(gradebook):
     folder, url = gradebook
-    rows = _export(url, folder / "moodle.csv", "--exporter=autograder.lms.LmsExportPlugin",
+    rows = _export(url, folder / "moodle.csv", "--exporter=autograder.plugins.lms.LmsExportPlugin",
                    "--LmsExportPlugin.lms=moodle", "--assignment=00_environment",
                    '--LmsExportPlugin.columns={"00_environment": "Notebook 00"}')
     assert rows == [["Email address", "ID number", "Notebook 00"], ["ada@example.org", "ada", "8"],
@@ -86,7 +87,7 @@ def test_moodle_shape_names_each_student_by_email_and_id_and_can_rename_columns(
 def test_an_unknown_lms_is_refused_by_name(gradebook):
     folder, url = gradebook
     done = subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--CourseDirectory.db_url={url}",
-                           f"--to={folder / 'x.csv'}", "--exporter=autograder.lms.LmsExportPlugin",
+                           f"--to={folder / 'x.csv'}", "--exporter=autograder.plugins.lms.LmsExportPlugin",
                            "--LmsExportPlugin.lms=blackboard"], cwd=ROOT, env=tool_env(), capture_output=True,
                           text=True)
     assert done.returncode != 0 and "blackboard" in done.stderr and "canvas" in done.stderr, done.stderr

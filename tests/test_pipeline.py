@@ -12,20 +12,20 @@ import shutil
 import nbformat
 import pytest
 
-from autograder import pipeline
+from autograder.course import build, paths
 
 
-@pytest.mark.parametrize("name", pipeline.assignments())
+@pytest.mark.parametrize("name", paths.assignments())
 def test_student_version_with_hidden_tests_passes_none(name, tmp_path):
     stub = tmp_path / name / f"{name}.ipynb"
-    pipeline.student_version(pipeline.solution_path(name), stub)
-    ok, output = pipeline.validate(stub, invert=True)
+    build.student_version(paths.solution_path(name), stub)
+    ok, output = build.validate(stub, invert=True)
     assert ok, output
 
 
 def test_student_version_stubs_answers_and_keeps_hidden_tests(tmp_path):
     stub = tmp_path / "nb.ipynb"
-    pipeline.student_version(pipeline.solution_path("00_environment"), stub)
+    build.student_version(paths.solution_path("00_environment"), stub)
     cells = nbformat.read(stub, as_version=4).cells
     answers = [c for c in cells if c.metadata.get("nbgrader", {}).get("solution")]
     assert answers and all("raise NotImplementedError()" in c.source for c in answers if c.cell_type == "code")
@@ -38,29 +38,29 @@ def test_student_version_stubs_answers_and_keeps_hidden_tests(tmp_path):
 
 def test_validate_reports_a_wrong_answer_as_a_failure(tmp_path):
     """The both-ways check would notice a solution that stopped passing."""
-    nb = nbformat.read(pipeline.solution_path("00_environment"), as_version=4)
+    nb = nbformat.read(paths.solution_path("00_environment"), as_version=4)
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "list_devices":
             cell.source = "def list_devices():\n    return ['cpu']"
     broken = tmp_path / "broken.ipynb"
     nbformat.write(nb, broken)
-    ok, output = pipeline.validate(broken)
+    ok, output = build.validate(broken)
     assert not ok and "VALIDATION FAILED" in output
-    ok, output = pipeline.validate(broken, invert=True)
+    ok, output = build.validate(broken, invert=True)
     assert not ok, "a notebook that passes some tests is not a student version"
 
 
 def test_times_runs_and_validates_a_notebook_and_names_the_machine():
-    run_s, validate_s = pipeline.timings("00_environment")
+    run_s, validate_s = build.timings("00_environment")
     assert run_s > 0 and validate_s > 0, (run_s, validate_s)
-    assert "cores" in pipeline.machine()
+    assert "cores" in build.machine()
 
 
 def test_times_exits_1_when_a_notebook_is_over_a_limit(monkeypatch, capsys):
     seconds = {"00_environment": (5.0, 8.0), "01_device_placement": (61.0, 8.0), "02_cross_device_errors": (9.0, 31.0)}
-    monkeypatch.setattr(pipeline, "timings", seconds.get)
-    assert pipeline.main(["times", "00_environment"]) == 0
-    assert pipeline.main(["times", *seconds]) == 1
+    monkeypatch.setattr(build, "timings", seconds.get)
+    assert build.main(["times", "00_environment"]) == 0
+    assert build.main(["times", *seconds]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].endswith("run over") and lines[-1].endswith("Validate over") and "over" not in lines[-3]
 
@@ -75,17 +75,17 @@ def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_t
     from autograder.submission import fingerprint
 
     solutions = tmp_path / "solutions"
-    shutil.copytree(pipeline.SOLUTIONS / "08_portable_models_and_memory", solutions / "08_portable_models_and_memory",
+    shutil.copytree(paths.SOLUTIONS / "08_portable_models_and_memory", solutions / "08_portable_models_and_memory",
                     ignore=shutil.ignore_patterns("memory_timeline.png"))
     clean = tmp_path / "clean"
-    pipeline.copy_solutions(clean, solutions)
+    paths.copy_solutions(clean, solutions)
     for stray in ("08_portable_models_and_memory/memory_timeline.png", ".ipynb_checkpoints/x-checkpoint.ipynb",
                   "08_portable_models_and_memory/__pycache__/m.cpython-311.pyc"):
         (solutions / stray).parent.mkdir(parents=True, exist_ok=True)
         (solutions / stray).write_bytes(b"written by a run")
     (solutions / "08_portable_models_and_memory" / "data.csv").write_text("a,b\n")  # a file the notebook reads
     copied = tmp_path / "copied"
-    pipeline.copy_solutions(copied, solutions)
+    paths.copy_solutions(copied, solutions)
     assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == [
         "08_portable_models_and_memory/08_portable_models_and_memory.ipynb", "08_portable_models_and_memory/data.csv"]
     (copied / "08_portable_models_and_memory" / "data.csv").unlink()

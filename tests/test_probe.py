@@ -1,4 +1,4 @@
-"""autograder.probe and autograder.recorder: tests rewritten into probes, values judged outside the kernel.
+"""autograder.probe and autograder.inside.recorder: tests rewritten into probes, values judged outside the kernel.
 
 The probes run here in this process (a recorder installed with a list as its publisher), the
 instructor's answer and a student's side by side, as the grader runs them in two kernels.
@@ -10,7 +10,8 @@ import secrets
 import pytest
 import torch
 
-from autograder import probe, recorder
+from autograder import probe
+from autograder.inside import recorder
 
 TEST = '''"""name_of() names the device; ones_on() makes ones there."""
 from devcourse.grading import check_on_devices, assert_tensor

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 import yaml
 
-from autograder import demo, pipeline
+from autograder.course import build, config, demo, paths
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def test_every_requirement_is_pinned_exactly_and_torch_to_the_cpu_wheel_version(
 
 
 def test_every_assignment_has_a_folder_and_notebook_of_the_same_name():
-    names = pipeline.assignments()
+    names = paths.assignments()
     assert names[:3] == ["00_environment", "01_device_placement", "02_cross_device_errors"]
     for name in names:
         assert re.fullmatch(r"\d\d_[a-z0-9_]+", name)
@@ -47,7 +47,7 @@ def test_every_assignment_has_a_folder_and_notebook_of_the_same_name():
 def _files(root: Path) -> list[Path]:
     """The files under root, less those nbgrader's CourseDirectory.ignore leaves out (what a run writes beside a
     notebook)."""
-    ignored = pipeline.course_config().CourseDirectory.ignore
+    ignored = config.course_config().CourseDirectory.ignore
     return sorted(p.relative_to(root) for p in root.rglob("*")
                   if p.is_file() and not any(fnmatch.fnmatch(part, pattern)
                                              for part in p.relative_to(root).parts for pattern in ignored))
@@ -61,7 +61,7 @@ def _tree_differences(a: Path, b: Path) -> list[str]:
 
 
 def test_course_is_exactly_what_nbgrader_generates_from_solutions(tmp_path):
-    pipeline.generate_course(tmp_path / "course")
+    build.generate_course(tmp_path / "course")
     stale = _tree_differences(tmp_path / "course", ROOT / "course")
     assert not stale, f"course/ is out of date or edited by hand ({stale}): run `make course`"
 
@@ -72,15 +72,15 @@ def test_demo_submissions_are_exactly_what_the_roster_builds(tmp_path):
     assert not stale, f"the demo class is out of date ({stale}): run `make course`"
 
 
-@pytest.mark.parametrize("name", pipeline.assignments())
+@pytest.mark.parametrize("name", paths.assignments())
 def test_solution_notebooks_are_stored_with_outputs_and_without_widget_state(name):
     import nbformat
 
-    nb = nbformat.read(pipeline.solution_path(name), as_version=4)
+    nb = nbformat.read(paths.solution_path(name), as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), "run `make execute` to store outputs"
     assert "widgets" not in nb.metadata
-    text = pipeline.solution_path(name).read_text()
+    text = paths.solution_path(name).read_text()
     for place in (sys.prefix, str(ROOT)):
         assert place not in text, f"a stored output shows a local path ({place}): run `make execute`"
     for cell in code:
@@ -89,9 +89,9 @@ def test_solution_notebooks_are_stored_with_outputs_and_without_widget_state(nam
 
 
 def test_only_the_last_assignment_says_it_is_the_last_and_each_other_names_the_next():
-    names = pipeline.assignments()
+    names = paths.assignments()
     for index, name in enumerate(names):
-        nb = nbformat.read(pipeline.solution_path(name), as_version=4)
+        nb = nbformat.read(paths.solution_path(name), as_version=4)
         text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
         says_last = "last notebook" in text
         assert says_last == (index == len(names) - 1), (f"{name} {'says' if says_last else 'does not say'} "
@@ -107,8 +107,8 @@ def test_readme_states_each_notebooks_points_and_the_total():
     readme = (ROOT / "README.md").read_text()
     stated = {name: int(points) for name, points in re.findall(r"^\| `(\d\d_[a-z0-9_]+)` \| (\d+) \|", readme, re.M)}
     actual = {}
-    for name in pipeline.assignments():
-        cells = nbformat.read(pipeline.solution_path(name), as_version=4).cells
+    for name in paths.assignments():
+        cells = nbformat.read(paths.solution_path(name), as_version=4).cells
         actual[name] = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in cells
                            if c.metadata.get("nbgrader", {}).get("grade"))
     assert stated == actual
@@ -126,7 +126,7 @@ def test_make_lab_starts_the_students_lab():
 
 
 def test_devcourse_modules_import_without_jupyters_server_or_jsonschema():
-    """Each grading kernel imports every devcourse module (autograder.guard) before the student's first cell.
+    """Each grading kernel imports every devcourse module (autograder.inside.guard) before the student's first cell.
 
     Jupyter's server modules bring in jsonschema, whose IRI format checker compiles a grammar at import:
     about a second of every kernel's start, for nothing the kernel uses.
@@ -176,8 +176,8 @@ def test_sim_output_cells_are_compared_only_where_there_is_no_real_accelerator(m
 
 def test_every_sim_output_cell_asks_for_its_device():
     """A cell tagged sim-output runs on a real accelerator where there is one, so it must not turn on sim itself."""
-    for name in pipeline.assignments():
-        nb = nbformat.read(pipeline.solution_path(name), as_version=4)
+    for name in paths.assignments():
+        nb = nbformat.read(paths.solution_path(name), as_version=4)
         for cell in nb.cells:
             if "sim-output" in cell.metadata.get("tags", []):
                 assert "simdevice.enable(" not in cell.source, f"{name}: {cell.source[:80]}"

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from autograder import grade, review
-from autograder.demo import SUBMITTED
+from autograder.course.demo import SUBMITTED
 
 ASSIGNMENT = "00_environment"
 WRITTEN = "reply_to_a_classmate"  # Exercise 4, graded by hand

@@ -210,7 +210,7 @@ def test_disk_use_is_read_only_from_a_disk_of_the_sandbox_size():
 
 MOUNTED = r'''
 import json, sys
-from autograder import launcher
+from autograder.inside import launcher
 print(json.dumps({"points": [[point, sorted(options)] for point, options in launcher.mount_points()],
                   "below": launcher._mounts_below(sys.argv[1])}))
 '''

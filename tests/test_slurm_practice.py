@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from autograder.pipeline import ROOT
+from autograder.course.paths import ROOT
 
 SCRIPT = ROOT / "tools" / "practice-slurm.sh"
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from autograder import slurmcheck
-from autograder.pipeline import ROOT
+from autograder.course.paths import ROOT
 
 DOCS = ROOT / "docs" / "cluster.md"
 

@@ -37,8 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.demo import SUBMITTED
-from autograder.pipeline import ROOT, course_config
+from autograder.course.demo import SUBMITTED
+from autograder.course.config import course_config
+from autograder.course.paths import ROOT
 from autograder.sandbox import tethered
 from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, _free_port, _tail, stop_lab
 from test_grade import _table_dump  # every row of every table of a folder's gradebook.db
@@ -267,7 +268,7 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
             shutil.copy(SUBMITTED / ANSWERS[student] / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", fetched)
         elif re.search(r"nbgrader submit\b", body):
             assert list((term.exchange / term.course_id / "inbound").glob(f"{student}+{ASSIGNMENT}+*"))
-        elif "autograder.course due" in body:
+        elif "autograder.course.directory due" in body:
             assert ASSIGNMENT in output
         elif "nbgrader collect" in body:
             for name in ANSWERS:

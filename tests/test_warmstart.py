@@ -215,8 +215,9 @@ def test_one_server_serves_runs_that_hide_the_gpus_and_each_process_sees_its_own
 
 GUARDED = r'''
 import os
-from autograder.runner import GUARD_SOURCE
-exec(GUARD_SOURCE)
+from autograder.inside import guard
+from autograder.runner import source_of
+exec(source_of(guard))
 install("_guard_for_test")
 from devcourse import warmstart
 env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COURSE_PROBE="a graded notebook")

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from autograder import runner, zygote
-from autograder.demo import SUBMITTED
+from autograder.course.demo import SUBMITTED
 from autograder.runner import RUN_MARKER, processes_of, tree_usage
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ submissions are built from those and committed under
 rebuilds them and fails on any difference, and another grades them and
 compares with ``expected_scores.csv``.
 
-Run ``python -m autograder.demo`` from the repository root to rebuild them
+Run ``python -m autograder.course.demo`` from the repository root to rebuild them
 after changing a notebook.
 """
 
@@ -23,8 +23,9 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.pipeline import COURSE, ROOT, assignments, solution_path
-from autograder.settings import DEMO_DUE
+from autograder.course.cells import is_test
+from autograder.settings import score_text
+from autograder.course.paths import COURSE, ROOT, assignments, demo_due, solution_path
 
 DEMO_DIR = ROOT / "autograder" / "demo_class"
 SUBMITTED = DEMO_DIR / "submitted"
@@ -36,8 +37,6 @@ def unexpected_scores(results) -> list[str]:
 
     Scores are compared as the report writes them (``8/8``, ``withheld/10``, empty where nothing was graded).
     """
-    from autograder.report import score_text
-
     with EXPECTED_SCORES.open() as handle:
         expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
     return [f"{r.student} / {r.assignment}: got {score_text(r) or 'nothing'}, "
@@ -420,8 +419,7 @@ ROSTER.update({
 # Tampering with the notebook itself: applied to the student's notebook after the answers are filled in.
 def _edit_tests(nb):
     """Replace every test with `pass`, and delete the last test cell."""
-    tests = [c for c in nb.cells
-             if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")]
+    tests = [c for c in nb.cells if is_test(c)]
     for cell in tests:
         cell.source = "pass  # nothing to check"
     nb.cells.remove(tests[-1])
@@ -439,7 +437,7 @@ def _from_another_assignment(nb):
     return other
 
 
-# Every submission was handed in an hour before its due date (settings.DEMO_DUE), except these: hours late.
+# Every submission was handed in an hour before its due date (paths.demo_due), except these: hours late.
 LATE_HOURS = {("grace", "02_cross_device_errors"): 26}
 
 ROSTER["trudy"] = {"02_cross_device_errors": {"*": STUB}}
@@ -470,6 +468,7 @@ def build(into: Path = SUBMITTED) -> list[Path]:
         shutil.rmtree(into)
     written = []
     known = set(assignments())
+    due = demo_due()
     for student, handed_in in sorted(ROSTER.items()):
         for name, policy in sorted(handed_in.items()):
             if name not in known:
@@ -497,7 +496,7 @@ def build(into: Path = SUBMITTED) -> list[Path]:
             else:
                 nbformat.write(tampered, target)
             written.append(target)
-            handed_in_at = datetime.strptime(DEMO_DUE[name], "%Y-%m-%d %H:%M:%S UTC") + \
+            handed_in_at = datetime.strptime(due[name], "%Y-%m-%d %H:%M:%S UTC") + \
                 timedelta(hours=LATE_HOURS.get((student, name), -1))
             # As nbgrader submit writes it, and collect keeps it: the late penalty counts from it.
             (target.parent / "timestamp.txt").write_text(handed_in_at.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))

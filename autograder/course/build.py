@@ -6,7 +6,7 @@ student version in ``course/`` (:func:`generate_course`), and a student
 version that keeps the hidden tests (:func:`student_version`), which must
 fail every test.
 
-Run ``python -m autograder.pipeline --help`` from the repository root.
+Run ``python -m autograder.course.build --help`` from the repository root.
 """
 
 from __future__ import annotations
@@ -21,51 +21,11 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = ROOT / "solutions"
-COURSE = ROOT / "course"
+from autograder.course.cells import has_hidden, is_test, nbgrader_meta
+from autograder.course.config import course_config, tool_env
+from autograder.course.paths import COURSE, ROOT, STUDENTS_GUIDE, assignments, solution_path
+
 CELL_TIMEOUT_S = 120
-STUDENTS_GUIDE = ROOT / "docs" / "students.md"
-
-
-def assignments() -> list[str]:
-    """The assignment names, in teaching order: ``solutions/NN_topic/NN_topic.ipynb``."""
-    return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
-
-
-def solution_path(assignment: str) -> Path:
-    return SOLUTIONS / assignment / f"{assignment}.ipynb"
-
-
-def tool_env() -> dict[str, str]:
-    """The environment for nbgrader and jupyter: this interpreter's bin first on PATH.
-
-    nbgrader creates a gradebook by running ``alembic`` by name, and kernels
-    start ``python`` by name, so both must resolve to this environment.
-    """
-    env = dict(os.environ)
-    here = str(Path(sys.executable).parent)
-    if env.get("PATH", "").split(os.pathsep)[0] != here:  # the same however often it is applied
-        env["PATH"] = here + os.pathsep + env.get("PATH", "")
-    return env
-
-
-def course_config():
-    """The course's nbgrader settings, read from ``nbgrader_config.py`` (a traitlets ``Config``)."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
-
-
-def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
-    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores.
-
-    ``CourseDirectory.ignore`` names checkpoints, caches and the files a notebook writes beside itself when it
-    runs (08's memory picture): left out, they neither reach the students nor change what the grader keys the
-    canary's references on.
-    """
-    shutil.copytree(source, target, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
 
 
 def execute(path: Path) -> None:
@@ -147,11 +107,8 @@ def mark_hidden_checks(released: Path, solution: Path) -> None:
     ``metadata["course"]["hidden_checks"]`` is what Validate reads to tell a student how many points hidden
     checks are worth (:mod:`devcourse.validation`); nbgrader's checksums do not cover metadata.
     """
-    from autograder.probe import HIDDEN
-    from autograder.submission import is_test, nbgrader_meta  # it imports this module
-
     hidden = {nbgrader_meta(cell)["grade_id"] for cell in nbformat.read(solution, as_version=4).cells
-              if is_test(cell) and HIDDEN.search(cell.source)}
+              if is_test(cell) and has_hidden(cell.source)}
     nb = nbformat.read(released, as_version=4)
     for cell in nb.cells:
         if is_test(cell) and nbgrader_meta(cell)["grade_id"] in hidden:
@@ -240,7 +197,7 @@ def _copy_as_solution(assignment: str, into: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.pipeline", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autograder.course.build", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("execute", help="re-run solution notebooks and store their outputs")
     run.add_argument("names", nargs="*", help="assignments (default: all)")

@@ -21,8 +21,9 @@ Like nbgrader's CSV, an assignment a student did not submit scores 0; a
 student or assignment can be left out with ``--student``/``--assignment``.
 Run it with nbgrader's own command::
 
-    nbgrader export --exporter=autograder.lms.LmsExportPlugin --to=grades-canvas.csv
-    nbgrader export --exporter=autograder.lms.LmsExportPlugin --LmsExportPlugin.lms=moodle --to=grades-moodle.csv
+    nbgrader export --exporter=autograder.plugins.lms.LmsExportPlugin --to=grades-canvas.csv
+    nbgrader export --exporter=autograder.plugins.lms.LmsExportPlugin --LmsExportPlugin.lms=moodle \
+        --to=grades-moodle.csv
 
 (on the grader's gradebook add ``--CourseDirectory.db_url=sqlite:///build/grade/gradebook.db``).
 """

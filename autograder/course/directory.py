@@ -1,6 +1,6 @@
 """The instructor's course directory: made once per term, then every nbgrader command and the grader use it.
 
-``python -m autograder.course init DIR`` (``make course-dir DIR=...``) lays
+``python -m autograder.course.directory init DIR`` (``make course-dir DIR=...``) lays
 out what nbgrader expects, and what the grader adds::
 
     DIR/nbgrader_config.py   the course's nbgrader settings (course id, stubs, late policy), this folder's paths,
@@ -17,7 +17,7 @@ grader's own ``executed/``, ``jobs/``, ``reference/``, ``state.json`` (and its
 ``state.journal``), ``report.txt`` and ``scores.csv``. The grader never empties a course
 directory: grading again grades what is new or changed (see
 :mod:`autograder.batch`). Due dates are kept in the gradebook:
-``--due NAME=WHEN`` here, ``python -m autograder.course due DIR NAME=WHEN``
+``--due NAME=WHEN`` here, ``python -m autograder.course.directory due DIR NAME=WHEN``
 later, or nbgrader's ``nbgrader db assignment add NAME --duedate WHEN``.
 """
 
@@ -27,7 +27,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from autograder.pipeline import assignments, copy_solutions, course_config
+from autograder.course.config import config_of, course_config, gradebook_problem, tools_on_path
+from autograder.course.paths import assignments, copy_solutions
 
 CONFIG = "nbgrader_config.py"
 # Paths and the gradebook are this folder's own; everything else is the course's policy, from the repository.
@@ -45,7 +46,7 @@ def is_course_dir(folder: Path) -> bool:
 def config_text(db_url: str | None, exchange: str | None, course_id: str | None) -> str:
     """The course directory's nbgrader_config.py: the course's policy, then this folder's own settings."""
     policy = course_config()
-    lines = ['"""nbgrader settings of this course directory (written by python -m autograder.course init).',
+    lines = ['"""nbgrader settings of this course directory (written by python -m autograder.course.directory init).',
              "",
              "Paths are relative to this file's folder, so the folder can be moved. Run nbgrader and",
              "formgrader from this folder.", '"""', "", "import os", "", "c = get_config()  # noqa: F821", "",
@@ -100,24 +101,27 @@ def set_due(folder: Path, due: dict[str, str], db_url: str | None = None) -> Non
     from nbgrader.api import Gradebook
     from nbgrader.utils import parse_utc
 
-    from autograder.gradebook import config_of, grading_environment
-
     config = config_of(folder)
     known = {p.name for p in (Path(folder) / "source").iterdir() if p.is_dir()}
     unknown = sorted(set(due) - known)
     if unknown:
         raise CourseError(f"no assignment named {', '.join(unknown)} in {folder}/source")
-    with grading_environment(), Gradebook(db_url or config.CourseDirectory.db_url,
+    with tools_on_path(), Gradebook(db_url or config.CourseDirectory.db_url,
                                           config.CourseDirectory.course_id) as gradebook:
         for name, when in due.items():
             gradebook.update_or_create_assignment(name, duedate=parse_utc(when))
 
 
+def _api(folder: Path):
+    """nbgrader's API on the course directory ``folder``, as its own ``nbgrader_config.py`` sets it."""
+    from nbgrader.apps import NbGraderAPI
+
+    return NbGraderAPI(config=config_of(folder))
+
+
 def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = None, exchange: str | None = None,
          course_id: str | None = None) -> list[str]:
     """Make a course directory in ``folder`` (absent or empty) with every assignment released; return their names."""
-    from autograder.gradebook import gradebook_problem, grading_environment, nbgrader_api
-
     folder = Path(folder).resolve()
     if is_course_dir(folder):
         raise CourseError(f"{folder} is a course directory already; its gradebook and submissions are kept")
@@ -132,8 +136,8 @@ def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = N
         (folder / CONFIG).write_text(config_text(db_url, exchange, course_id))
         if db_url:  # it may hold the database's password: the instructor's to read alone
             (folder / CONFIG).chmod(0o600)
-        with grading_environment():
-            api = nbgrader_api(folder)
+        with tools_on_path():
+            api = _api(folder)
             for name in names:
                 outcome = api.generate_assignment(name, force=True)
                 if not outcome["success"]:
@@ -147,7 +151,7 @@ def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.course", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autograder.course.directory", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("init", help="make a course directory with every assignment released")
     make.add_argument("folder", type=Path, help="a new or empty folder")

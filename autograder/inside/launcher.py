@@ -17,9 +17,9 @@ the whole sandbox too. Without namespaces the launcher forks the kernel into
 a process group of its own and kills that group when it is told to end or
 its parent dies.
 
-``python autograder/launcher.py SPEC.json PARENT_PID -- COMMAND...`` is the launcher
+``python autograder/inside/launcher.py SPEC.json PARENT_PID -- COMMAND...`` is the launcher
 (it needs only the standard library): :func:`autograder.sandbox.wrap` puts it in the kernel's command line.
-``python autograder/launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...`` only ties
+``python autograder/inside/launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...`` only ties
 ``COMMAND`` to ``PARENT_PID`` and runs it in its place (:func:`autograder.sandbox.tethered`); servers
 that tests start use it.
 """

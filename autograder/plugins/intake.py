@@ -16,7 +16,7 @@ LMSs give (``nbgrader_config.py`` selects it with
 
 The student id is the LMS's number for the student (Canvas's user id,
 Moodle's participant id): use those as nbgrader's student ids, or the
-LMS export (:mod:`autograder.lms`) cannot be matched back. A copy the LMS or
+LMS export (:mod:`autograder.plugins.lms`) cannot be matched back. A copy the LMS or
 the student's browser renamed, ``00_environment (1).ipynb`` or
 ``00_environment-1.ipynb``, is the notebook ``00_environment.ipynb``.
 
@@ -33,7 +33,7 @@ import re
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
-from autograder.submission import RENAMED
+from autograder.course.paths import RENAMED
 
 CANVAS = re.compile(r"^(?P<name>[^_]+?)(?P<late>_LATE)?_(?P<student_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)$")
 MOODLE = re.compile(r"^(?P<full_name>.+?)_(?P<student_id>\d+)_assign(?:submission|feedback)_[a-z]+_(?P<file>.*)$")

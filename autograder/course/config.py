@@ -1,0 +1,76 @@
+"""nbgrader's settings of a course, and the environment nbgrader's commands need to find their tools."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from autograder.course.paths import ROOT
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for nbgrader and jupyter: this interpreter's bin first on PATH.
+
+    nbgrader creates a gradebook by running ``alembic`` by name, and kernels
+    start ``python`` by name, so both must resolve to this environment.
+    """
+    env = dict(os.environ)
+    here = str(Path(sys.executable).parent)
+    if env.get("PATH", "").split(os.pathsep)[0] != here:  # the same however often it is applied
+        env["PATH"] = here + os.pathsep + env.get("PATH", "")
+    return env
+
+
+@contextlib.contextmanager
+def tools_on_path():
+    """This interpreter's bin first on ``PATH`` for the block (see :func:`tool_env`), as it was after it."""
+    before = os.environ.get("PATH")
+    os.environ["PATH"] = tool_env()["PATH"]
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = before
+
+
+def course_config():
+    """The course's nbgrader settings, read from ``nbgrader_config.py`` (a traitlets ``Config``)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+
+
+def config_of(workdir: Path):
+    """The nbgrader settings of a work folder: a course directory's own ``nbgrader_config.py``
+    (:mod:`autograder.course.directory`), else the course repository's."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if (Path(workdir) / "nbgrader_config.py").is_file():
+        return PyFileConfigLoader("nbgrader_config.py", path=str(Path(workdir).resolve())).load_config()
+    return course_config()
+
+
+def shown_url(url: str) -> str:
+    """The gradebook URL as the report prints it: the password replaced by ``***``."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def gradebook_problem(url: str) -> str | None:
+    """Why the gradebook at ``url`` cannot be opened (server down, wrong password...), or None if it can."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as error:  # noqa: BLE001 - any reason is reported to the instructor, in one line
+        reason = str(getattr(error, "orig", None) or error)
+        return " ".join(line.strip() for line in reason.splitlines() if line.strip()) or type(error).__name__
+    return None

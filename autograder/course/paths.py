@@ -1,0 +1,52 @@
+"""Where this course's own files are in its checkout: the solutions, the student versions, the demo class.
+
+Every path here is inside the repository; a grader installed elsewhere, grading another course, uses none
+of them (see :mod:`autograder.course.directory` for a course directory of any course).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "solutions"
+COURSE = ROOT / "course"
+STUDENTS_GUIDE = ROOT / "docs" / "students.md"
+DEMO_CLASS = ROOT / "autograder" / "demo_class" / "submitted"
+WORKDIR = ROOT / "build" / "grade"
+
+# A copy an LMS or a browser renamed: ``00_environment (1).ipynb``, ``00_environment-1.ipynb``.
+RENAMED = re.compile(r"^(?P<stem>.+?)(?: \(\d+\)|-\d+)$")
+
+
+def assignments() -> list[str]:
+    """The assignment names, in teaching order: ``solutions/NN_topic/NN_topic.ipynb``."""
+    return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def solution_path(assignment: str) -> Path:
+    return SOLUTIONS / assignment / f"{assignment}.ipynb"
+
+
+def demo_due() -> dict[str, str]:
+    """The demo class's due dates (UTC), weekly from 2026-09-07 17:00, for its work folder's gradebook; one of
+    its submissions is late."""
+    first = datetime(2026, 9, 7, 17, tzinfo=timezone.utc)
+    return {name: (first + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
+            for number, name in enumerate(assignments())}
+
+
+def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
+    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores.
+
+    ``CourseDirectory.ignore`` names checkpoints, caches and the files a notebook writes beside itself when it
+    runs (08's memory picture): left out, they neither reach the students nor change what the grader keys the
+    canary's references on.
+    """
+    from autograder.course.config import course_config
+
+    shutil.copytree(source, target, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
