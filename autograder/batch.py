@@ -36,21 +36,21 @@ from pathlib import Path
 import nbformat
 
 from autograder import canary, cgroups, sandbox
-from autograder.feedback import FeedbackApart, page_notes
-from autograder.course.cells import hidden_test_lines as hidden_lines
-from autograder.course.directory import is_course_dir
-from autograder.gradebook import EXECUTED, GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
-from autograder.course.config import config_of
-from autograder.executors import ClusterError, Executor, executor_for
-from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
-from autograder.course.paths import SOLUTIONS, copy_solutions
-from autograder.report import Progress, devices_text
-from autograder.settings import Result, Settings
 from autograder.cgroups import usable_cores
-from autograder.course.paths import DEMO_CLASS, WORKDIR, demo_due
-from autograder.submission import SubmissionError, fingerprint, read_submission, write_whole
+from autograder.course.build import copy_solutions
 from autograder.course.cells import grade_ids_of
-from autograder.course.paths import RENAMED
+from autograder.course.cells import hidden_test_lines as hidden_lines
+from autograder.course.config import config_of
+from autograder.course.directory import is_course_dir
+from autograder.course.paths import DEMO_CLASS, RENAMED, SOLUTIONS, WORKDIR, demo_due
+from autograder.course.profile import devices_text
+from autograder.executors import ClusterError, Executor, executor_for
+from autograder.feedback import FeedbackApart, page_notes
+from autograder.gradebook import EXECUTED, GradebookLock, failure_of, gradebook_url, grading_environment, nbgrader_api
+from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
+from autograder.report import Progress
+from autograder.settings import Result, Settings
+from autograder.submission import SubmissionError, fingerprint, read_submission, write_whole
 from autograder.verdict import judge
 from devcourse.validation import total_points
 
@@ -477,7 +477,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                             record(pair, feedback_in_line(pair) if settings.feedback else [])
                     else:
                         notes.setdefault(pair, []).append("not graded: "
-                                                          + last_line(outcome.get("error") or outcome.get("log")))
+                                                          + failure_of(outcome))
             if feedback is not None:  # the pages made so far; at most depth - 1 left waiting
                 feedback.deliver(record, INTERRUPTS.holding, keep=feedback.depth - 1)
             progress.step(f"{job.student}/{job.assignment}")

@@ -59,10 +59,11 @@ from pathlib import Path
 import nbformat
 
 from autograder import sandbox
+from autograder.course.cells import is_test, nbgrader_meta
+from autograder.course.profile import devices_text
 from autograder.job import Job, RunContext, prepare
 from autograder.probe import notebook_sites, self_check
 from autograder.submission import fingerprint, write_whole
-from autograder.course.cells import is_test, nbgrader_meta
 from autograder.verdict import judge, observations_of
 
 STUDENT = "(canary)"
@@ -93,8 +94,6 @@ def _installed() -> str:
 
 def this_machine() -> str:
     """The part of every key that is the same for a whole run: code, Python, packages, machine, devices."""
-    from autograder.report import devices_text
-
     parts = [_installed(), sys.version, sys.executable, platform.platform(), platform.machine(), str(os.cpu_count()),
              str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
              os.environ.get("CUDA_VISIBLE_DEVICES", "-"), devices_text()]

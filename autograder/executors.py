@@ -55,12 +55,13 @@ from pathlib import Path
 
 from autograder import bytecode, sandbox
 from autograder.cgroups import usable_cores
-from autograder.job import RUNNERS, Runners, execute, finish, launch, relocate
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
+from autograder.job import RUNNERS, Runners, execute, finish, launch, relocate
 from autograder.runner import kernel_env
 from autograder.settings import Settings
-from autograder.zygote import Zygote, usable as zygote_usable
+from autograder.zygote import Zygote
+from autograder.zygote import usable as zygote_usable
 
 CONNECT_TIMEOUT_S = 5
 WORKERLESS_S = 120  # jobs waiting, and no worker that can run them: the cluster cannot grade
@@ -528,7 +529,6 @@ def apart(make):
 def check_scheduler(address: str) -> None:
     """Raise :class:`ClusterError` unless a Dask scheduler answers at ``tcp://HOST:PORT`` within 5 s."""
     import asyncio
-
     from urllib.parse import urlsplit
 
     parts = urlsplit(address if "://" in address else "tcp://" + address)

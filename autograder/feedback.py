@@ -26,10 +26,13 @@ import nbformat
 from nbconvert.exporters import HTMLExporter
 from nbconvert.filters.highlight import Highlight2HTML
 
-from autograder.inside import launcher
-from autograder.gradebook import last_line
-from autograder.hints import strip_ansi, teach
+from autograder import sandbox
 from autograder.course.cells import HIDDEN, hidden_test_lines, is_test
+from autograder.course.directory import CourseError, is_course_dir
+from autograder.gradebook import failure_of, grading_environment, nbgrader_api
+from autograder.hints import strip_ansi, teach
+from autograder.inside import launcher
+from autograder.job import course_imports, test_prelude
 
 
 class _CompiledTemplates(jinja2.BytecodeCache):
@@ -199,7 +202,7 @@ def write_feedback(api, workdir: Path, pair: tuple[str, str], hidden: set[str], 
             with contextlib.suppress(OSError):
                 folder.rmdir()  # if no other page is being made
     if not outcome["success"]:
-        notes.setdefault(pair, []).append("no feedback: " + last_line(outcome.get("error") or outcome.get("log")))
+        notes.setdefault(pair, []).append("no feedback: " + failure_of(outcome))
 
 
 def page_notes(api, workdir: Path, pair: tuple[str, str], hidden: set[str]) -> list[str]:
@@ -209,7 +212,7 @@ def page_notes(api, workdir: Path, pair: tuple[str, str], hidden: set[str]) -> l
     try:
         write_feedback(api, workdir, pair, hidden, notes)
     except Exception as error:  # noqa: BLE001 - any failure is a note, and the class goes on
-        notes.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {last_line(str(error))}")
+        notes.setdefault(pair, []).append(f"no feedback: {type(error).__name__}: {sandbox.last_line(str(error))}")
     return notes.get(pair, [])
 
 
@@ -219,7 +222,6 @@ _PRELUDES: dict[tuple[str, int], int | None] = {}
 def prelude_lines(source: Path) -> int | None:
     """How many lines the grader ran before each test of the notebook ``source`` (the instructor's):
     :func:`autograder.job.test_prelude` with its imports; None where the notebook is not there."""
-    from autograder.job import course_imports, test_prelude
 
     try:
         key = (str(source), source.stat().st_mtime_ns)
@@ -345,7 +347,6 @@ class FeedbackApart:
 
 def serve(lines, answer) -> None:
     """The process of a :class:`FeedbackApart`: the work folder first, then one page per line of ``lines``."""
-    from autograder.gradebook import grading_environment, nbgrader_api
 
     first = json.loads(next(lines))
     # Killed when the grader ends (Linux), even mid-page; elsewhere it ends at its input's end.
@@ -366,8 +367,6 @@ def regenerate(course: Path, assignment: str, students: list[str] | None = None)
     comments formgrader saved, and the errors are taught as in the grader's own
     feedback. Returns notes per (student, assignment) that got none.
     """
-    from autograder.course.directory import CourseError, is_course_dir
-    from autograder.gradebook import grading_environment, nbgrader_api
 
     course = Path(course).resolve()
     if not is_course_dir(course):
@@ -391,7 +390,6 @@ def regenerate(course: Path, assignment: str, students: list[str] | None = None)
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from autograder.course.directory import CourseError
 
     if argv is None and sys.argv[1:] == ["--serve"]:  # a FeedbackApart's process, not for people
         # The answers have the standard output to themselves: anything printed on the way goes to stderr.

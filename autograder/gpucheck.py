@@ -282,12 +282,19 @@ def check_cluster(ctx: Context) -> Check:
     from distributed import Client
 
     from autograder import batch
-    from autograder.executors import (RAN_ON, jobs_per_worker, runner_sees, start_process, start_scheduler,
-                                      stop_group, wait_for_workers)
     from autograder.course.demo import unexpected_scores
+    from autograder.course.paths import DEMO_CLASS
+    from autograder.executors import (
+        RAN_ON,
+        jobs_per_worker,
+        runner_sees,
+        start_process,
+        start_scheduler,
+        stop_group,
+        wait_for_workers,
+    )
     from autograder.report import format_table
     from autograder.settings import Settings
-    from autograder.course.paths import DEMO_CLASS
 
     folder = WORKDIR / "cluster"
     folder.mkdir(parents=True, exist_ok=True)

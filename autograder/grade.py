@@ -64,17 +64,18 @@ from pathlib import Path
 
 from autograder import bytecode, cgroups, sandbox
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade, read_state
-from autograder.executors import ClusterError, check_scheduler, start_zygote_early
 from autograder.canary import CACHE_ENV, REFERENCES, CanaryFailed
-from autograder.course.directory import CourseError, is_course_dir, parse_due
-from autograder.gradebook import gradebook_url
+from autograder.cgroups import usable_cores
 from autograder.course.config import gradebook_problem, shown_url
-from autograder.report import devices_text, format_table, write_csv, write_histogram
+from autograder.course.directory import CourseError, is_course_dir, parse_due
+from autograder.course.paths import DEMO_CLASS, WORKDIR
+from autograder.course.profile import devices_text
+from autograder.executors import ClusterError, check_scheduler, start_zygote_early
+from autograder.gradebook import gradebook_url
 from autograder.job import RUNNERS
+from autograder.report import format_table, write_csv, write_histogram
 from autograder.runner import RUN_MARKER
 from autograder.settings import CELL_TIMEOUT_S, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, Settings
-from autograder.cgroups import usable_cores
-from autograder.course.paths import DEMO_CLASS, WORKDIR
 
 __all__ = ["grade", "main"]
 

@@ -19,7 +19,6 @@ from autograder import sandbox
 from autograder.course.config import config_of, tool_env
 from autograder.settings import GRADEBOOK_ENV, Settings
 
-
 EXECUTED = "executed"  # the grader's executed notebooks, which nbgrader's autograde reads (not the submissions)
 
 
@@ -27,8 +26,15 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
     """nbgrader's API on a work folder, for the grader: ``autograde`` reads the executed notebooks
     (``executed/``), and neither clears nor runs them; every other folder is nbgrader's usual one."""
     from nbgrader.apps import NbGraderAPI
-    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, DeduplicateIds, LimitOutput,
-                                        OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+    from nbgrader.preprocessors import (
+        AssignLatePenalties,
+        CheckCellMetadata,
+        DeduplicateIds,
+        LimitOutput,
+        OverwriteCells,
+        OverwriteKernelspec,
+        SaveAutoGrades,
+    )
     from traitlets.config import Config
 
     config = config_of(workdir)
@@ -42,8 +48,7 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
     overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                                   CheckCellMetadata]
     overrides.Autograde.autograde_preprocessors = [LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-    from autograder.feedback import FeedbackExporter  # here: autograder.feedback imports this module
-    overrides.GenerateFeedback.exporter_class = FeedbackExporter
+    overrides.GenerateFeedback.exporter_class = "autograder.feedback.FeedbackExporter"
     config.merge(overrides)
     return NbGraderAPI(config=config)
 
@@ -146,5 +151,6 @@ def gradebook_url(settings: Settings, workdir: Path) -> str:
     return f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
 
 
-def last_line(text: str | None) -> str:
-    return sandbox.last_line(text or "") or "unknown error"
+def failure_of(outcome: dict) -> str:
+    """Why one of nbgrader's API calls failed, in one line: the last of its error, else of its log."""
+    return sandbox.last_line(outcome.get("error") or outcome.get("log") or "") or "unknown error"

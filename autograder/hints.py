@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import nbformat
 
 from autograder.course.cells import is_test, nbgrader_meta
+from autograder.job import strict_lines
 from devcourse.validation import exercise_of  # the exercise heading above each cell, as Validate names it
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -169,7 +170,6 @@ def frame_as_written(frame: str, source: str, prelude: int | None = None) -> str
     one does. A frame that cannot be matched keeps its lines, with each check written as the function it
     stands for (:func:`unguarded`).
     """
-    from autograder.job import strict_lines
 
     head, *rest = frame.split("\n")
     matched = FRAME_HEAD.match(head)

@@ -25,12 +25,12 @@ from pathlib import Path
 import nbformat
 
 from autograder import cgroups, probe, sandbox
+from autograder.course.cells import is_answer, is_test, nbgrader_meta, visible_source
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
 from autograder.scan import ipython_free, scan
 from autograder.settings import Settings
 from autograder.submission import assemble
-from autograder.course.cells import is_answer, is_test, nbgrader_meta, visible_source
 from autograder.zygote import ZygoteUnavailable
 
 

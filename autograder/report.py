@@ -36,13 +36,6 @@ class Progress:
                 print(line, file=sys.stderr, flush=True)
 
 
-def devices_text() -> str:
-    from devcourse.grading import device_matrix
-
-    labels = {"": "", "sim": " (simulated)"}
-    return " ".join(f"{entry.device}{labels.get(entry.stand_in, '')}" for entry in device_matrix("tensor"))
-
-
 def format_table(results: list[Result]) -> str:
     """Students by assignment, ``score/max`` in each cell, then the total; notes below."""
     names = sorted({r.assignment for r in results})

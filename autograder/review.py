@@ -30,11 +30,11 @@ import nbformat
 
 from autograder.batch import STATE, mark_review, replay_journal, write_state
 from autograder.canary import reference_of
-from autograder.gradebook import EXECUTED, GradebookLock, grading_environment, gradebook_url, last_line, nbgrader_api
 from autograder.course.config import config_of
+from autograder.course.paths import WORKDIR
+from autograder.gradebook import EXECUTED, GradebookLock, failure_of, gradebook_url, grading_environment, nbgrader_api
 from autograder.job import Job
 from autograder.settings import Settings
-from autograder.course.paths import WORKDIR
 from autograder.verdict import judge
 
 
@@ -71,7 +71,7 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
         outcome = nbgrader_api(workdir, db_url).autograde(assignment, student, force=True, create=True)
     if not outcome["success"]:
-        raise ReviewError(f"nbgrader could not grade {pair}: " + last_line(outcome.get("error") or outcome.get("log")))
+        raise ReviewError(f"nbgrader could not grade {pair}: " + failure_of(outcome))
     with Gradebook(db_url, config_of(workdir).CourseDirectory.course_id) as gradebook:
         score = gradebook.find_submission(assignment, student).score
     _decide(workdir, state, pair, "released", f"{score:g}", "withheld, then released after review", db_url)

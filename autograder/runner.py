@@ -48,8 +48,8 @@ from pathlib import Path
 import nbformat
 
 from autograder import cgroups, probe, sandbox
-from autograder.inside import guard, launcher, recorder
 from autograder.course.cells import test_id
+from autograder.inside import guard, launcher, recorder
 from autograder.inside.launcher import mount_points
 
 # IPython shows a frame of a library file through stack_data (whole statements, the executing node

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 
-
 # Names no answer in this course needs, and that reach into the tests, the kernel or the grader.
 FORBIDDEN_NAMES = {  # as a bare name
     "get_ipython", "__builtins__", "__import__", "exec", "eval", "compile", "globals", "breakpoint",

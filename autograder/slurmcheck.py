@@ -181,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     from distributed import Client
 
     from autograder import batch
-    from autograder.executors import jobs_per_worker, runner_sees
     from autograder.course.demo import unexpected_scores
-    from autograder.settings import Settings
     from autograder.course.paths import DEMO_CLASS
+    from autograder.executors import jobs_per_worker, runner_sees
+    from autograder.settings import Settings
 
     if args.workdir.exists():
         shutil.rmtree(args.workdir / "work", ignore_errors=True)

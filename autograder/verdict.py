@@ -16,9 +16,9 @@ import json
 
 import nbformat
 
+from autograder.course.cells import is_test, nbgrader_meta
 from autograder.job import Job
 from autograder.probe import compare, notebook_sites
-from autograder.course.cells import is_test, nbgrader_meta
 
 AGAIN = "when the grader ran this test again, with its hidden checks, "
 

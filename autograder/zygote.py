@@ -329,13 +329,13 @@ def preload() -> None:
     import ipykernel.kernelapp  # noqa: F401
     import ipykernel.zmqshell  # noqa: F401
     import IPython  # noqa: F401
-
-    import devcourse
     import numpy  # noqa: F401
     import torch
     import torch.nn  # noqa: F401
     import torch.testing  # noqa: F401
     from torch._subclasses import fake_tensor  # noqa: F401
+
+    import devcourse
 
     for info in pkgutil.iter_modules(devcourse.__path__):
         importlib.import_module(f"devcourse.{info.name}")

@@ -54,10 +54,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
-from autograder.course.demo import EXPECTED_SCORES
 from autograder.course.config import tool_env
-from autograder.course.paths import ROOT
-from autograder.course.paths import DEMO_CLASS
+from autograder.course.demo import EXPECTED_SCORES
+from autograder.course.paths import DEMO_CLASS, ROOT
 
 HONEST = ["ada", "grace", "linus", "margaret"]
 

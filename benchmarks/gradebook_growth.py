@@ -42,8 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
 from autograder.course.config import tool_env
-from autograder.course.paths import ROOT
-from autograder.course.paths import DEMO_CLASS
+from autograder.course.paths import DEMO_CLASS, ROOT
 
 STUDENT = "ada"
 
@@ -98,8 +97,8 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; {STUDENT}'s "
           f"{', '.join(assignments)}; {args.students} more students; median of {args.repeat}", flush=True)
 
-    from autograder.gradebook import grading_environment, nbgrader_api
     from autograder.course.config import config_of
+    from autograder.gradebook import grading_environment, nbgrader_api
 
     with tempfile.TemporaryDirectory(prefix="gradebook-growth-") as place:
         root = Path(place)

@@ -1,8 +1,8 @@
 """The grader finds packages installed without bytecode, which every sandboxed kernel compiles again."""
 
 import shlex
-import sys
 import subprocess
+import sys
 
 from autograder import bytecode
 

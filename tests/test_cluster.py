@@ -28,17 +28,22 @@ import time
 from pathlib import Path
 
 import pytest
-
-from autograder.course import demo
-from autograder import executors, grade
-from autograder.executors import (ClusterError, DaskExecutor, check_scheduler, start_process, start_scheduler,
-                                  wait_for_workers)
-from autograder.course.paths import ROOT
-from autograder.settings import Settings
-from autograder.course.paths import DEMO_CLASS
 from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, then its group's SIGKILL
 from test_grade import _gradebook_dump  # every table of a gradebook, rows sorted
 from test_gradebook_postgres import server  # noqa: F401 - the fixture: a PostgreSQL server of the module's own
+
+from autograder import executors, grade
+from autograder.course import demo
+from autograder.course.paths import DEMO_CLASS, ROOT
+from autograder.executors import (
+    ClusterError,
+    DaskExecutor,
+    check_scheduler,
+    start_process,
+    start_scheduler,
+    wait_for_workers,
+)
+from autograder.settings import Settings
 
 ASSIGNMENT = "00_environment"
 # Every demo student who submitted it: the honest ones, the cheats (eve looks for the hidden tests and the

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from traitlets.utils.importstring import import_item
 
 from autograder import bytecode, cgroups, grade, sandbox, scan, submission
 from autograder.course import config, demo, paths
 from autograder.course.cells import grade_ids_of, hidden_test_lines, is_answer, is_test, nbgrader_meta
-from autograder.settings import Settings
 from autograder.course.paths import DEMO_CLASS
 from autograder.job import strict_comparisons
+from autograder.settings import Settings
 
 CELL_TIMEOUT_S = 45  # the looping student costs this much; every honest cell of the course is far quicker
 
@@ -157,8 +158,8 @@ def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the
     compiled.clear()
     assert feedback.FeedbackExporter().from_notebook_node(nb)[0] == first == plain
     assert compiled == [], "a second page compiled them again"
-    api = gradebook.nbgrader_api(tmp_path)
-    assert api.config.GenerateFeedback.exporter_class is feedback.FeedbackExporter
+    api = gradebook.nbgrader_api(tmp_path)  # nbgrader's exporter is named by its import string
+    assert import_item(api.config.GenerateFeedback.exporter_class) is feedback.FeedbackExporter
 
 
 def test_feedback_highlights_each_cell_source_once_and_its_pages_are_nbconverts(monkeypatch):

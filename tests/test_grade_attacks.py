@@ -31,8 +31,8 @@ import pytest
 
 from autograder import grade
 from autograder.course.cells import visible_source
-from autograder.settings import Settings
 from autograder.course.paths import DEMO_CLASS
+from autograder.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_grade import CELL_TIMEOUT_S, _submit  # noqa: E402

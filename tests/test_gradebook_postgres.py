@@ -22,13 +22,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import demo
 from autograder import grade, sandbox
-from autograder.gradebook import GradebookLock, grading_environment
+from autograder.course import demo
 from autograder.course.config import course_config
+from autograder.course.paths import DEMO_CLASS
+from autograder.gradebook import GradebookLock, grading_environment
 from autograder.runner import alive
 from autograder.settings import GRADEBOOK_ENV
-from autograder.course.paths import DEMO_CLASS
 
 ASSIGNMENT = "00_environment"
 STUDENTS = {"grader_a": ["ada", "grace"], "grader_b": ["linus", "margaret"]}
@@ -218,6 +218,7 @@ def test_a_new_gradebook_gets_nbgraders_migration_head_without_starting_alembic(
     from unittest import mock
 
     import nbgrader.api
+
     from autograder.course.config import tool_env
 
     with mock.patch.dict(os.environ, {"PATH": tool_env()["PATH"]}):

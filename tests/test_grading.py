@@ -1,6 +1,6 @@
 import pytest
 import torch
-from devcourse.simdevice import SimTensor
+
 from devcourse.grading import (
     assert_tensor,
     check_on_devices,
@@ -9,6 +9,7 @@ from devcourse.grading import (
     simulated_cuda,
     simulated_mps,
 )
+from devcourse.simdevice import SimTensor
 
 NO_GPU = not torch.cuda.is_available()
 

@@ -11,8 +11,8 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder import hints
-from autograder.feedback import redact
 from autograder.course.paths import solution_path
+from autograder.feedback import redact
 
 # kind -> an answer a student could write that raises that error; the test cell calls answer().
 ANSWERS = {

@@ -11,9 +11,9 @@ import zipfile
 
 import pytest
 
-from autograder.plugins.intake import parse
 from autograder.course.config import tool_env
 from autograder.course.paths import COURSE, ROOT
+from autograder.plugins.intake import parse
 
 NAME = "00_environment"
 

@@ -78,14 +78,14 @@ def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_t
     shutil.copytree(paths.SOLUTIONS / "08_portable_models_and_memory", solutions / "08_portable_models_and_memory",
                     ignore=shutil.ignore_patterns("memory_timeline.png"))
     clean = tmp_path / "clean"
-    paths.copy_solutions(clean, solutions)
+    build.copy_solutions(clean, solutions)
     for stray in ("08_portable_models_and_memory/memory_timeline.png", ".ipynb_checkpoints/x-checkpoint.ipynb",
                   "08_portable_models_and_memory/__pycache__/m.cpython-311.pyc"):
         (solutions / stray).parent.mkdir(parents=True, exist_ok=True)
         (solutions / stray).write_bytes(b"written by a run")
     (solutions / "08_portable_models_and_memory" / "data.csv").write_text("a,b\n")  # a file the notebook reads
     copied = tmp_path / "copied"
-    paths.copy_solutions(copied, solutions)
+    build.copy_solutions(copied, solutions)
     assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == [
         "08_portable_models_and_memory/08_portable_models_and_memory.ipynb", "08_portable_models_and_memory/data.csv"]
     (copied / "08_portable_models_and_memory" / "data.csv").unlink()

@@ -36,13 +36,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from autograder.course.demo import SUBMITTED
-from autograder.course.config import course_config
-from autograder.course.paths import ROOT
-from autograder.sandbox import tethered
 from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, _free_port, _tail, stop_lab
 from test_grade import _table_dump  # every row of every table of a folder's gradebook.db
+
+from autograder.course.config import course_config
+from autograder.course.demo import SUBMITTED
+from autograder.course.paths import ROOT
+from autograder.sandbox import tethered
 
 DOC = ROOT / "docs" / "instructors.md"
 BLOCK = re.compile(r"^```bash (?P<who>[^\n]+)\n(?P<body>.*?)^```\s*$", re.M | re.S)

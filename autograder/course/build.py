@@ -23,9 +23,20 @@ import nbformat
 
 from autograder.course.cells import has_hidden, is_test, nbgrader_meta
 from autograder.course.config import course_config, tool_env
-from autograder.course.paths import COURSE, ROOT, STUDENTS_GUIDE, assignments, solution_path
+from autograder.course.paths import COURSE, ROOT, SOLUTIONS, STUDENTS_GUIDE, assignments, solution_path
 
 CELL_TIMEOUT_S = 120
+
+
+def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
+    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores.
+
+    ``CourseDirectory.ignore`` names checkpoints, caches and the files a notebook writes beside itself when it
+    runs (08's memory picture): left out, they neither reach the students nor change what the grader keys the
+    canary's references on.
+    """
+    shutil.copytree(source, target, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
 
 
 def execute(path: Path) -> None:

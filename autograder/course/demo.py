@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import is_test
-from autograder.settings import score_text
 from autograder.course.paths import COURSE, ROOT, assignments, demo_due, solution_path
+from autograder.settings import score_text
 
 DEMO_DIR = ROOT / "autograder" / "demo_class"
 SUBMITTED = DEMO_DIR / "submitted"

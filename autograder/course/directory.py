@@ -27,8 +27,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from autograder.course.build import copy_solutions
 from autograder.course.config import config_of, course_config, gradebook_problem, tools_on_path
-from autograder.course.paths import assignments, copy_solutions
+from autograder.course.paths import assignments
 
 CONFIG = "nbgrader_config.py"
 # Paths and the gradebook are this folder's own; everything else is the course's policy, from the repository.

@@ -7,7 +7,6 @@ of them (see :mod:`autograder.course.directory` for a course directory of any co
 from __future__ import annotations
 
 import re
-import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -37,16 +36,3 @@ def demo_due() -> dict[str, str]:
     first = datetime(2026, 9, 7, 17, tzinfo=timezone.utc)
     return {name: (first + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
             for number, name in enumerate(assignments())}
-
-
-def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
-    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores.
-
-    ``CourseDirectory.ignore`` names checkpoints, caches and the files a notebook writes beside itself when it
-    runs (08's memory picture): left out, they neither reach the students nor change what the grader keys the
-    canary's references on.
-    """
-    from autograder.course.config import course_config
-
-    shutil.copytree(source, target, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))

@@ -40,13 +40,14 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
     import sys
     import threading
 
-    import devcourse
     import IPython
     import numpy  # noqa: F401 - imported so that its modules are in the snapshot
     import torch
     import torch.nn
     import torch.testing
     from torch._subclasses.fake_tensor import FakeTensor
+
+    import devcourse
 
     for info in pkgutil.iter_modules(devcourse.__path__):
         importlib.import_module(f"devcourse.{info.name}")
