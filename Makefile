@@ -57,7 +57,7 @@ lab-plugin: $(READY)
 	  npx build-labextension --core-path "$$($(CURDIR)/$(BIN)/python -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
 
 grade: $(READY)
-	$(BIN)/python -m autograder.grade
+	$(BIN)/python -m autograder.cli.grade
 
 # A term's course directory (autograder/course/directory.py; docs/instructors.md walks through a term).
 course-dir: $(READY)
@@ -123,7 +123,7 @@ clean:
 # uses that PyTorch as it is, and installs the rest of the stack next to it
 # (into GPU_SITE) from wheels/ when that folder holds wheels. GPU_SITE lies outside
 # the course folder: the grading sandbox hides the course folder from kernels, and
-# brings back only the Python folders outside it (autograder.sandbox.python_paths).
+# brings back only the Python folders outside it (autograder.run.sandbox.python_paths).
 GPU_PYTHON   ?= python3
 GPU_SITE     ?= $(HOME)/.cache/devcourse/gpu-site
 WHEELS       := wheels
@@ -146,7 +146,7 @@ gpu-torch:
 gpu-check: gpu-torch $(GPU_SITE)/.installed
 	env PATH="$(abspath $(GPU_SITE))/bin:$(ORIGINAL_PATH)" PYTHONPATH="$(abspath $(GPU_SITE)):$(CURDIR)" \
 	  JUPYTER_PATH="$(abspath $(GPU_SITE))/share/jupyter" \
-	  $(GPU_PYTHON) -m autograder.gpucheck $(GPU_CHECK_ARGS)
+	  $(GPU_PYTHON) -m autograder.checks.gpu $(GPU_CHECK_ARGS)
 
 wheels: build/requirements-gpu.txt
 	mkdir -p $(WHEELS)
@@ -156,7 +156,7 @@ wheels: build/requirements-gpu.txt
 	  -d $(WHEELS) -r build/requirements-gpu.txt
 
 # On a Slurm login node: workers as Slurm jobs through dask-jobqueue, as docs/cluster.md sets them up,
-# grading 01 of the demo class (python -m autograder.slurmcheck --help for the options).
+# grading 01 of the demo class (python -m autograder.checks.slurm --help for the options).
 SLURM_CHECK_ARGS ?=
 slurm-check: $(READY)
-	$(BIN)/python -m autograder.slurmcheck $(SLURM_CHECK_ARGS)
+	$(BIN)/python -m autograder.checks.slurm $(SLURM_CHECK_ARGS)

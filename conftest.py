@@ -12,7 +12,7 @@ cell that stopped raising would pass unnoticed. This hook makes every such
 cell fail unless it really raised.
 
 Every grading run of the suite shares one folder of canary references
-(``$COURSE_REFERENCE_CACHE``, see :mod:`autograder.canary`): the instructor's
+(``$COURSE_REFERENCE_CACHE``, see :mod:`autograder.judge.reference`): the instructor's
 solution runs once per set of limits, not once per test. A test that needs
 the canary itself names a cache of its own or ``--rerun-canary``.
 

@@ -1,13 +1,13 @@
 """Grade a whole class: every submission's jobs in a pool, one per core, then the gradebook and feedback.
 
-First :mod:`autograder.canary` runs the instructor's solution in the
+First :mod:`autograder.judge.reference` runs the instructor's solution in the
 same sandbox, which checks the sandbox and makes the reference every
-submission is judged against. The data flow, module by module: :mod:`autograder.submission` (read and
-assemble), :mod:`autograder.scan`, :mod:`autograder.job` (prepare, run in
-:mod:`autograder.sandbox`, started by :mod:`autograder.inside.launcher`, through
-:mod:`autograder.runner`),
-:mod:`autograder.verdict`, :mod:`autograder.gradebook` (nbgrader's
-autograde), :mod:`autograder.feedback`, :mod:`autograder.report`.
+submission is judged against. The data flow, module by module: :mod:`autograder.prepare.submission` (read and
+assemble), :mod:`autograder.prepare.scan`, :mod:`autograder.prepare.job` (prepare, run in
+:mod:`autograder.run.sandbox`, started by :mod:`autograder.inside.launcher`, through
+:mod:`autograder.run.runner`),
+:mod:`autograder.judge.verdict`, :mod:`autograder.record.gradebook` (nbgrader's
+autograde), :mod:`autograder.record.feedback`, :mod:`autograder.record.report`.
 
 A run can be stopped (Ctrl-C, SIGTERM, SIGHUP: :class:`Interrupts` turns
 them into ``KeyboardInterrupt``, held back while the gradebook is written).
@@ -22,7 +22,6 @@ graded, or that changed since.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -35,8 +34,6 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import canary, cgroups, sandbox
-from autograder.cgroups import usable_cores
 from autograder.course.build import copy_solutions
 from autograder.course.cells import grade_ids_of
 from autograder.course.cells import hidden_test_lines as hidden_lines
@@ -44,14 +41,28 @@ from autograder.course.config import config_of
 from autograder.course.directory import is_course_dir
 from autograder.course.paths import DEMO_CLASS, RENAMED, SOLUTIONS, WORKDIR, demo_due
 from autograder.course.profile import devices_text
-from autograder.executors import ClusterError, Executor, executor_for
-from autograder.feedback import FeedbackApart, page_notes
-from autograder.gradebook import EXECUTED, GradebookLock, failure_of, gradebook_url, grading_environment, nbgrader_api
-from autograder.job import RUNNERS, Job, RunContext, course_imports, prepare
-from autograder.report import Progress
+from autograder.judge import reference
+from autograder.judge.verdict import judge
+from autograder.prepare.job import Job, course_imports
+from autograder.prepare.submission import SubmissionError, fingerprint, read_submission
+from autograder.record.feedback import FeedbackApart, page_notes
+from autograder.record.gradebook import (
+    EXECUTED,
+    GradebookLock,
+    failure_of,
+    gradebook_url,
+    grading_environment,
+    nbgrader_api,
+)
+from autograder.record.marks import flag_for_review, hand_graded_points_left
+from autograder.record.report import Progress
+from autograder.record.state import EARLIER, journal_pair, read_state, write_state
+from autograder.run import cgroups, sandbox
+from autograder.run.cgroups import usable_cores
+from autograder.run.executors import ClusterError, Executor, executor_for
+from autograder.run.jobfile import RunContext, ready
+from autograder.run.process import RUNNERS
 from autograder.settings import Result, Settings
-from autograder.submission import SubmissionError, fingerprint, read_submission, write_whole
-from autograder.verdict import judge
 from devcourse.validation import total_points
 
 
@@ -110,7 +121,6 @@ class ChoiceError(ValueError):
 
 
 INTERRUPTS = Interrupts()
-STATE = "state.json"
 
 
 def submitted_notebook(folder: Path, notebook: str) -> Path | None:
@@ -122,70 +132,6 @@ def submitted_notebook(folder: Path, notebook: str) -> Path | None:
     copies = [path for path in folder.glob("*.ipynb") if path.is_file()
               and (match := RENAMED.match(path.stem)) and match.group("stem") == notebook]
     return max(copies, key=lambda path: (path.stat().st_mtime, path.name), default=None)
-
-
-JOURNAL = "state.journal"  # the pairs graded since state.json was last written whole, a line each
-
-
-def read_state(workdir: Path) -> dict | None:
-    """What earlier runs in ``workdir`` graded (``state.json`` and its journal), or None."""
-    try:
-        state = json.loads((workdir / STATE).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict) or not isinstance(state.get("graded"), dict):
-        return None
-    replay_journal(workdir, state)
-    return state
-
-
-def write_state(workdir: Path, state: dict) -> None:
-    """``state`` whole, under a new journal mark; the journal of the old mark goes.
-
-    Whole, a run stopped here leaves the old state or the new; stopped between the two steps, the journal
-    left holds lines of the old mark only, which the new state already has (:func:`replay_journal`
-    passes over them). One entry a line without indentation, which json writes with its C encoder.
-    """
-    state["journal"] = secrets.token_hex(8)
-    write_whole(workdir / STATE, json.dumps(state, separators=(",\n", ": ")))
-    with contextlib.suppress(FileNotFoundError):
-        (workdir / JOURNAL).unlink()
-
-
-def journal_pair(workdir: Path, state: dict, key: str) -> None:
-    """That pair ``key`` is graded (its fingerprint, row and withheld notebooks, as ``state`` has them), as one
-    line added to the journal: the same cost whatever the class's size. Written whole, state.json took
-    14.7 ms for a class of 1,000 x 9 notebooks at its end, after each of them (benchmarks/state_growth.py).
-    ``state`` has been written whole (:func:`write_state`) by this run first, which gives it its mark."""
-    entry = {"mark": state["journal"], "pair": key, "graded": state["graded"][key], "row": state["rows"][key]}
-    if key in state.get("withheld", {}):
-        entry["withheld"] = state["withheld"][key]
-    with open(workdir / JOURNAL, "a") as journal:
-        journal.write(json.dumps(entry) + "\n")
-
-
-def replay_journal(workdir: Path, state: dict) -> None:
-    """Add to ``state`` (read from state.json) the pairs its journal says were graded after it was written.
-
-    Only lines of the mark state.json carries count; a last line cut short (the run was killed while
-    writing it) is passed over, as is any line that is not an entry.
-    """
-    mark = state.get("journal")
-    try:
-        lines = (workdir / JOURNAL).read_text().splitlines() if mark is not None else []
-    except (OSError, ValueError):
-        return
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(entry, dict) or entry.get("mark") != mark or not isinstance(entry.get("pair"), str):
-            continue
-        state.setdefault("graded", {})[entry["pair"]] = entry.get("graded")
-        state.setdefault("rows", {})[entry["pair"]] = entry.get("row")
-        if "withheld" in entry:
-            state.setdefault("withheld", {})[entry["pair"]] = entry["withheld"]
 
 
 def take_in(intake: Path, workdir: Path) -> None:
@@ -353,7 +299,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
     # The canary's jobs go first; students' follow at once and run beside them (on a cluster, the longest solution
     # notebook would otherwise keep every worker waiting). A pair an earlier run graded keeps what that run left
     # until the canary has passed: a failed canary loses nothing.
-    pending = canary.start([(name, notebook, nb) for name in canary_names for notebook, nb in sources[name].items()],
+    pending = reference.start([(name, notebook, nb) for name in canary_names for notebook, nb in sources[name].items()],
                            workdir, run)
     before = [pair for pair in todo if has_earlier(workdir, state, pair)]
     todo = [pair for pair in todo if pair not in before] + before
@@ -421,7 +367,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                     notes.setdefault((student, name), []).append(f"not graded: {error}")
                     continue
                 job = Job(student, name, notebook, workdir / "jobs" / student / name / notebook)
-                job_file = prepare(job, source, nb, folder, run)
+                job_file = ready(job, source, nb, folder, run)
                 jobs.setdefault((student, name), []).append(job)
                 remaining[student, name] = remaining.get((student, name), 0) + 1
                 futures[executor.submit(job_file)] = job
@@ -551,7 +497,7 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
                 ran = any(j.status.get("seconds") for j in jobs.get(pair, []))
                 withheld = key in state.get("withheld", {}) and pair in graded
                 if withheld:
-                    pair_notes = [*pair_notes, f"review: python -m autograder.review {key} --release "
+                    pair_notes = [*pair_notes, f"review: python -m autograder.record.review {key} --release "
                                                "(or --confirm), or in formgrader"]
                 results.append(Result(student, name, score, max_score, "; ".join(pair_notes),
                                       devices if ran else "", round(seconds, 1), withheld=withheld))
@@ -559,9 +505,6 @@ def _grade_in(workdir: Path, db_url: str, settings: Settings, ipc_root: Path,
 
 
 SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")
-
-
-EARLIER = ("graded", "rows", "withheld", "reviewed")  # what state.json keeps of each graded pair
 
 
 def has_earlier(workdir: Path, state: dict, pair: tuple[str, str]) -> bool:
@@ -579,44 +522,8 @@ def discard(workdir: Path, pairs: list[tuple[str, str]]) -> None:
             (workdir / "jobs" / student).rmdir()  # if no other assignment of theirs is there
 
 
-def hand_graded_points_left(submission) -> float:
-    """The points of a graded submission's written answers that nobody has graded yet."""
-    return sum(grade.max_score for notebook in submission.notebooks for grade in notebook.grades
-               if awaits_a_grader(grade))
-
-
-def awaits_a_grader(grade) -> bool:
-    """A written answer nobody has graded: nbgrader gives it no automatic score (an unchanged one gets 0 at
-    once), and until a grader enters one in formgrader it counts as 0."""
-    return grade.auto_score is None and grade.manual_score is None
-
-
 def late_text(seconds: float) -> str:
     hours = seconds / 3600
     return f"{hours / 24:.1f} days" if hours >= 24 else f"{hours:.1f} hours"
 
 
-def flag_for_review(db_url: str, course_id: str, pair: tuple[str, str], findings: dict[str, list[str]]) -> None:
-    """Show a withheld submission in formgrader as needing manual grading, with the scan's findings as comments."""
-    mark_review(db_url, course_id, pair, {notebook: "Score withheld by the grader for review: " + "; ".join(found[:3])
-                                          for notebook, found in findings.items()}, needs_manual_grade=True)
-
-
-def mark_review(db_url: str, course_id: str, pair: tuple[str, str], comments: dict[str, str],
-                needs_manual_grade: bool) -> None:
-    """Set the formgrader flag of each named notebook's grades, and its first cell's comment to
-    ``comments[notebook]``."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    student, name = pair
-    with Gradebook(db_url, course_id) as gradebook:
-        for notebook, text in comments.items():
-            try:
-                graded = gradebook.find_submission_notebook(notebook, name, student)
-            except MissingEntry:
-                continue
-            for grade in graded.grades:  # a written answer nobody has graded yet stays listed
-                grade.needs_manual_grade = needs_manual_grade or awaits_a_grader(grade)
-            for comment in graded.comments[:1]:
-                comment.manual_comment = text
-        gradebook.db.commit()

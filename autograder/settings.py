@@ -28,7 +28,7 @@ class Result:
     note: str = ""
     devices: str = ""
     seconds: float = 0.0
-    withheld: bool = False  # the score waits for the instructor's review (python -m autograder.review)
+    withheld: bool = False  # the score waits for the instructor's review (python -m autograder.record.review)
 
 
 def score_text(result: Result) -> str:
@@ -47,7 +47,8 @@ class Settings:
     max_processes: int = MAX_PROCESSES  # processes and threads of a submission, together
     db_url: str | None = None
     feedback: bool = True
-    # the feedback pages made by a process of their own while the grader goes on (autograder.feedback.FeedbackApart);
+    # the feedback pages made by a process of their own while the grader goes on
+    # (autograder.record.feedback.FeedbackApart);
     # None: where this machine has a core that neither the jobs nor the grader keep busy (a cluster's grader)
     feedback_apart: bool | None = None
     progress: bool = True
@@ -62,7 +63,7 @@ class Settings:
     students: tuple[str, ...] = ()  # grade only these students (none named: all)
     regrade: bool = False  # grade the chosen submissions even if an earlier run graded them unchanged
     due: dict[str, str] | None = None  # due dates to record (None: the demo class's for the demo class, else none)
-    scheduler: str | None = None  # a Dask scheduler's address: jobs run on its workers (autograder.executors)
+    scheduler: str | None = None  # a Dask scheduler's address: jobs run on its workers (autograder.run.executors)
     dask_local: int = 0  # start a Dask cluster of this many workers on this machine for the run
     warm: bool = True  # the local pool starts the kernels of the next jobs in line while the current ones run
     # the local pool forks runners and kernels from one process with torch imported (Linux, with namespaces)

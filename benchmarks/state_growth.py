@@ -5,11 +5,11 @@
 ``state.json`` says what a work folder's runs graded (each pair's fingerprint and
 row), so that a stopped run resumes where it stopped. The grader notes each pair
 as it is graded, on its serial path. Written whole each time, the note grows with
-the class; as a line added to ``state.journal`` (:func:`autograder.batch.journal_pair`)
+the class; as a line added to ``state.journal`` (:func:`autograder.record.state.journal_pair`)
 it does not. This builds the state of a class of ``--pairs`` graded pairs (1,000
 students x 9 notebooks by default, fingerprints and rows as the grader writes
 them), then times, in this one process, writing it whole
-(:func:`autograder.batch.write_state`) and adding one pair's line, each
+(:func:`autograder.record.state.write_state`) and adding one pair's line, each
 ``--repeat`` times, and reading it back with that many lines in the journal.
 It prints both, their ratio, and what each would add up to over a run that
 grades that many pairs (the whole write growing from nothing to that size).
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
-from autograder.batch import STATE, journal_pair, read_state, write_state
+from autograder.record.state import STATE, journal_pair, read_state, write_state
 
 
 def main() -> int:

@@ -33,9 +33,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.executors import stop_group
-from autograder.runner import alive
-from autograder.sandbox import tethered
+from autograder.run.executors import stop_group
+from autograder.run.runner import alive
+from autograder.run.sandbox import tethered
 from devcourse import validation
 
 ROOT = Path(__file__).resolve().parent.parent

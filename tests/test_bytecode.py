@@ -4,7 +4,7 @@ import shlex
 import subprocess
 import sys
 
-from autograder import bytecode
+from autograder.run import bytecode
 
 
 def _package(site, name, modules=("a", "b")):
@@ -48,7 +48,7 @@ def test_this_environment_has_the_bytecode_of_what_kernels_import():
 
 def test_a_worker_says_which_packages_its_kernels_will_compile_before_it_becomes_dasks_worker(tmp_path, monkeypatch,
                                                                                               capsys):
-    from autograder import executors
+    from autograder.run import executors
 
     _package(tmp_path, "uncompiled_pkg")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -1,4 +1,4 @@
-"""autograder.cgroups on this machine's real cgroups: Linux's own memory and process limits for a sandbox.
+"""autograder.run.cgroups on this machine's real cgroups: Linux's own memory and process limits for a sandbox.
 
 Which version the grader uses depends on the machine. On one where the grader runs as root with
 cgroup v1's memory and pids hierarchies (a CI runner, a container), these tests use them for real;
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cgroups
 from autograder.inside import launcher
+from autograder.run import cgroups
 
 FOUND = cgroups.find()
 
@@ -99,7 +99,7 @@ def test_removing_a_group_ends_what_is_left_in_it():
     assert not any(folder.exists() for folder in group.folders)
 
 
-_JOBS = "from autograder.cgroups import usable_cores; print(usable_cores())"
+_JOBS = "from autograder.run.cgroups import usable_cores; print(usable_cores())"
 
 
 def _own_cpu_v1() -> Path | None:

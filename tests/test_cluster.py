@@ -32,10 +32,11 @@ from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, 
 from test_grade import _gradebook_dump  # every table of a gradebook, rows sorted
 from test_gradebook_postgres import server  # noqa: F401 - the fixture: a PostgreSQL server of the module's own
 
-from autograder import executors, grade
+from autograder.cli import grade
 from autograder.course import demo
 from autograder.course.paths import DEMO_CLASS, ROOT
-from autograder.executors import (
+from autograder.run import executors
+from autograder.run.executors import (
     ClusterError,
     DaskExecutor,
     check_scheduler,
@@ -62,7 +63,7 @@ def _start(command: list[str], log: Path, env: dict | None = None, cwd: Path = R
 
 
 def _worker(address: str, name: str, log: Path, env: dict | None = None) -> subprocess.Popen:
-    return _start([sys.executable, "-m", "autograder.executors", "worker", address, "--name", name, "--no-nanny"],
+    return _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--name", name, "--no-nanny"],
                   log, env)
 
 
@@ -165,7 +166,7 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     ran_on = (work / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
     assert ran_on != killed["worker"] and ran_on in cluster[1], f"{student}'s job ran last on {ran_on}"
     # Every job's temporary folder is gone from the workers' machine: the killed worker's too, which it could not
-    # remove itself; the next job there removed it (autograder.executors.sweep_orphans).
+    # remove itself; the next job there removed it (autograder.run.executors.sweep_orphans).
     assert not list(WORKERS_TMP[-1].glob("grade-job-*"))
     # The grader's machine runs no job: a process of its own made the feedback pages (from PostgreSQL) meanwhile.
     state = json.loads((work / "state.json").read_text())
@@ -247,7 +248,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
             took = time.monotonic() - begun
             first = capsys.readouterr().err
             stop_lab(started.pop("bare"))
-            started["g"] = _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0",
+            started["g"] = _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--gpu", "0",
                                    "--name", "g", "--no-nanny"], logs / "g.log")
             wait_for_workers(client, {"g"})
         killed: dict = {}
@@ -292,7 +293,7 @@ def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cl
 
     address, _, logs = cluster
     (tmp_path / "empty").mkdir()
-    worker = _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0", "--name", "nomount",
+    worker = _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--gpu", "0", "--name", "nomount",
                      "--no-nanny"], logs / "nomount.log", env={**os.environ, "PATH": str(tmp_path / "empty")})
     shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
     try:
@@ -379,7 +380,7 @@ def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
     """Ctrl-C to the grader while a worker runs a student's job: the job's kernel and what it started end too."""
     address, _, _ = cluster
     _slow_submission(tmp_path / "submitted")
-    command = [sys.executable, "-m", "autograder.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
+    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
                str(tmp_path / "work"), "--scheduler", address, "--no-feedback", "--quiet", "--cell-timeout", "120"]
     # A job of another run whose worker was killed lives on to its own limits (test_workers_that_keep_dying...,
     # of a test run moments ago): only this run's sleeper counts.
@@ -415,9 +416,9 @@ def test_workers_that_keep_dying_in_a_job_stop_grading_with_the_reason(cluster, 
 
     address, _, logs = cluster
     _slow_submission(tmp_path / "submitted")
-    workers = {name: _start([sys.executable, "-m", "autograder.executors", "worker", address, "--gpu", "0",
+    workers = {name: _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--gpu", "0",
                              "--name", name, "--no-nanny"], logs / f"{name}.log") for name in ("d1", "d2")}
-    command = [sys.executable, "-m", "autograder.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
+    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
                str(tmp_path / "work"), "--scheduler", address, "--gpu-jobs", "--no-feedback", "--quiet",
                "--cell-timeout", "120"]
     run = None

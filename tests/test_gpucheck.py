@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from autograder import gpucheck
+from autograder.checks import gpu as gpucheck
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -82,8 +82,8 @@ def test_make_gpu_check_installs_where_the_sandbox_lets_kernels_import_from(monk
     import subprocess
     import sys
 
-    from autograder import sandbox
     from autograder.course.paths import ROOT
+    from autograder.run import sandbox
 
     home = tmp_path / "home"
     dry = subprocess.run(["make", "-n", "gpu-check", f"GPU_PYTHON={sys.executable}"], cwd=ROOT,

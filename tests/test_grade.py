@@ -18,11 +18,14 @@ import nbformat
 import pytest
 from traitlets.utils.importstring import import_item
 
-from autograder import bytecode, cgroups, grade, sandbox, scan, submission
+from autograder.cli import grade
 from autograder.course import config, demo, paths
 from autograder.course.cells import grade_ids_of, hidden_test_lines, is_answer, is_test, nbgrader_meta
 from autograder.course.paths import DEMO_CLASS
-from autograder.job import strict_comparisons
+from autograder.prepare import scan, submission
+from autograder.prepare.job import strict_comparisons
+from autograder.record.state import STATE
+from autograder.run import bytecode, cgroups, sandbox
 from autograder.settings import Settings
 
 CELL_TIMEOUT_S = 45  # the looping student costs this much; every honest cell of the course is far quicker
@@ -145,7 +148,7 @@ def test_feedback_templates_are_compiled_once_per_process_and_the_pages_stay_the
     from nbconvert.exporters import HTMLExporter
     from nbconvert.exporters.templateexporter import TemplateExporter
 
-    from autograder import feedback, gradebook
+    from autograder.record import feedback, gradebook
 
     nb = nbformat.read(DEMO_CLASS / "ada" / "00_environment" / "00_environment.ipynb", as_version=4)
     plain = HTMLExporter().from_notebook_node(nb)[0]
@@ -168,7 +171,7 @@ def test_feedback_highlights_each_cell_source_once_and_its_pages_are_nbconverts(
     from nbconvert.exporters import HTMLExporter
     from nbconvert.filters import highlight
 
-    from autograder import feedback
+    from autograder.record import feedback
 
     monkeypatch.setattr(feedback, "_HIGHLIGHTED", {})
     highlighted = _calls(monkeypatch, highlight, "_pygments_highlight")
@@ -186,8 +189,8 @@ def test_feedback_highlights_each_cell_source_once_and_its_pages_are_nbconverts(
 def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monkeypatch):
     """--feedback-apart yes (what a cluster's grader does by itself): a process of its own makes each page while the
     grader goes on. The grader never calls write_feedback, and each page is the one it makes itself."""
-    from autograder import feedback
-    from autograder.gradebook import grading_environment, nbgrader_api
+    from autograder.record import feedback
+    from autograder.record.gradebook import grading_environment, nbgrader_api
 
     for student in ("ada", "grace"):
         shutil.copytree(demo.SUBMITTED / student / "00_environment",
@@ -218,7 +221,7 @@ def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monke
     killed_mid_page = subprocess.run([sys.executable, "-c", f"""
 import os
 from pathlib import Path
-from autograder.feedback import write_feedback
+from autograder.record.feedback import write_feedback
 class API:  # nbgrader's, ended in the middle of making the page
     class coursedir:
         autograded_directory = "autograded"
@@ -234,8 +237,8 @@ write_feedback(API(), Path({str(workdir)!r}), ("grace", "00_environment"), set()
         not_root = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
                                    sys.executable, "-c", f"""
 from pathlib import Path
-from autograder.feedback import write_feedback
-from autograder.gradebook import grading_environment, nbgrader_api
+from autograder.record.feedback import write_feedback
+from autograder.record.gradebook import grading_environment, nbgrader_api
 workdir, notes = Path({str(workdir)!r}), {{}}
 with grading_environment():
     write_feedback(nbgrader_api(workdir, "sqlite:///" + str(workdir / "gradebook.db")), workdir,
@@ -248,7 +251,8 @@ assert not notes, notes
 
 def test_feedback_apart_without_a_process_to_be_had_is_made_by_the_grader(tmp_path, monkeypatch):
     """No process can be started for the pages (a limit on processes): the grader makes them, and grades on."""
-    from autograder import batch, feedback
+    from autograder import batch
+    from autograder.record import feedback
 
     def no_process(*_args, **_kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")
@@ -269,7 +273,7 @@ def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_pat
     and a pair leaves the line only once recorded."""
     import os
 
-    from autograder.feedback import FeedbackApart
+    from autograder.record.feedback import FeedbackApart
 
     held = []
 
@@ -294,7 +298,7 @@ def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_pat
 
 def test_feedback_apart_leaves_a_pair_in_line_until_it_is_recorded(tmp_path):
     """A Ctrl-C as a made page's pair is being recorded: the pair stays handed on (close() names it), not lost."""
-    from autograder.feedback import FeedbackApart
+    from autograder.record.feedback import FeedbackApart
 
     apart = FeedbackApart(tmp_path, "sqlite://", lambda pair: ["made by the grader"])
     apart.process.kill()
@@ -318,7 +322,7 @@ def test_feedback_pages_without_nbconverts_second_pass_read_as_the_same_document
     from nbconvert.exporters import HTMLExporter
     from traitlets.config import Config
 
-    from autograder.feedback import NO_ALT, FeedbackExporter
+    from autograder.record.feedback import NO_ALT, FeedbackExporter
 
     nb = nbformat.read(paths.SOLUTIONS / "08_portable_models_and_memory" / "08_portable_models_and_memory.ipynb",
                        as_version=4)
@@ -550,7 +554,7 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
             os.chown(path, uid, uid)
         shared = folder / "shared"  # root's, as another instructor's would be
         shared.mkdir(mode=0o755)
-        command = _as_a_user(uid, ["env", f"HOME={folder / 'home'}", sys.executable, "-m", "autograder.grade",
+        command = _as_a_user(uid, ["env", f"HOME={folder / 'home'}", sys.executable, "-m", "autograder.cli.grade",
                                    "--submitted", str(folder / "submitted"), "--workdir", str(folder / "work"),
                                    "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT_S), "--rerun-canary",
                                    "--reference-cache", str(shared)],
@@ -712,7 +716,7 @@ def test_help_describes_the_command(capsys):
 
 def test_the_grader_ends_with_its_output_and_exit_handlers_and_its_code(tmp_path):
     """end() skips Python's teardown of the modules, not what the run still had to say or clean up."""
-    script = ("import atexit, shutil, sys, tempfile; from autograder.grade import end\n"
+    script = ("import atexit, shutil, sys, tempfile; from autograder.cli.grade import end\n"
               "folder = tempfile.TemporaryDirectory(dir=sys.argv[1])\n"
               "atexit.register(lambda: print('handlers ran', file=sys.stderr))\n"
               "import threading, time\n"
@@ -783,9 +787,9 @@ def test_a_broken_grading_environment_stops_before_any_student(tmp_path, capsys,
 
 GUARDED_COMPARISONS = r'''
 import sys, torch
-from autograder.job import strict_comparisons
+from autograder.prepare.job import strict_comparisons
 from autograder.inside import guard
-from autograder.runner import source_of
+from autograder.run.runner import source_of
 exec(source_of(guard))
 install("_guard_for_test")
 
@@ -850,7 +854,7 @@ def test_the_canary_grades_each_assignment_that_has_submissions_and_its_referenc
 def test_the_key_of_a_reference_is_the_same_whichever_folder_the_grader_starts_in(tmp_path):
     """`make grade` starts in the repository's root, an instructor's own command may start elsewhere: the references
     kept on one day must serve the other (the root holds the course's metadata, found there a second time)."""
-    code = "from autograder import canary; print(canary.this_machine())"
+    code = "from autograder.judge import reference; print(reference.this_machine())"
     root = Path(paths.ROOT)
     env = dict(os.environ, PYTHONPATH=str(root))
     keys = [subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
@@ -864,8 +868,8 @@ def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path
     The real run that records what it checked is played in tests/test_term.py (``--canary all`` before any
     submission).
     """
-    from autograder.batch import write_state
-    from autograder.canary import REFERENCES
+    from autograder.judge.reference import REFERENCES
+    from autograder.record.state import write_state
 
     for kept in ("00_environment", "03_saving_and_loading"):
         (tmp_path / REFERENCES / kept).mkdir(parents=True)
@@ -884,7 +888,7 @@ def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path
 def test_state_json_and_its_journal_say_what_was_graded_whatever_stopped_the_run(tmp_path):
     """Each graded pair is a line added to the journal; state.json is written whole at a run's steps. A line
     cut short, or one of a state.json written whole since, is passed over."""
-    from autograder.batch import JOURNAL, STATE, journal_pair, read_state, write_state
+    from autograder.record.state import JOURNAL, STATE, journal_pair, read_state, write_state
 
     state = {"graded": {"ada/00": "a"}, "rows": {"ada/00": {"note": ""}}}
     write_state(tmp_path, state)
@@ -910,22 +914,23 @@ def test_state_json_and_its_journal_say_what_was_graded_whatever_stopped_the_run
 
 def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypatch):
     """A class of a thousand has thousands of jobs: the first runs while the others are still being prepared."""
-    from autograder import batch, executors
+    from autograder import batch
+    from autograder.run import executors
 
     for student in ("ada", "linus"):
         shutil.copytree(DEMO_CLASS / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
     events = []
-    prepare, submit = batch.prepare, executors.LocalPool.submit
+    ready, submit = batch.ready, executors.LocalPool.submit
 
     def preparing(job, *args, **kwargs):
         events.append(("prepared", job.student))
-        return prepare(job, *args, **kwargs)
+        return ready(job, *args, **kwargs)
 
     def submitting(pool, job_file):
         events.append(("submitted", job_file.parent.parent.parent.name))
         return submit(pool, job_file)
 
-    monkeypatch.setattr(batch, "prepare", preparing)
+    monkeypatch.setattr(batch, "ready", preparing)
     monkeypatch.setattr(executors.LocalPool, "submit", submitting)
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False)
     results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
@@ -939,12 +944,13 @@ def test_students_run_beside_the_canary_and_a_failed_canary_loses_no_earlier_gra
 
     A regrade whose canary fails keeps what the earlier run graded: its scores, executed notebooks and job
     folders (a withheld score's review reads them), none of its jobs started."""
-    from autograder import batch, canary, executors
+    from autograder.judge import reference
+    from autograder.run import executors
 
     for student in ("ada", "linus"):
         shutil.copytree(DEMO_CLASS / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
     events = []
-    submit, result = executors.LocalPool.submit, canary.Pending.result
+    submit, result = executors.LocalPool.submit, reference.Pending.result
 
     def submitting(pool, job_file):
         events.append(("submitted", job_file.parent.parent.parent.name))
@@ -955,7 +961,7 @@ def test_students_run_beside_the_canary_and_a_failed_canary_loses_no_earlier_gra
         return result(pending)
 
     monkeypatch.setattr(executors.LocalPool, "submit", submitting)
-    monkeypatch.setattr(canary.Pending, "result", awaited)
+    monkeypatch.setattr(reference.Pending, "result", awaited)
     settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, rerun_canary=True)
     results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
     assert {(r.student, r.score) for r in results if r.score is not None} == {("ada", 8), ("linus", 0)}
@@ -965,19 +971,19 @@ def test_students_run_beside_the_canary_and_a_failed_canary_loses_no_earlier_gra
     work = tmp_path / "work"
     kept = {path: path.read_bytes() for folder in (work / "executed", work / "jobs" / "ada", work / "jobs" / "linus")
             for path in sorted(folder.rglob("*")) if path.is_file()}
-    graded = json.loads((work / batch.STATE).read_text())["graded"]
+    graded = json.loads((work / STATE).read_text())["graded"]
     assert set(graded) == {"ada/00_environment", "linus/00_environment"} and kept
     events.clear()
     settings.regrade, settings.memory_mib = True, 64  # PyTorch cannot start: the canary fails
-    with pytest.raises(canary.CanaryFailed):
+    with pytest.raises(reference.CanaryFailed):
         grade.grade(tmp_path / "submitted", work, settings)
     assert [who for what, who in events if what == "submitted"] == ["(canary)"], events
-    assert json.loads((work / batch.STATE).read_text())["graded"] == graded
+    assert json.loads((work / STATE).read_text())["graded"] == graded
     assert {path: path.read_bytes() for path in kept if path.is_file()} == kept, "an earlier run's file is gone"
 
 
 def test_a_reference_being_made_is_locked_for_other_graders_until_its_maker_lets_go(tmp_path):
-    from autograder.canary import _KeyLock
+    from autograder.judge.reference import _KeyLock
 
     maker, other = _KeyLock(tmp_path, "key"), _KeyLock(tmp_path, "key")
     assert maker.acquire(wait=False)
@@ -993,8 +999,8 @@ def test_a_failed_canarys_message_quotes_what_the_kernel_said_after_its_banner_n
     from the demo class's grading (a student's: the canary's references may come from the cache and its jobs not
     run; kept by the fixture, since a test before this one removes the jobs' folders): silent after its banner,
     then with a line of its own after it."""
-    from autograder.canary import _last_words
-    from autograder.job import Job
+    from autograder.judge.reference import _last_words
+    from autograder.prepare.job import Job
 
     workdir, _ = run
     kept = workdir.parent / KERNEL_LOG  # the run's kernel of ada's 01

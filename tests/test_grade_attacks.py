@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import grade
+from autograder.cli import grade
 from autograder.course.cells import visible_source
 from autograder.course.paths import DEMO_CLASS
 from autograder.settings import Settings

@@ -24,10 +24,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import cgroups
-from autograder.batch import STATE, read_state
 from autograder.course.demo import SUBMITTED
-from autograder.runner import RUN_MARKER, processes_of
+from autograder.record.state import STATE, read_state
+from autograder.run import cgroups
+from autograder.run.runner import RUN_MARKER, processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "00_environment"
@@ -77,7 +77,7 @@ def temporary() -> Path:
 
 
 def start(submitted: Path, workdir: Path, mark: str, temporary: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
+    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted), "--workdir", str(workdir),
                "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120"]
     # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to the whole process group.
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "TMPDIR": str(temporary)},

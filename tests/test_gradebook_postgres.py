@@ -22,12 +22,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import grade, sandbox
+from autograder.cli import grade
 from autograder.course import demo
 from autograder.course.config import course_config
 from autograder.course.paths import DEMO_CLASS
-from autograder.gradebook import GradebookLock, grading_environment
-from autograder.runner import alive
+from autograder.record.gradebook import GradebookLock, grading_environment
+from autograder.run import sandbox
+from autograder.run.runner import alive
 from autograder.settings import GRADEBOOK_ENV
 
 ASSIGNMENT = "00_environment"
@@ -140,7 +141,7 @@ def graded(server, tmp_path_factory):
     for name, students in STUDENTS.items():
         submitted = _class_of(students, tmp / name / "submitted")
         graders[name] = subprocess.Popen(
-            [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir",
+            [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted), "--workdir",
              str(tmp / name / "work"), "--jobs", "1", "--quiet", "--no-feedback"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     outputs = {}

@@ -10,9 +10,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder import hints
 from autograder.course.paths import solution_path
-from autograder.feedback import redact
+from autograder.record import hints
+from autograder.record.feedback import redact
 
 # kind -> an answer a student could write that raises that error; the test cell calls answer().
 ANSWERS = {
@@ -129,11 +129,11 @@ _sd.FrameInfo.stack_data = lambda *args, **kwargs: (_sd_calls.append(1), _sd_fra
 
 
 def test_the_graders_plain_library_frames_leave_the_feedback_as_it_was(tmp_path):
-    """A grading kernel shows a library file's frames from their raw lines (autograder.runner's TRACEBACK_SOURCE,
+    """A grading kernel shows a library file's frames from their raw lines (autograder.run.runner's TRACEBACK_SOURCE,
     about a seventh of the demo class's processor time): stack_data is not called for any error, yet every
     error's feedback reads as it does from a kernel that IPython left as it is (the cells' frames are shown
     the raw way in both, and the library frames are only counted)."""
-    from autograder.runner import TRACEBACK_SOURCE
+    from autograder.run.runner import TRACEBACK_SOURCE
 
     shown, calls = {}, {}
     for kind, setup in [("as IPython has it", SPY), ("as the grader starts it", TRACEBACK_SOURCE + SPY)]:
@@ -213,9 +213,9 @@ check(devices[1])
 
 def test_a_failed_test_shows_its_lines_as_written_not_as_the_grader_ran_them(tmp_path):
     """The grader runs a test after a line that starts its guard and the course's imports, each comparison
-    rewritten as the guard's check (autograder.job.strict_comparisons). The student's feedback showed those
+    rewritten as the guard's check (autograder.prepare.job.strict_comparisons). The student's feedback showed those
     lines, at their line numbers; now each frame of the test shows the test as written, at its own lines."""
-    from autograder.job import strict_comparisons
+    from autograder.prepare.job import strict_comparisons
 
     guard = "_grader_0123456789abcdef"
     nb = nbformat.v4.new_notebook()
@@ -267,7 +267,7 @@ DECORATED = "import functools\n@functools.lru_cache(undefined)\ndef f():\n    pa
     (DECORATED, "@functools", 1, 2),  # a decorator's line
 ], ids=["repeated lines", "indented", "decorator"])
 def test_a_frame_is_mapped_by_the_graders_own_line_count(source, failing, occurrence, line):
-    from autograder.job import strict_comparisons, test_prelude
+    from autograder.prepare.job import strict_comparisons, test_prelude
 
     prelude = test_prelude("_grader_0123456789abcdef", "import torch")
     ran = (prelude + strict_comparisons(source, "_grader_0123456789abcdef")).split("\n")

@@ -80,7 +80,7 @@ def test_the_grader_takes_a_renamed_copy_when_the_notebook_itself_is_missing(tmp
 def test_a_renamed_download_is_graded_in_full_and_the_report_says_so(tmp_path):
     import csv
 
-    from autograder import grade
+    from autograder.cli import grade
     from autograder.course.paths import DEMO_CLASS
 
     submitted = tmp_path / "submitted" / "ada" / NAME

@@ -3,7 +3,7 @@
 ``tests/mistakes/catalog.py`` holds mistakes that people made in public
 issue trackers, each written into one answer cell of the course, and, for
 some, another correct answer. This test writes them into copies of the
-solution notebooks, hands them to ``autograder.grade`` as a class of
+solution notebooks, hands them to ``autograder.cli.grade`` as a class of
 students, and reads each test cell's score from nbgrader's gradebook.
 
 To keep the run short, one notebook carries several entries of one
@@ -31,7 +31,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import grade
+from autograder.cli import grade
 from autograder.course.paths import ROOT, solution_path
 
 MISTAKE_BAR = 0.95

@@ -68,11 +68,11 @@ def test_times_exits_1_when_a_notebook_is_over_a_limit(monkeypatch, capsys):
 def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_them(tmp_path, monkeypatch):
     """08's memory picture, written when the solution runs, neither reaches a work folder nor changes its key.
 
-    A new work folder's ``source/`` is what the canary's references are keyed on (``autograder.canary``): a
+    A new work folder's ``source/`` is what the canary's references are keyed on (``autograder.judge.reference``): a
     picture left by running the solution made every new work folder key 08 anew and run its canary again.
     """
     from autograder import batch
-    from autograder.submission import fingerprint
+    from autograder.prepare.submission import fingerprint
 
     solutions = tmp_path / "solutions"
     shutil.copytree(paths.SOLUTIONS / "08_portable_models_and_memory", solutions / "08_portable_models_and_memory",

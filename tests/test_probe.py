@@ -1,4 +1,5 @@
-"""autograder.probe and autograder.inside.recorder: tests rewritten into probes, values judged outside the kernel.
+"""Probes (autograder.prepare.probes, autograder.inside.recorder, autograder.judge.compare): tests rewritten into
+probes, values judged outside the kernel.
 
 The probes run here in this process (a recorder installed with a list as its publisher), the
 instructor's answer and a student's side by side, as the grader runs them in two kernels.
@@ -10,8 +11,9 @@ import secrets
 import pytest
 import torch
 
-from autograder import probe
 from autograder.inside import recorder
+from autograder.judge import compare
+from autograder.prepare import probes
 
 TEST = '''"""name_of() names the device; ones_on() makes ones there."""
 from devcourse.grading import check_on_devices, assert_tensor
@@ -47,7 +49,7 @@ def run(source: str, answers: str, reference: bool) -> dict:
     try:
         namespace = {"torch": torch}
         exec(answers, namespace)
-        code, _ = probe.probe_source(source, name, reference=reference)
+        code, _ = probes.probe_source(source, name, reference=reference)
         exec(code, namespace)
     finally:
         builtins.__dict__.pop(name, None)
@@ -60,16 +62,16 @@ def reference():
     return run(TEST, SOLUTION, reference=True)
 
 
-def judge(answers: str, reference: dict, source: str = TEST) -> probe.Outcome:
-    return probe.compare(run(source, answers, reference=False), reference, probe.sites_of(source))
+def judge(answers: str, reference: dict, source: str = TEST) -> compare.Outcome:
+    return compare.compare(run(source, answers, reference=False), reference, probes.sites_of(source))
 
 
 def test_a_students_probe_holds_no_expected_side():
-    code, sites = probe.probe_source(TEST, "_r", reference=False)
+    code, sites = probes.probe_source(TEST, "_r", reference=False)
     assert "secret-expectation" not in code and "torch.full" not in code and "atol" not in code
     assert "expected =" not in code, "a name bound only for an expected side is not bound"
     assert "got {got!r}" not in code, "assertion messages are not sent either"
-    reference_code, reference_sites = probe.probe_source(TEST, "_r", reference=True)
+    reference_code, reference_sites = probes.probe_source(TEST, "_r", reference=True)
     assert "secret-expectation" in reference_code and "with _course_probe.hidden():" in reference_code
     assert sites == reference_sites
     assert [(s.kind, s.hidden) for s in sites] == [("eq", False), ("check", False), ("check", False),
@@ -77,8 +79,8 @@ def test_a_students_probe_holds_no_expected_side():
 
 
 def test_the_instructors_probe_passes_its_own_checks(reference):
-    sites = probe.sites_of(TEST)
-    assert probe.self_check(reference, sites) is None
+    sites = probes.sites_of(TEST)
+    assert compare.self_check(reference, sites) is None
     hidden = [e for e in reference["events"] if e[1] and sites[e[0]].kind != "check"]
     assert len(hidden) == 2 * 3, "two hidden value checks on each of 3 devices, marked as hidden"
 
@@ -133,15 +135,15 @@ def test_a_kernel_that_rewrites_its_recorder_gains_nothing(reference):
 
 def test_a_probe_that_stops_early_or_goes_on_fails(reference):
     events = reference["events"]
-    sites = probe.sites_of(TEST)
+    sites = probes.sites_of(TEST)
     student = {"events": [e[:3] for e in events]}
-    assert probe.compare(student, reference, sites).passed
-    assert not probe.compare({"events": student["events"][:-1]}, reference, sites).passed
-    assert not probe.compare({"events": student["events"] + [["raised", "ValueError"]]}, reference, sites).passed
-    assert not probe.compare(None, reference, sites).passed
-    assert "not reached" in probe.compare({"events": [["raised", "Hidden_test_says_cpu_secret"]]}, reference,
+    assert compare.compare(student, reference, sites).passed
+    assert not compare.compare({"events": student["events"][:-1]}, reference, sites).passed
+    assert not compare.compare({"events": student["events"] + [["raised", "ValueError"]]}, reference, sites).passed
+    assert not compare.compare(None, reference, sites).passed
+    assert "not reached" in compare.compare({"events": [["raised", "Hidden_test_says_cpu_secret"]]}, reference,
                                           sites).reason
-    assert "Hidden_test" not in probe.compare({"events": [["raised", "Hidden_test_says_cpu_secret"]]}, reference,
+    assert "Hidden_test" not in compare.compare({"events": [["raised", "Hidden_test_says_cpu_secret"]]}, reference,
                                               sites).reason, "a class name a submission chose is not shown"
 
 
@@ -158,9 +160,10 @@ def test_values_compare_as_they_do_in_the_kernel():
         rec.end()
     finally:
         builtins.__dict__.pop("_probe_enc")
-    got = [probe.decode(event[2]) for event in enc["events"]]
-    assert got[0] == probe.decode({"$": "device", "v": "cpu"}) and got[0] != probe.decode({"$": "device", "v": "cpu:0"})
-    assert got[1] == probe.decode({"$": "dtype", "v": "torch.float16"})
+    got = [compare.decode(event[2]) for event in enc["events"]]
+    assert got[0] == compare.decode({"$": "device", "v": "cpu"})
+    assert got[0] != compare.decode({"$": "device", "v": "cpu:0"})
+    assert got[1] == compare.decode({"$": "dtype", "v": "torch.float16"})
     assert got[2] == (2, 3) and got[3] == {"a": [1, (2, 3)]} and got[4] == {1, 3}
     assert got[5] != got[5] and got[6] == 2 ** 80 and got[7] == "text" and got[8] is None
     assert got[10] == ["x"] and got[10] != ("x",)
@@ -182,22 +185,22 @@ def encoded(value):
 
 def test_tensor_checks_follow_assert_tensor():
     want = encoded({"args": [torch.arange(4.0), "cpu"], "kwargs": {}})
-    assert probe.holds("tensor", encoded(torch.arange(4.0)), want)
-    assert not probe.holds("tensor", encoded(torch.arange(4.0).double()), want)
-    assert not probe.holds("tensor", encoded(torch.arange(4.0) + 1), want)
-    assert not probe.holds("tensor", encoded(torch.arange(4.0).reshape(2, 2)), want)
-    assert probe.holds("tensor", encoded(torch.ones(2, device="meta")),
+    assert compare.holds("tensor", encoded(torch.arange(4.0)), want)
+    assert not compare.holds("tensor", encoded(torch.arange(4.0).double()), want)
+    assert not compare.holds("tensor", encoded(torch.arange(4.0) + 1), want)
+    assert not compare.holds("tensor", encoded(torch.arange(4.0).reshape(2, 2)), want)
+    assert compare.holds("tensor", encoded(torch.ones(2, device="meta")),
                        encoded({"args": [torch.ones(2, device="meta")], "kwargs": {}})), "no values on meta"
 
     class Lying(torch.Tensor):
         pass
 
-    assert not probe.holds("tensor", encoded(torch.arange(4.0).as_subclass(Lying)), want), "a subclass is refused"
+    assert not compare.holds("tensor", encoded(torch.arange(4.0).as_subclass(Lying)), want), "a subclass is refused"
     close = encoded({"args": [torch.ones(3)], "kwargs": {"atol": 1e-3}})
-    assert probe.holds("allclose", encoded(torch.ones(3) + 1e-4), close)
-    assert not probe.holds("allclose", encoded(torch.ones(3) + 1e-2), close)
-    assert not probe.holds("eq", {"$": "tensor", "plain": False}, {"$": "tensor", "plain": False})
-    assert probe.decode([1, 2]) != [1, 2], "only the recorder's encoding is read"
+    assert compare.holds("allclose", encoded(torch.ones(3) + 1e-4), close)
+    assert not compare.holds("allclose", encoded(torch.ones(3) + 1e-2), close)
+    assert not compare.holds("eq", {"$": "tensor", "plain": False}, {"$": "tensor", "plain": False})
+    assert compare.decode([1, 2]) != [1, 2], "only the recorder's encoding is read"
 
 
 WORKER_TEST = '''
@@ -211,7 +214,7 @@ assert results == [1, 1]
 
 
 def test_functions_run_in_other_processes_keep_their_assertions():
-    code, sites = probe.probe_source(WORKER_TEST, "_r", reference=False)
+    code, sites = probes.probe_source(WORKER_TEST, "_r", reference=False)
     assert "assert dist.is_initialized()" in code and len(sites) == 1
 
 
@@ -223,5 +226,5 @@ def same_state(got, expected):
 
 same_state(load(path), {"w": torch.zeros(2)})
 '''
-    code, _ = probe.probe_source(source, "_r", reference=False)
+    code, _ = probes.probe_source(source, "_r", reference=False)
     assert "torch.zeros" not in code and "same_state(load(path), None)" in code

@@ -13,8 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import grade, review
+from autograder.cli import grade
 from autograder.course.demo import SUBMITTED
+from autograder.record import review
 
 ASSIGNMENT = "00_environment"
 WRITTEN = "reply_to_a_classmate"  # Exercise 4, graded by hand
@@ -44,7 +45,7 @@ def test_a_withheld_score_shows_as_withheld_with_the_command_to_review_it(graded
     rows = _scores(graded)
     for student in ("rosa", "vic"):
         assert rows[student]["score"] == "withheld", rows[student]
-        assert "get_objects" in rows[student]["note"] and "autograder.review" in rows[student]["note"]
+        assert "get_objects" in rows[student]["note"] and "autograder.record.review" in rows[student]["note"]
     assert "withheld/10" in (graded / "report.txt").read_text()
     for student in ("rosa", "vic"):  # formgrader lists it as needing manual grading, the finding as a comment
         flags, comments = _formgrader_view(graded, student)

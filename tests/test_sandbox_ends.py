@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
-from autograder.runner import processes_of
+from autograder.run import sandbox
+from autograder.run.runner import processes_of
 
 # The "kernel": starts a grandchild (a student's subprocess), prints both pids, then waits.
 KERNEL = r'''
@@ -28,7 +28,7 @@ time.sleep(600)
 PARENT = r'''
 import subprocess, sys, time
 from pathlib import Path
-from autograder import sandbox
+from autograder.run import sandbox
 command = sandbox.wrap([sys.executable, "-c", sys.argv[2]], Path(sys.argv[1]))
 launcher = subprocess.Popen(command, env={**__import__("os").environ, "SANDBOX_TEST_MARK": sys.argv[3]})
 print(launcher.pid, flush=True)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from autograder import slurmcheck
+from autograder.checks import slurm as slurmcheck
 from autograder.course.paths import ROOT
 
 DOCS = ROOT / "docs" / "cluster.md"

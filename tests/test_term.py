@@ -42,7 +42,7 @@ from test_grade import _table_dump  # every row of every table of a folder's gra
 from autograder.course.config import course_config
 from autograder.course.demo import SUBMITTED
 from autograder.course.paths import ROOT
-from autograder.sandbox import tethered
+from autograder.run.sandbox import tethered
 
 DOC = ROOT / "docs" / "instructors.md"
 BLOCK = re.compile(r"^```bash (?P<who>[^\n]+)\n(?P<body>.*?)^```\s*$", re.M | re.S)
@@ -277,7 +277,7 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
             assert "No submissions to grade. References ready for: " + ASSIGNMENT in output, output
             assert [p.name for p in (course / "reference").iterdir()] == [ASSIGNMENT], "only the chosen assignment's"
             references_ahead = True
-        elif "autograder.grade" in body:
+        elif "autograder.cli.grade" in body:
             if not grading_runs:  # the first grading judges by the references made ahead: no canary runs
                 assert references_ahead and f"not made again: {ASSIGNMENT}/{ASSIGNMENT}" in output, output
             grading_runs.append((_table_dump(course), sorted(
@@ -289,7 +289,7 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
             for name in ANSWERS:  # Exercise 4's 2 points, not graded yet
                 assert "2 points of written answers to grade by hand" in rows[name]["note"], rows[name]
             assert "alice" in output and "bob" in output, "the table is not printed"
-        elif "autograder.feedback" in body:
+        elif "autograder.record.feedback" in body:
             page = (course / "feedback" / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
             assert raw and _total(raw["bob"] - 0.5) in page, "bob's feedback lacks formgrader's scores"
             assert "Late submission penalty (Score: -0.5)" in page

@@ -1,4 +1,4 @@
-"""Kernels forked from the zygote against kernels started fresh (autograder/zygote.py).
+"""Kernels forked from the zygote against kernels started fresh (autograder/run/zygote.py).
 
 One class is graded forked (the default), and one of its students again with
 ``--no-zygote``: a cell the students added reports what their kernel sees of
@@ -21,9 +21,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import runner, zygote
 from autograder.course.demo import SUBMITTED
-from autograder.runner import RUN_MARKER, processes_of, tree_usage
+from autograder.run import runner, zygote
+from autograder.run.runner import RUN_MARKER, processes_of, tree_usage
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "00_environment"
@@ -88,7 +88,7 @@ def submitted(tmp_path_factory) -> Path:
 
 
 def grade(submitted: Path, workdir: Path, *flags: str, mark: str = "zygote-test") -> subprocess.Popen:
-    command = [sys.executable, "-m", "autograder.grade", "--submitted", str(submitted), "--workdir", str(workdir),
+    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted), "--workdir", str(workdir),
                "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120", *flags]
     # OMP_NUM_THREADS as an HPC module might set it: a grading kernel runs one thread whatever the grader has
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "OMP_NUM_THREADS": "2"},
@@ -164,7 +164,7 @@ def test_a_zygote_killed_mid_run_loses_no_submission(submitted, tmp_path):
     while True:
         live = processes_of(mark)
         running = [pid for pid, line in live.items() if "ipykernel_launcher" in line]
-        zygotes = [pid for pid, line in live.items() if line.split()[1:3] == ["-m", "autograder.zygote"]]
+        zygotes = [pid for pid, line in live.items() if line.split()[1:3] == ["-m", "autograder.run.zygote"]]
         if running and zygotes:
             break
         assert run.poll() is None and time.monotonic() < deadline, (live, run.communicate())
@@ -256,7 +256,7 @@ def test_a_zygote_that_cannot_import_says_why(tmp_path):
 def test_a_local_pool_starts_its_zygote_at_once_and_one_closed_early_ends_it():
     """The zygote's imports (torch's 2 s) run while the grader sets the run up; a run that stops before its
     first job (a student chosen who is not there) does not wait for them."""
-    from autograder.executors import LocalPool
+    from autograder.run.executors import LocalPool
     from autograder.settings import Settings
 
     pool = LocalPool(Settings(jobs=1))

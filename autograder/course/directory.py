@@ -12,7 +12,7 @@ out what nbgrader expects, and what the grader adds::
 
 Later, as nbgrader lays them out: ``submitted/`` (``nbgrader collect`` or
 ``zip_collect``, with each ``timestamp.txt``), ``autograded/`` and
-``feedback/`` (``python -m autograder.grade --course DIR``), and the
+``feedback/`` (``python -m autograder.cli.grade --course DIR``), and the
 grader's own ``executed/``, ``jobs/``, ``reference/``, ``state.json`` (and its
 ``state.journal``), ``report.txt`` and ``scores.csv``. The grader never empties a course
 directory: grading again grades what is new or changed (see
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             names = init(args.folder, args.db_url, parse_due(args.due), args.exchange, args.course_id)
             print(f"Course directory {args.folder.resolve()}: {len(names)} assignments in source/ and release/.")
             print("Next: nbgrader release_assignment NAME (from that folder), then collect, then "
-                  f"python -m autograder.grade --course {args.folder}")
+                  f"python -m autograder.cli.grade --course {args.folder}")
         else:
             if not is_course_dir(args.folder):
                 raise CourseError(f"{args.folder} is not a course directory (no {CONFIG})")

@@ -29,7 +29,7 @@ device's (in the arguments, or in their lists and dicts) and compare with
 It runs inside the student's process, so it raises the bar rather than
 closing every door: the grader also restores the test cells from the source
 notebook, demands each test's completion marker, scans the submission's
-code, and runs the kernel in :mod:`autograder.sandbox`.
+code, and runs the kernel in :mod:`autograder.run.sandbox`.
 """
 
 

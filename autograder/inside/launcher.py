@@ -2,7 +2,7 @@
 
 It needs only the standard library: it runs as a script, with ``python -I``,
 before the kernel exists. What it is given and what it enforces:
-:mod:`autograder.sandbox`.
+:mod:`autograder.run.sandbox`.
 
 A kernel never outlives the grading that started it. The sandbox is three
 processes: the *launcher* (this script, started by the runner), which enters
@@ -18,9 +18,9 @@ a process group of its own and kills that group when it is told to end or
 its parent dies.
 
 ``python autograder/inside/launcher.py SPEC.json PARENT_PID -- COMMAND...`` is the launcher
-(it needs only the standard library): :func:`autograder.sandbox.wrap` puts it in the kernel's command line.
+(it needs only the standard library): :func:`autograder.run.sandbox.wrap` puts it in the kernel's command line.
 ``python autograder/inside/launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...`` only ties
-``COMMAND`` to ``PARENT_PID`` and runs it in its place (:func:`autograder.sandbox.tethered`); servers
+``COMMAND`` to ``PARENT_PID`` and runs it in its place (:func:`autograder.run.sandbox.tethered`); servers
 that tests start use it.
 """
 
@@ -275,7 +275,7 @@ def _wait_for(child: int) -> int:
 def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -> int:
     """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``.
 
-    ``start`` (a launcher forked by :mod:`autograder.zygote`): called with ``command`` in place of the
+    ``start`` (a launcher forked by :mod:`autograder.run.zygote`): called with ``command`` in place of the
     exec, it runs the kernel in the forked process and never returns.
     """
     parent = os.getpid()
@@ -344,7 +344,7 @@ def _init(spec: dict, command: list[str], start=None) -> int:
 
 def join_cgroups(paths: list[str]) -> None:
     """Put this process into the cgroups whose ``cgroup.procs`` files are ``paths``; what it starts later
-    is in them too (:mod:`autograder.cgroups`)."""
+    is in them too (:mod:`autograder.run.cgroups`)."""
     for path in paths:
         with open(path, "w") as handle:
             handle.write(str(os.getpid()))

@@ -1,7 +1,7 @@
 """Kernel-side half of the probes: record what a test's assertions see, and hand it to the grader.
 
 The runner sends this file's source to the kernel with :mod:`autograder.inside.guard`'s and calls
-:func:`install` with a name chosen for the run; each probe (see :mod:`autograder.probe`) then
+:func:`install` with a name chosen for the run; each probe (see :mod:`autograder.prepare.probes`) then
 calls the recorder under that name. Nothing here decides anything: the kernel is the
 submission's, so the grader trusts none of what is recorded, and compares it, outside the
 kernel, with the instructor's reference. What it records:

@@ -1,7 +1,7 @@
 """Read the student's code, without running it, for reaches into the grading machinery.
 
 A notebook with findings has its score withheld for the instructor's review
-(see :mod:`autograder.verdict`).
+(see :mod:`autograder.judge.verdict`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Where a grading job runs, apart from what it does: a pool of this machine's cores, or a Dask cluster.
 
-A job is a folder that :func:`autograder.job.prepare` wrote (``job.json``, the
+A job is a folder that :func:`autograder.prepare.job.prepare` wrote (``job.json``, the
 assembled notebook, the working copy); running it fills the folder with what
-:mod:`autograder.runner` writes (``out.ipynb``, ``status.json``,
+:mod:`autograder.run.runner` writes (``out.ipynb``, ``status.json``,
 ``observations.json``, ``probes.log``, ``runner.log``). An executor's
 :meth:`~Executor.submit` takes the job file and returns a
 :class:`concurrent.futures.Future` that is done when those files are in the
@@ -10,13 +10,13 @@ job's folder on this machine; the grader reads them from there as it always
 does, so the same job code runs on either executor unchanged.
 
 * :class:`LocalPool` (the default): one thread per ``--jobs``, each starting
-  the runner in its sandbox (:func:`autograder.job.execute`).
+  the runner in its sandbox (:func:`autograder.prepare.job.execute`).
 * :class:`DaskExecutor` (``--scheduler tcp://HOST:PORT``, or ``--dask-local
   N`` for a cluster of N worker processes on this machine): each job's folder
   travels to a worker as a compressed archive (the workers need the course
   installed, not this machine's folders); the worker unpacks it in a temporary
   folder, rewrites its paths and sandbox for its own machine
-  (:func:`autograder.job.relocate`), starts the runner there as a separate
+  (:func:`autograder.prepare.job.relocate`), starts the runner there as a separate
   process, in the same sandbox as the local pool (student code never runs in
   the Dask worker's own process; a worker that cannot build the sandbox's
   namespaces refuses the job, unless the grader runs with ``--no-sandbox``),
@@ -24,7 +24,7 @@ does, so the same job code runs on either executor unchanged.
   into the job's folder once, when the job's future completes: a job that Dask
   runs again after its worker died is not counted twice. With ``gpu=True``
   each job asks for the Dask resource ``GPU=1``, which only workers started
-  with ``--resources GPU=1`` offer (``python -m autograder.executors worker
+  with ``--resources GPU=1`` offer (``python -m autograder.run.executors worker
   ADDRESS --gpu K`` starts one pinned to GPU K with ``CUDA_VISIBLE_DEVICES``).
 
 On a CPU-only machine both run every job on the CPU (and the simulated
@@ -53,15 +53,16 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from autograder import bytecode, sandbox
-from autograder.cgroups import usable_cores
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
-from autograder.job import RUNNERS, Runners, execute, finish, launch, relocate
-from autograder.runner import kernel_env
+from autograder.run import bytecode, sandbox
+from autograder.run.cgroups import usable_cores
+from autograder.run.jobfile import relocate
+from autograder.run.process import RUNNERS, Runners, execute, finish, launch
+from autograder.run.runner import kernel_env
+from autograder.run.zygote import Zygote
+from autograder.run.zygote import usable as zygote_usable
 from autograder.settings import Settings
-from autograder.zygote import Zygote
-from autograder.zygote import usable as zygote_usable
 
 CONNECT_TIMEOUT_S = 5
 WORKERLESS_S = 120  # jobs waiting, and no worker that can run them: the cluster cannot grade
@@ -192,7 +193,7 @@ class LocalPool(Executor):
 
 
 def no_zygote(settings: Settings) -> str:
-    """Why runners and kernels start fresh here; "" where a zygote forks them (:mod:`autograder.zygote`)."""
+    """Why runners and kernels start fresh here; "" where a zygote forks them (:mod:`autograder.run.zygote`)."""
     if not settings.zygote:
         return "--no-zygote"
     if not sandbox.isolation_of(settings).namespaces:
@@ -270,7 +271,7 @@ def unpack(data: bytes, folder: Path) -> None:
 # What a Dask worker runs for a job: a builtin (eval) of this expression, so that the task itself
 # unpickles on any worker; on one without the course, the import fails in the task and the job's
 # future carries the ModuleNotFoundError, instead of the worker dying as it unpickles the task.
-ON_WORKER = "__import__('autograder.executors', fromlist=['run_bundle']).run_bundle(bundle, settings, stop)"
+ON_WORKER = "__import__('autograder.run.executors', fromlist=['run_bundle']).run_bundle(bundle, settings, stop)"
 
 
 def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
@@ -489,7 +490,7 @@ class DaskExecutor(Executor):
                 continue
             with self.lock:
                 failed, self.pending = self.pending, {}
-            need = ("with the resource GPU=1 (python -m autograder.executors worker ADDRESS --gpu K) "
+            need = ("with the resource GPU=1 (python -m autograder.run.executors worker ADDRESS --gpu K) "
                     if self.gpu else "")
             reason = ClusterError(f"no Dask worker {need}has been connected to the scheduler at {self.address} "
                                   f"for {self.workerless_s:g} s while {len(failed)} job(s) waited")
@@ -561,10 +562,10 @@ def check_scheduler(address: str) -> None:
 def start_process(command: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
     """``command`` (a scheduler, a worker) as a process of its own session, writing to ``log``.
 
-    It gets SIGTERM when this process ends, however that happens (:func:`autograder.sandbox.tethered`);
+    It gets SIGTERM when this process ends, however that happens (:func:`autograder.run.sandbox.tethered`);
     ``env`` defaults to :func:`autograder.course.build.tool_env`. End it with :func:`stop_group`.
     """
-    from autograder.sandbox import tethered
+    from autograder.run.sandbox import tethered
 
     with log.open("w") as handle:
         return subprocess.Popen(tethered(command, signal.SIGTERM), cwd=cwd, stdout=handle, stderr=subprocess.STDOUT,
@@ -651,7 +652,7 @@ def executor_for(settings: Settings) -> Executor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.executors",
+    parser = argparse.ArgumentParser(prog="python -m autograder.run.executors",
                                      description="Start a Dask worker for the grader (one job at a time).")
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="a worker for the scheduler at ADDRESS (this process becomes it)")

@@ -18,7 +18,7 @@ who reads the feedback page:
 
 Nothing here runs student code or reads hidden tests: it only rewrites
 outputs that are already in the graded notebook, after the hidden tests are
-taken out (:mod:`autograder.feedback`).
+taken out (:mod:`autograder.record.feedback`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import nbformat
 
 from autograder.course.cells import is_test, nbgrader_meta
-from autograder.job import strict_lines
+from autograder.prepare.job import strict_lines
 from devcourse.validation import exercise_of  # the exercise heading above each cell, as Validate names it
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -139,7 +139,7 @@ def student_frames(traceback: list[str]) -> tuple[list[str], int]:
 FRAME_HEAD = re.compile(r"^(Cell In\[\d+\]), line (\d+)(.*)$")
 FRAME_LINE = re.compile(r"^(?:-+>|\s*)\s*(\d+)(?: (.*))?$")  # "---> 12 code" or "     13 code"
 GUARD_NAME = re.compile(r"_grader_[0-9a-f]+")
-# The checks the grader puts in a test as it runs it (autograder.job.strict_comparisons), each back to the
+# The checks the grader puts in a test as it runs it (autograder.prepare.job.strict_comparisons), each back to the
 # function it stands for where the frame cannot be mapped to the test as written.
 GUARDED = re.compile(r"__import__\('builtins'\)\.__dict__\.get\('_grader_[0-9a-f]+', "
                      r"(?:__import__\('(operator)'\)|__import__\('importlib'\)\.import_module\('([\w.]+)'\))\)\.")
@@ -162,8 +162,8 @@ def frame_as_written(frame: str, source: str, prelude: int | None = None) -> str
     """A frame of a test cell as the student reads the test: the cell's own lines and line numbers.
 
     The grader runs a test after ``prelude`` lines of its own (its guard's start and the course's imports,
-    :func:`autograder.job.test_prelude`), every comparison checked by the guard
-    (:func:`autograder.job.strict_comparisons`, one statement a line): a traceback of that shows code the
+    :func:`autograder.prepare.job.test_prelude`), every comparison checked by the guard
+    (:func:`autograder.prepare.job.strict_comparisons`, one statement a line): a traceback of that shows code the
     student never wrote, at other line numbers. The frame's lines are matched to the test as it ran, then
     shown from ``source`` (the test as written, hidden tests taken out), the same number of lines around the
     same statement. With ``prelude`` unknown (None), the one count of lines that matches is taken, if only

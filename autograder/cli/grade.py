@@ -3,7 +3,7 @@
 First the instructor's solution of each assignment that has submissions to
 grade (``--canary all``: of every assignment chosen, submissions or not, so
 that a run before the deadline makes the references) runs in the same sandbox
-(:mod:`autograder.canary`), new submissions' notebooks starting beside it:
+(:mod:`autograder.judge.reference`), new submissions' notebooks starting beside it:
 unless it passes every test, grading stops with exit code 3 and the reason on
 the first line of the error output, and nothing of any student is graded;
 its run is also the reference every submission is judged against. Then, for every
@@ -17,14 +17,14 @@ that assignment:
 2. the student's code is scanned (without running it) for reaching into what
    the tests or the grader rely on; such a notebook's score is withheld and
    the report says why, for the instructor to review;
-3. it runs in its own kernel in :mod:`autograder.sandbox` (own working copy,
+3. it runs in its own kernel in :mod:`autograder.run.sandbox` (own working copy,
    no network, limits on memory, processes, disk and wall time), several at
    once, one per core: first every cell, with the visible tests the student
    sees (the only output shown), then each test again, hidden checks
-   included, as a probe that records values (:mod:`autograder.probe`);
+   included, as a probe that records values (:mod:`autograder.prepare.probes`);
    before each test :mod:`autograder.inside.guard` puts back what student code may
    have patched;
-4. the grader decides each test itself (:mod:`autograder.verdict`): its cell
+4. the grader decides each test itself (:mod:`autograder.judge.verdict`): its cell
    raised nothing and its probe's values pass against the reference's
    expected values, which never entered the student's kernel; nbgrader
    records the scores in its gradebook (SQLite in the work folder, or
@@ -45,7 +45,7 @@ worker without the course or without the sandbox, workers that keep dying,
 no worker for two minutes) stops the run the same way, with exit code 2 and
 the reason first.
 
-Run ``python -m autograder.grade --help`` from the repository root. This
+Run ``python -m autograder.cli.grade --help`` from the repository root. This
 module is the command line; the work is done by :mod:`autograder.batch` and
 the modules it names.
 """
@@ -62,26 +62,27 @@ import threading
 import time
 from pathlib import Path
 
-from autograder import bytecode, cgroups, sandbox
-from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade, read_state
-from autograder.canary import CACHE_ENV, REFERENCES, CanaryFailed
-from autograder.cgroups import usable_cores
+from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
 from autograder.course.config import gradebook_problem, shown_url
 from autograder.course.directory import CourseError, is_course_dir, parse_due
 from autograder.course.paths import DEMO_CLASS, WORKDIR
 from autograder.course.profile import devices_text
-from autograder.executors import ClusterError, check_scheduler, start_zygote_early
-from autograder.gradebook import gradebook_url
-from autograder.job import RUNNERS
-from autograder.report import format_table, write_csv, write_histogram
-from autograder.runner import RUN_MARKER
+from autograder.judge.reference import CACHE_ENV, REFERENCES, CanaryFailed
+from autograder.record.gradebook import gradebook_url
+from autograder.record.report import format_table, write_csv, write_histogram
+from autograder.record.state import read_state
+from autograder.run import bytecode, cgroups, sandbox
+from autograder.run.cgroups import usable_cores
+from autograder.run.executors import ClusterError, check_scheduler, start_zygote_early
+from autograder.run.process import RUNNERS
+from autograder.run.runner import RUN_MARKER
 from autograder.settings import CELL_TIMEOUT_S, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, Settings
 
 __all__ = ["grade", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.grade", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m autograder.cli.grade", description=__doc__.split("\n\n")[0],
                                      epilog="Writes report.txt, scores.csv, scores.png and feedback/ "
                                             "in the work folder.")
     parser.add_argument("--course", type=Path, metavar="DIR",
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                          help="run the jobs on this Dask scheduler's workers (each in the same sandbox, on its "
-                              "machine; start workers with python -m autograder.executors worker ADDRESS)")
+                              "machine; start workers with python -m autograder.run.executors worker ADDRESS)")
     cluster.add_argument("--dask-local", type=int, default=0, metavar="N",
                          help="start a Dask cluster of N worker processes on this machine for the run")
     parser.add_argument("--gpu-jobs", action="store_true",

@@ -1,6 +1,6 @@
 """A cgroup for each sandbox, where Linux lets the grader make one: memory and processes limited by Linux itself.
 
-The runner's watch over a submission's process tree (:mod:`autograder.runner`) adds up memory and
+The runner's watch over a submission's process tree (:mod:`autograder.run.runner`) adds up memory and
 processes four times a second and ends the sandbox the first time a sum is over. It works anywhere,
 but a submission can be over for up to a quarter of a second. Where the grader may create cgroups,
 Linux also enforces the limits at every allocation and fork, for every process of the submission:

@@ -1,8 +1,8 @@
 """Feedback for students: nbgrader's HTML, from graded notebooks with the hidden tests taken out.
 
-The graded notebook is the student's own run (phase A of :mod:`autograder.runner`), in which no hidden
+The graded notebook is the student's own run (phase A of :mod:`autograder.run.runner`), in which no hidden
 test ran; :func:`redact` still takes hidden test sources out of every cell and any line of an output that
-quotes one, and :func:`autograder.hints.teach` rewrites each error for the student (exercise and points,
+quotes one, and :func:`autograder.record.hints.teach` rewrites each error for the student (exercise and points,
 the student's own frames, a hint for the errors the course teaches).
 """
 
@@ -26,13 +26,13 @@ import nbformat
 from nbconvert.exporters import HTMLExporter
 from nbconvert.filters.highlight import Highlight2HTML
 
-from autograder import sandbox
 from autograder.course.cells import HIDDEN, hidden_test_lines, is_test
 from autograder.course.directory import CourseError, is_course_dir
-from autograder.gradebook import failure_of, grading_environment, nbgrader_api
-from autograder.hints import strip_ansi, teach
 from autograder.inside import launcher
-from autograder.job import course_imports, test_prelude
+from autograder.prepare.job import course_imports, test_prelude
+from autograder.record.gradebook import failure_of, grading_environment, nbgrader_api
+from autograder.record.hints import strip_ansi, teach
+from autograder.run import sandbox
 
 
 class _CompiledTemplates(jinja2.BytecodeCache):
@@ -95,7 +95,7 @@ class FeedbackExporter(HTMLExporter):
     scripts, styles and comments: BeautifulSoup reads the two pages as the same document (tested).
     A page with JupyterLab's cells (another template, configured) gets the same BeautifulSoup pass as
     nbconvert's, over the page already rendered: the template is rendered once either way.
-    Set as ``GenerateFeedback.exporter_class`` by :func:`autograder.gradebook.nbgrader_api`.
+    Set as ``GenerateFeedback.exporter_class`` by :func:`autograder.record.gradebook.nbgrader_api`.
     """
 
     def _create_environment(self) -> jinja2.Environment:
@@ -221,7 +221,7 @@ _PRELUDES: dict[tuple[str, int], int | None] = {}
 
 def prelude_lines(source: Path) -> int | None:
     """How many lines the grader ran before each test of the notebook ``source`` (the instructor's):
-    :func:`autograder.job.test_prelude` with its imports; None where the notebook is not there."""
+    :func:`autograder.prepare.job.test_prelude` with its imports; None where the notebook is not there."""
 
     try:
         key = (str(source), source.stat().st_mtime_ns)
@@ -241,7 +241,7 @@ class FeedbackApart:
     On a cluster, the grader's machine runs no notebook: its own handling of each finished job
     (judging, nbgrader's autograde) and then the job's feedback page, one after the other, set the
     pace of the whole class. Here the pages are made by a second process (``python -m
-    autograder.feedback --serve``, one request and one answer a line) while the grader goes on:
+    autograder.record.feedback --serve``, one request and one answer a line) while the grader goes on:
     :meth:`hand_on` never waits, :meth:`deliver` passes each made page's pair to the grader's
     ``record``, waiting (never with the signals held) while more than ``keep`` pairs wait. A pair
     leaves the line only once recorded, so a stopped run that delivers what is handed on reports each
@@ -254,7 +254,7 @@ class FeedbackApart:
 
     def __init__(self, workdir: Path, db_url: str, in_line, depth: int = 2):
         self.in_line, self.depth = in_line, depth
-        self.process = subprocess.Popen([sys.executable, "-m", "autograder.feedback", "--serve"],
+        self.process = subprocess.Popen([sys.executable, "-m", "autograder.record.feedback", "--serve"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         start_new_session=True)
         self.answers: queue.Queue = queue.Queue()
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         serve(iter(sys.stdin), answer)
         return 0
     parser = argparse.ArgumentParser(
-        prog="python -m autograder.feedback",
+        prog="python -m autograder.record.feedback",
         description="Make an assignment's feedback again in a course directory, with the scores and comments "
                     "formgrader holds now; then nbgrader release_feedback sends it.")
     parser.add_argument("course", type=Path, help="the course directory")

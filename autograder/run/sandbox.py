@@ -1,6 +1,6 @@
 """Start a student's kernel in a sandbox: its own working copy, no network, limits.
 
-The grader (``autograder.grade``) runs every submitted notebook in a fresh
+The grader (``autograder.cli.grade``) runs every submitted notebook in a fresh
 kernel started through :func:`wrap`. What the kernel gets depends on what
 the machine allows, and :class:`Isolation` says which limits hold, so the
 report can say so:
@@ -8,7 +8,7 @@ report can say so:
 * always: a process of its own with a memory limit on every process it
   starts (``RLIMIT_DATA``: an allocation past it fails with PyTorch's
   ``DefaultCPUAllocator: can't allocate memory``) and on every file it
-  writes (``RLIMIT_FSIZE``); the runner (:mod:`autograder.runner`) enforces
+  writes (``RLIMIT_FSIZE``); the runner (:mod:`autograder.run.runner`) enforces
   the wall-time limit, and memory and processes and threads of the whole
   process tree together, by ending it;
 * on Linux, where ``unshare`` works: new mount, network and PID namespaces.
@@ -72,7 +72,7 @@ class Isolation:
                  disk_mib: int = DISK_LIMIT_MIB, max_processes: int = MAX_PROCESSES,
                  cgroups: str = "") -> list[str]:
         """The report's lines on the limits; ``cgroups`` says whether Linux enforces them too
-        (:meth:`autograder.cgroups.Cgroups.describe`)."""
+        (:meth:`autograder.run.cgroups.Cgroups.describe`)."""
         by_linux = f", {cgroups}" if cgroups else ""
         memory = (f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes together "
                   f"(watched by the grader, Linux){by_linux}" if memory_mib else "off (--memory-limit-mib 0)")

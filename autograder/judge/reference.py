@@ -10,7 +10,7 @@ before any student is graded, with the reason in :class:`CanaryFailed`'s
 first line.
 
 The same run is the reference every submission is judged against: the
-solution's probes (:mod:`autograder.probe`) record the expected side of
+solution's probes (:mod:`autograder.prepare.probes`) record the expected side of
 every value comparison, which never enters a student's kernel, and each
 must hold against the solution's own values. The records are kept in
 ``reference/ASSIGNMENT/NOTEBOOK.json`` in the work folder; a stopped run
@@ -58,13 +58,15 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import sandbox
 from autograder.course.cells import is_test, nbgrader_meta
 from autograder.course.profile import devices_text
-from autograder.job import Job, RunContext, prepare
-from autograder.probe import notebook_sites, self_check
-from autograder.submission import fingerprint, write_whole
-from autograder.verdict import judge, observations_of
+from autograder.judge.compare import self_check
+from autograder.judge.verdict import judge, observations_of
+from autograder.prepare.job import Job
+from autograder.prepare.probes import notebook_sites
+from autograder.prepare.submission import fingerprint, write_whole
+from autograder.run import sandbox
+from autograder.run.jobfile import RunContext, ready
 
 STUDENT = "(canary)"
 CACHE_ENV = "COURSE_REFERENCE_CACHE"
@@ -225,7 +227,7 @@ def _submit(items: list, workdir: Path, run: RunContext) -> list:
     for name, notebook, source, key in items:
         job = Job(STUDENT, name, notebook, workdir / "jobs" / STUDENT / name / notebook)
         shutil.rmtree(job.folder, ignore_errors=True)  # left by a run stopped before its reference was kept
-        path = prepare(job, source, source, workdir / "source" / name, run, reference=True)
+        path = ready(job, source, source, workdir / "source" / name, run, reference=True)
         jobs.append((job, run.executor.submit(path), source, key))
     return jobs
 

@@ -1,8 +1,8 @@
 """Execute one assembled notebook in a sandboxed kernel (one process per notebook).
 
-``python -m autograder.runner JOB.json`` is started by :mod:`autograder.job`
+``python -m autograder.run.runner JOB.json`` is started by :mod:`autograder.prepare.job`
 for every submission. It runs outside the sandbox, like nbgrader's executor:
-it starts the kernel through :func:`autograder.sandbox.wrap`, has the
+it starts the kernel through :func:`autograder.run.sandbox.wrap`, has the
 sandbox seal the kernel's IPC folder once its sockets exist
 (:func:`seal_ipc`), installs :mod:`autograder.inside.guard` in it, runs the cells
 one by one with a per-cell and a per-notebook wall-time limit, and limits on
@@ -12,14 +12,14 @@ first time one is over, the whole sandbox is ended); it notes when the
 sandbox's disk was full (:func:`disk_used_mib`). Once every cell has run
 (phase A), it keeps a copy of the notebook as it was then, the only output
 anyone is shown, and runs the probe of each test (phase B, see
-:mod:`autograder.probe`), whose output is never shown: it keeps only what each
+:mod:`autograder.prepare.probes`), whose output is never shown: it keeps only what each
 probe recorded. Then it writes the executed notebook, the recorded probes
 (``observations.json``) and a status file. When a limit is reached or the
 kernel dies, the cells not run keep no outputs and the probes not run record
 nothing, so their tests earn nothing; the batch goes on.
 
 A warm runner (``--warm``, started by the local pool ahead of its job's turn,
-see :class:`autograder.executors.LocalPool`) does everything up to the
+see :class:`autograder.run.executors.LocalPool`) does everything up to the
 notebook's first cell (the sandbox, the kernel, torch imported with the
 guard), then waits for a line ``go`` on its standard input; the end of its
 input instead takes the job back, and it writes nothing. Its limits per
@@ -28,7 +28,7 @@ notebook count from ``go``.
 The runner dies with the grader that started it (``PR_SET_PDEATHSIG`` on
 Linux, whatever ends the grader), and SIGTERM, SIGHUP or SIGINT makes it end
 its kernel's sandbox, write what it has and exit; the sandbox ends with the
-runner in any case (see :mod:`autograder.sandbox`).
+runner in any case (see :mod:`autograder.run.sandbox`).
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import cgroups, probe, sandbox
 from autograder.course.cells import test_id
 from autograder.inside import guard, launcher, recorder
 from autograder.inside.launcher import mount_points
+from autograder.run import cgroups, sandbox
 
 # IPython shows a frame of a library file through stack_data (whole statements, the executing node
 # marked), which parses the file and costs the 19 notebooks of the demo class's honest students about
@@ -58,9 +58,11 @@ from autograder.inside.launcher import mount_points
 # ultratb.FAST_THRESHOLD lines, and a notebook's own cell always, is shown from its raw lines instead.
 # The threshold at -1 shows every frame that way: the cells' frames as before, a library frame with its
 # file, line and function and the lines around it. The feedback keeps the cells' frames only and counts
-# the others (autograder.hints), so it reads the same. Set before the guard's snapshot, which keeps it;
+# the others (autograder.record.hints), so it reads the same. Set before the guard's snapshot, which keeps it;
 # the cell binds no name in the student's namespace.
 TRACEBACK_SOURCE = "__import__('IPython.core.ultratb').core.ultratb.FAST_THRESHOLD = -1\n"
+# What the recorder publishes a probe's events as (autograder.inside.recorder writes the same type).
+MIME = "application/vnd.course.probe+json"
 MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more is recorded as nothing
 # Set by the grader to a token of its run, and passed down to every process of it, kernels
 # included: what is left of a run can be found by it (/proc/PID/environ).
@@ -115,7 +117,7 @@ def tree_usage(root: int, uncounted: int = 0) -> tuple[float, int]:
     The memory of the first ``uncounted`` generations (``root`` is the first) is left out, their threads
     are not: the sandbox's own processes, which run nothing of the submission's (its launcher, and with
     namespaces its init). Forked from the zygote they map its pages, torch's included, as the kernel does
-    (:mod:`autograder.zygote`), and counted they would count those two or three times.
+    (:mod:`autograder.run.zygote`), and counted they would count those two or three times.
     """
     children = _children if _children_listed() else _children_from_stat()
     total_kib, tasks, todo = 0, 0, [(root, 0)]
@@ -402,8 +404,8 @@ class Session:
             cell = nbformat.v4.new_code_cell(code)
             # Index 0: display updates sent later land on the guard's cell, never on one shown.
             done = self.execute(cell, 0, store_history=False)
-            payloads = [o.data[probe.MIME] for o in cell.outputs
-                        if o.output_type == "display_data" and probe.MIME in o.get("data", {})]
+            payloads = [o.data[MIME] for o in cell.outputs
+                        if o.output_type == "display_data" and MIME in o.get("data", {})]
             with open(self.job["probes_log"], "a", errors="replace") as log:  # for the instructor, never shown
                 log.write(f"--- {grade_id}\n" + "".join(_text(o) for o in cell.outputs)[-20000:] + "\n")
             if payloads and len(json.dumps(payloads[-1])) <= MAX_OBSERVATIONS_BYTES:
@@ -523,6 +525,6 @@ def start(job_file: str, warm: bool) -> None:
 if __name__ == "__main__":
     warm = sys.argv[3:] == ["--warm"]
     if len(sys.argv) != 3 + warm or not sys.argv[2].isdigit():
-        sys.exit("usage: python -m autograder.runner JOB.json GRADER_PID [--warm]")
+        sys.exit("usage: python -m autograder.run.runner JOB.json GRADER_PID [--warm]")
     launcher.die_with_parent(int(sys.argv[2]), signal.SIGKILL)
     start(sys.argv[1], warm)

@@ -93,7 +93,7 @@ def fingerprint(root: Path, recursive: bool = False, suffix: str = "") -> str:
     Of a submission folder (every file): a re-run grades a changed submission
     again. Of the course's source (recursive, notebooks only): a changed
     course is graded afresh. Of the grader's code: a kept reference is made
-    again (:mod:`autograder.canary`).
+    again (:mod:`autograder.judge.reference`).
     """
     digest = hashlib.sha256()
     paths = root.rglob("*") if recursive else root.glob("*")

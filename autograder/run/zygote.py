@@ -5,14 +5,14 @@ a notebook's first cell runs: a new Python, then IPython and ipykernel, then
 torch, numpy and every ``devcourse`` module, which the guard imports
 (:mod:`autograder.inside.guard`). Where the sandbox has its namespaces (Linux), the
 local pool starts one *zygote* per grading run, and each Dask worker one for
-its life (``python -m autograder.zygote``, at the first job), that imports
+its life (``python -m autograder.run.zygote``, at the first job), that imports
 those once and from then on only forks::
 
     grader ── zygote ── runner ─┬─ launcher ── init ── kernel
-                                └─ launcher (kept for a second kernel, see autograder.runner.run)
+                                └─ launcher (kept for a second kernel, see autograder.run.runner.run)
 
 * The zygote holds nothing of any job. It is started with the kernel's
-  environment (:func:`autograder.runner.kernel_env`), none of the grader's
+  environment (:func:`autograder.run.runner.kernel_env`), none of the grader's
   other variables; it imports modules of the Python environment and
   ``devcourse`` only, all of which every kernel sees anyway; and all it is
   told of a runner is whether it is a warm one. The grader hands each
@@ -21,7 +21,7 @@ those once and from then on only forks::
 * A runner first forks the launchers of its kernels, before it reads the
   path of its job, so no kernel holds anything of the job, or of the
   grader's environment, in its memory;
-  then it runs the job as ``python -m autograder.runner`` would. When its
+  then it runs the job as ``python -m autograder.run.runner`` would. When its
   kernel manager starts a kernel, a launcher is handed what ``Popen`` would
   have been (command, environment, folder, a session of its own, standard
   input at its end) and builds the sandbox as :mod:`autograder.inside.launcher`
@@ -42,7 +42,7 @@ after torch's and numpy's, which match other warnings); and the pages the
 zygote filled, which every kernel shares copy-on-write: the runner's
 count of a submission's memory leaves out the sandbox's own processes
 (launcher and init), which hold those pages too
-(:func:`autograder.runner.tree_usage`).
+(:func:`autograder.run.runner.tree_usage`).
 
 Every process of the chain dies with its parent (``PR_SET_PDEATHSIG``): the
 zygote with the grader, a runner with the zygote, a launcher with its
@@ -167,7 +167,7 @@ class Zygote:
         def keeper() -> None:  # the zygote's parent thread for as long as it lives (PR_SET_PDEATHSIG)
             try:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "autograder.zygote", str(theirs.fileno()), str(os.getpid()),
+                    [sys.executable, "-m", "autograder.run.zygote", str(theirs.fileno()), str(os.getpid()),
                      "-" * TITLE_ROOM],
                     pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -466,7 +466,7 @@ def _fork_runner(fds: list[int], warm: bool, grader: int) -> int:
 
 def _be_runner(warm: bool, grader: int) -> int:
     """A runner: its kernels' launchers first, then its job (whose path comes on standard input)."""
-    retitle([sys.executable, "-m", "autograder.runner", "(forked, its job to come)"])
+    retitle([sys.executable, "-m", "autograder.run.runner", "(forked, its job to come)"])
     templates = [_Template.fork(), _Template.fork()]
     line = sys.stdin.readline()
     if not line.strip():  # taken back before it began
@@ -475,10 +475,10 @@ def _be_runner(warm: bool, grader: int) -> int:
     os.environ.clear()  # the grader's, as a runner started fresh has it
     os.environ.update(given["env"])
     job_file = given["job"]
-    retitle([sys.executable, "-m", "autograder.runner", job_file, str(grader), *(["--warm"] if warm else [])])
+    retitle([sys.executable, "-m", "autograder.run.runner", job_file, str(grader), *(["--warm"] if warm else [])])
     from jupyter_client.provisioning import local_provisioner
 
-    from autograder import runner
+    from autograder.run import runner
 
     local_provisioner.launch_kernel = _launcher_from(templates, local_provisioner.launch_kernel)
     try:
@@ -620,7 +620,7 @@ class _Template:
 
 
 def _launch(cmd: list[str]) -> int:
-    """What the launcher's command line asks (:func:`autograder.sandbox.wrap`), in this process."""
+    """What the launcher's command line asks (:func:`autograder.run.sandbox.wrap`), in this process."""
     retitle(cmd)
     if len(cmd) > 6 and cmd[1:3] == ["-I", LAUNCHER] and cmd[5] == "--" and cmd[4].isdigit():
         return launcher.launch(cmd[3], int(cmd[4]), cmd[6:], start=run_kernel_here)
@@ -663,8 +663,8 @@ def run_kernel_here(command: list[str]) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or not (sys.argv[1].isdigit() and sys.argv[2].isdigit()):
-        sys.exit("usage: python -m autograder.zygote SOCKET_FD GRADER_PID ROOM (started by the grader)")
-    retitle([sys.executable, "-m", "autograder.zygote", sys.argv[1], sys.argv[2]])
+        sys.exit("usage: python -m autograder.run.zygote SOCKET_FD GRADER_PID ROOM (started by the grader)")
+    retitle([sys.executable, "-m", "autograder.run.zygote", sys.argv[1], sys.argv[2]])
     serve(int(sys.argv[1]), int(sys.argv[2]))
     # Without the interpreter's teardown of torch, numpy and IPython (about 0.5 s, which the grader waits
     # for when it closes the zygote): nothing of the zygote's needs it, as for the runners it forks.

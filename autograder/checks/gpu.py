@@ -27,7 +27,7 @@ runs what does not need a GPU, marks the rest as not run, and writes its
 report to ``build/gpu-report-dry-run.md``, so no CPU result ever lands in
 the GPU report.
 
-Run ``python -m autograder.gpucheck --help`` from the repository root.
+Run ``python -m autograder.checks.gpu --help`` from the repository root.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Context:
 
 
 def check_environment(ctx: Context) -> Check:
-    from autograder.bytecode import advice, uncompiled
+    from autograder.run.bytecode import advice, uncompiled
 
     missing = uncompiled()
     rows = [
@@ -196,12 +196,12 @@ def check_mistakes(ctx: Context) -> Check:
 
 
 def check_grading(ctx: Context) -> Check:
-    from autograder import grade
+    from autograder import batch
     from autograder.course.demo import unexpected_scores
-    from autograder.report import format_table
+    from autograder.record.report import format_table
     from devcourse.grading import device_matrix
 
-    results = grade.grade(workdir=WORKDIR / "grade")
+    results = batch.grade(workdir=WORKDIR / "grade")
     wrong = unexpected_scores(results)
     devices = ", ".join(str(d) for d in device_matrix("tensor"))
     body = [f"Device matrix: {devices}", "", "```", format_table(results), "```"]
@@ -284,7 +284,8 @@ def check_cluster(ctx: Context) -> Check:
     from autograder import batch
     from autograder.course.demo import unexpected_scores
     from autograder.course.paths import DEMO_CLASS
-    from autograder.executors import (
+    from autograder.record.report import format_table
+    from autograder.run.executors import (
         RAN_ON,
         jobs_per_worker,
         runner_sees,
@@ -293,7 +294,6 @@ def check_cluster(ctx: Context) -> Check:
         stop_group,
         wait_for_workers,
     )
-    from autograder.report import format_table
     from autograder.settings import Settings
 
     folder = WORKDIR / "cluster"
@@ -301,7 +301,7 @@ def check_cluster(ctx: Context) -> Check:
     scheduler, address = start_scheduler(folder / "scheduler.log")
     processes = [scheduler]
     try:
-        worker = [sys.executable, "-m", "autograder.executors", "worker", address]
+        worker = [sys.executable, "-m", "autograder.run.executors", "worker", address]
         processes.append(start_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"],
                                        folder / "gpu0.log"))
         processes.append(start_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
@@ -323,7 +323,7 @@ def check_cluster(ctx: Context) -> Check:
     observed = sorted((folder / "work").glob("jobs/*/*/*/observations.json"))
     on_gpu = sum('"cuda:' in path.read_text() for path in observed)
     body = ["Scheduler and workers: separate processes on this machine; `gpu0` started with "
-            "`python -m autograder.executors worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
+            "`python -m autograder.run.executors worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
             f"- a process started by `gpu0` sees: {sees}",
             f"- jobs per worker (`{RAN_ON}`): {ran_on}",
             f"- jobs whose checks saw a CUDA device (`observations.json`): {on_gpu} of {len(observed)}",
@@ -397,7 +397,7 @@ def render(checks: list[Check], ctx: Context) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.gpucheck", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autograder.checks.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="rehearse on a machine without CUDA")
     parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated checks (default: {','.join(STEPS)})")
     parser.add_argument("--report", type=Path, help="where to write the report")
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make gpu-check needs a CUDA GPU, and this machine has none that torch {torch.__version__} can use "
               f"(torch.version.cuda = {torch.version.cuda}, torch.cuda.is_available() = False).\n"
               "Nothing was run and no report was written. To rehearse on this machine: "
-              "python -m autograder.gpucheck --dry-run", file=sys.stderr)
+              "python -m autograder.checks.gpu --dry-run", file=sys.stderr)
         return 2
     ctx = Context(dry_run=not torch.cuda.is_available(), size_mib=args.size_mib)
     report = args.report or (GPU_REPORT if ctx.cuda else DRY_RUN_REPORT)

@@ -1,4 +1,4 @@
-"""python -m autograder.slurmcheck: grade part of the demo class on Slurm, through dask-jobqueue.
+"""python -m autograder.checks.slurm: grade part of the demo class on Slurm, through dask-jobqueue.
 
 Run it on a Slurm login node, from the course's checkout, before grading a
 class there: it sets up workers the way ``docs/cluster.md`` does (a
@@ -148,7 +148,7 @@ def job_logs(log_directory: Path, ids: set[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.slurmcheck", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autograder.checks.slurm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--queue", help="the Slurm partition (default: the cluster's default one)")
     parser.add_argument("--account", help="the Slurm account to charge")
     parser.add_argument("--jobs", type=int, default=2, help="Slurm jobs to ask for, one worker each (default 2)")
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     from autograder import batch
     from autograder.course.demo import unexpected_scores
     from autograder.course.paths import DEMO_CLASS
-    from autograder.executors import jobs_per_worker, runner_sees
+    from autograder.run.executors import jobs_per_worker, runner_sees
     from autograder.settings import Settings
 
     if args.workdir.exists():

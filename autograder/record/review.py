@@ -1,7 +1,7 @@
 """Review a withheld score: release it (graded as it ran) or confirm it (0 points).
 
 The grader withholds the score of a notebook whose code reaches into the
-grading machinery (:mod:`autograder.scan`): the table and ``scores.csv`` say
+grading machinery (:mod:`autograder.prepare.scan`): the table and ``scores.csv`` say
 "withheld" and the note names the lines. After reading them, the instructor
 decides, for one ``STUDENT/ASSIGNMENT`` of the last run in the work folder:
 
@@ -13,7 +13,7 @@ decides, for one ``STUDENT/ASSIGNMENT`` of the last run in the work folder:
 
 Either way ``state.json`` in the work folder records the decision.
 
-Run ``python -m autograder.review STUDENT/ASSIGNMENT --release`` (or
+Run ``python -m autograder.record.review STUDENT/ASSIGNMENT --release`` (or
 ``--confirm``) from the repository root, with the same ``--workdir`` and
 ``--db-url`` as the grading run.
 """
@@ -28,14 +28,22 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.batch import STATE, mark_review, replay_journal, write_state
-from autograder.canary import reference_of
 from autograder.course.config import config_of
 from autograder.course.paths import WORKDIR
-from autograder.gradebook import EXECUTED, GradebookLock, failure_of, gradebook_url, grading_environment, nbgrader_api
-from autograder.job import Job
+from autograder.judge.reference import reference_of
+from autograder.judge.verdict import judge
+from autograder.prepare.job import Job
+from autograder.record.gradebook import (
+    EXECUTED,
+    GradebookLock,
+    failure_of,
+    gradebook_url,
+    grading_environment,
+    nbgrader_api,
+)
+from autograder.record.marks import mark_review
+from autograder.record.state import STATE, replay_journal, write_state
 from autograder.settings import Settings
-from autograder.verdict import judge
 
 
 class ReviewError(Exception):
@@ -111,14 +119,14 @@ def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, no
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.review", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autograder.record.review", description=__doc__.split("\n\n")[0])
     parser.add_argument("pair", metavar="STUDENT/ASSIGNMENT")
     decision = parser.add_mutually_exclusive_group(required=True)
     decision.add_argument("--release", action="store_true", help="grade it as it ran")
     decision.add_argument("--confirm", action="store_true", help="keep 0 points")
     parser.add_argument("--workdir", type=Path, default=WORKDIR,
                         help="the grading run's work folder (default: build/grade)")
-    parser.add_argument("--db-url", default=None, help="the gradebook the run used (default: as autograder.grade)")
+    parser.add_argument("--db-url", default=None, help="the gradebook the run used (default: as autograder.cli.grade)")
     args = parser.parse_args(argv)
     student, _, assignment = args.pair.partition("/")
     if not student or not assignment:

@@ -1,6 +1,6 @@
 """Each test's verdict, decided in the grader: what phase A showed, and the probe against the reference.
 
-A test earns its points only when (see :mod:`autograder.probe` for why this cannot be forged):
+A test earns its points only when (see :mod:`autograder.prepare.probes` for why this cannot be forged):
 
 1. its cell ran in phase A and raised nothing, and the notebook was not stopped while it ran;
 2. its probe, run after every cell, recorded the reference's sequence of checks, and each value
@@ -17,8 +17,9 @@ import json
 import nbformat
 
 from autograder.course.cells import is_test, nbgrader_meta
-from autograder.job import Job
-from autograder.probe import compare, notebook_sites
+from autograder.judge.compare import compare
+from autograder.prepare.job import Job
+from autograder.prepare.probes import notebook_sites
 
 AGAIN = "when the grader ran this test again, with its hidden checks, "
 

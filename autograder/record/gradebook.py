@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterator
 from unittest import mock
 
-from autograder import sandbox
 from autograder.course.config import config_of, tool_env
+from autograder.run import sandbox
 from autograder.settings import GRADEBOOK_ENV, Settings
 
 EXECUTED = "executed"  # the grader's executed notebooks, which nbgrader's autograde reads (not the submissions)
@@ -48,7 +48,7 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
     overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                                   CheckCellMetadata]
     overrides.Autograde.autograde_preprocessors = [LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-    overrides.GenerateFeedback.exporter_class = "autograder.feedback.FeedbackExporter"
+    overrides.GenerateFeedback.exporter_class = "autograder.record.feedback.FeedbackExporter"
     config.merge(overrides)
     return NbGraderAPI(config=config)
 

@@ -1,0 +1,87 @@
+"""A prepared job made runnable on this machine: its ``job.json``, with this machine's paths, limits and sandbox.
+
+The local pool's jobs get theirs from :func:`ready`, a cluster worker's from :func:`relocate` of a job prepared on
+the grader's machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder.course.paths import ROOT
+from autograder.prepare.job import Job, prepare
+from autograder.run import cgroups, sandbox
+from autograder.settings import Settings
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every job of one grading run shares."""
+
+    settings: Settings
+    isolation: sandbox.Isolation
+    guard_name: str  # the kernel's name for the guard; the recorder's is this plus "_probe"
+    ipc_root: Path  # the kernels' IPC folders are made in it
+    imports: dict[str, dict[str, str]]  # assignment -> notebook -> the source's import lines (course_imports)
+    cgroups: cgroups.Cgroups = cgroups.Cgroups(0, reason="not asked for")  # where each sandbox gets a cgroup
+    executor: object = None  # where the jobs run: the autograder.run.executors.Executor the batch made
+
+
+def ready(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
+          run: RunContext, reference: bool = False) -> Path:
+    """Prepare ``job`` (:func:`autograder.prepare.job.prepare`) and write its job file for this run; return it.
+
+    The kernel does not see the course's checkout, the work folder, or the folder of submissions.
+    """
+    description = prepare(job, source, submitted, submitted_dir, run.guard_name,
+                          run.imports[job.assignment][job.notebook], reference)
+    hide = [str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
+    _place(job.folder, description, run.settings, run.isolation, run.ipc_root, hide, run.cgroups)
+    return job.folder / "job.json"
+
+
+def _place(folder: Path, description: dict, settings: Settings, isolation: sandbox.Isolation, ipc_root: Path,
+           hide: list[str], groups: cgroups.Cgroups) -> None:
+    """Write ``folder/job.json``: ``description`` with this machine's paths, limits and sandbox for the job.
+
+    The sandbox hides ``hide`` and brings back this Python's folders, none of them inside ``hide``
+    but the environment and ``devcourse`` (:func:`autograder.run.sandbox.python_paths`).
+    """
+    work = folder / "work"
+    ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
+    spec = sandbox.Spec(
+        workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
+        user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
+        disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
+        hide=hide, read_only=sandbox.python_paths(hide), read_write=[str(work), str(ipc)])
+    description.update({
+        "notebook_in": str(folder / "in.ipynb"), "notebook_out": str(folder / "out.ipynb"),
+        "status_out": str(folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
+        "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
+        "observations_out": str(folder / "observations.json"), "probes_log": str(folder / "probes.log"),
+        "sandbox": spec.__dict__, "cgroups": {"version": groups.version, "parents": groups.parents},
+    })
+    if spec.as_nobody:
+        for path in (work, ipc, *work.rglob("*")):
+            os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
+    (folder / "job.json").write_text(json.dumps(description))
+
+
+def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]) -> None:
+    """Make a job prepared on another machine (unpacked at ``job_file``) runnable on this one.
+
+    Its paths become this folder's, its sandbox this machine's (isolation,
+    Python folders, cgroups), hiding this machine's copy of the course and
+    ``hide``; what the job runs (notebook, probes, guard) is unchanged.
+    """
+    description = json.loads(job_file.read_text())
+    kept = {key: description[key] for key in ("guard_name", "recorder_name", "probes")}
+    groups = cgroups.find()  # decided once per process, on a worker as on a grader
+    cgroups.sweep(groups)
+    _place(job_file.parent, kept, settings, sandbox.isolation_of(settings), ipc_root, [str(ROOT), *hide], groups)
