@@ -57,12 +57,12 @@ lab-plugin: $(READY)
 	  npx build-labextension --core-path "$$($(CURDIR)/$(BIN)/python -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
 
 grade: $(READY)
-	$(BIN)/python -m autograder.cli.grade
+	$(BIN)/python -m autograder grade
 
 # A term's course directory (autograder/course/directory.py; docs/instructors.md walks through a term).
 course-dir: $(READY)
 	@test -n "$(DIR)" || { echo "make course-dir needs DIR=/path/to/new/folder"; exit 2; }
-	$(BIN)/python -m autograder.course.directory init "$(DIR)" $(if $(EXCHANGE),--exchange "$(EXCHANGE)") \
+	$(BIN)/python -m autograder course init "$(DIR)" $(if $(EXCHANGE),--exchange "$(EXCHANGE)") \
 	  $(if $(DB_URL),--db-url "$(DB_URL)") $(if $(DUE),--due "$(DUE)")
 
 # The last make grade's gradebook as nbgrader's CSV and as Canvas's and Moodle's import shapes
@@ -106,14 +106,14 @@ mistakes: $(READY)
 	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/test_mistakes.py
 
 course: $(READY)
-	$(BIN)/python -m autograder.course.build course
-	$(BIN)/python -m autograder.course.demo
+	$(BIN)/python -m autograder build course
+	$(BIN)/python -m autograder demo
 
 execute: $(READY)
-	$(BIN)/python -m autograder.course.build execute
+	$(BIN)/python -m autograder build execute
 
 both-ways: $(READY)
-	$(BIN)/python -m autograder.course.build both-ways
+	$(BIN)/python -m autograder build both-ways
 
 clean:
 	rm -rf build .pytest_cache .nbgrader
@@ -146,7 +146,7 @@ gpu-torch:
 gpu-check: gpu-torch $(GPU_SITE)/.installed
 	env PATH="$(abspath $(GPU_SITE))/bin:$(ORIGINAL_PATH)" PYTHONPATH="$(abspath $(GPU_SITE)):$(CURDIR)" \
 	  JUPYTER_PATH="$(abspath $(GPU_SITE))/share/jupyter" \
-	  $(GPU_PYTHON) -m autograder.checks.gpu $(GPU_CHECK_ARGS)
+	  $(GPU_PYTHON) -m autograder gpu-check $(GPU_CHECK_ARGS)
 
 wheels: build/requirements-gpu.txt
 	mkdir -p $(WHEELS)
@@ -156,7 +156,7 @@ wheels: build/requirements-gpu.txt
 	  -d $(WHEELS) -r build/requirements-gpu.txt
 
 # On a Slurm login node: workers as Slurm jobs through dask-jobqueue, as docs/cluster.md sets them up,
-# grading 01 of the demo class (python -m autograder.checks.slurm --help for the options).
+# grading 01 of the demo class (python -m autograder slurm-check --help for the options).
 SLURM_CHECK_ARGS ?=
 slurm-check: $(READY)
-	$(BIN)/python -m autograder.checks.slurm $(SLURM_CHECK_ARGS)
+	$(BIN)/python -m autograder slurm-check $(SLURM_CHECK_ARGS)

@@ -28,7 +28,7 @@ class Result:
     note: str = ""
     devices: str = ""
     seconds: float = 0.0
-    withheld: bool = False  # the score waits for the instructor's review (python -m autograder.record.review)
+    withheld: bool = False  # the score waits for the instructor's review (python -m autograder review)
 
 
 def score_text(result: Result) -> str:

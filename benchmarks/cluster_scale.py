@@ -7,7 +7,7 @@
 The honest demo students' submissions (``ada``, ``grace``, ``linus``,
 ``margaret``) of the chosen assignments are copied round-robin into one
 class of ``--submissions`` students (``ada-001``, ``grace-002``, ...). The
-class is graded by ``python -m autograder.cli.grade --dask-local W`` once per
+class is graded by ``python -m autograder grade --dask-local W`` once per
 worker count W, each run in a work folder of its own, one after another in
 this one run: the canary, the sandbox, the probes, the gradebook, each
 student's feedback, all of it, as an instructor's run does it
@@ -79,7 +79,7 @@ def replicate(assignments: list[str], count: int, folder: Path) -> dict[tuple[st
 def grade(submitted: Path, workdir: Path, workers: int, feedback: str = "apart") -> float:
     """``feedback``: "apart" (a process of its own), "in-line" (the grader's), or "none"."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted),
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted),
                            "--workdir", str(workdir), "--dask-local", str(workers), "--quiet",
                            *{"apart": ["--feedback-apart", "yes"], "in-line": ["--feedback-apart", "no"],
                              "none": ["--no-feedback"]}[feedback]],

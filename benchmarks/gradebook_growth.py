@@ -10,7 +10,7 @@ that handling is serial on the grader however many workers there are, so
 if it grew with the gradebook, the projection would be short. This
 measures it both ways in one run, in one SQLite gradebook:
 
-1. ``python -m autograder.cli.grade`` grades the demo student ``ada``'s
+1. ``python -m autograder grade`` grades the demo student ``ada``'s
    submissions of ``--assignments`` (the canary included), as a class's
    first grading does;
 2. the baseline: nbgrader's ``autograde`` and ``generate_feedback`` of each
@@ -105,7 +105,7 @@ def main() -> int:
         for name in assignments:
             shutil.copytree(DEMO_CLASS / STUDENT / name, root / "submitted" / STUDENT / name)
         workdir = root / "work"
-        done = subprocess.run([sys.executable, "-m", "autograder.cli.grade", "--submitted", str(root / "submitted"),
+        done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--submitted", str(root / "submitted"),
                                "--workdir", str(workdir), "--quiet"], cwd=ROOT, env=tool_env(),
                               capture_output=True, text=True)
         if done.returncode != 0:

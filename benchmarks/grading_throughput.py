@@ -11,7 +11,7 @@ another in this one run:
    instructor's tests, hidden ones included), outputs cleared, each executed
    alone in a fresh kernel, one after another: the baseline for the grader's
    overhead;
-3. ``make grade`` (``python -m autograder.cli.grade``, one notebook per core,
+3. ``make grade`` (``python -m autograder grade``, one notebook per core,
    sandboxed where the machine allows it, feedback included);
 4. ``make grade --jobs 1``: its wall time over run 2, per notebook, is the
    grader's own cost for one notebook, everything included (its start, the
@@ -166,7 +166,7 @@ def make_grade(submitted: Path, workdir: Path, jobs: int, warm: bool = True, kep
     solutions and packages, does (:mod:`autograder.judge.reference`).
     """
     started = time.perf_counter()
-    _quietly([sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted), "--workdir", str(workdir),
+    _quietly([sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted), "--workdir", str(workdir),
               "--jobs", str(jobs), "--quiet", "--reference-cache", str(workdir.parent / "references"),
               *([] if kept else ["--rerun-canary"]), *([] if warm else ["--no-warm"])], ROOT)
     return time.perf_counter() - started

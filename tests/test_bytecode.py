@@ -48,7 +48,7 @@ def test_this_environment_has_the_bytecode_of_what_kernels_import():
 
 def test_a_worker_says_which_packages_its_kernels_will_compile_before_it_becomes_dasks_worker(tmp_path, monkeypatch,
                                                                                               capsys):
-    from autograder.run import executors
+    from autograder.cli import worker
 
     _package(tmp_path, "uncompiled_pkg")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -60,9 +60,9 @@ def test_a_worker_says_which_packages_its_kernels_will_compile_before_it_becomes
     def execve(path, command, env):
         raise Became(command, env)
 
-    monkeypatch.setattr(executors.os, "execve", execve)
+    monkeypatch.setattr(worker.os, "execve", execve)
     try:
-        executors.main(["worker", "tcp://127.0.0.1:1", "--gpu", "3", "--name", "w"])
+        worker.main(["tcp://127.0.0.1:1", "--gpu", "3", "--name", "w"])
     except Became as became:
         command, env = became.args
     assert command[2:4] == ["distributed.cli.dask_worker", "tcp://127.0.0.1:1"] and env["CUDA_VISIBLE_DEVICES"] == "3"

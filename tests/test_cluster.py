@@ -63,7 +63,7 @@ def _start(command: list[str], log: Path, env: dict | None = None, cwd: Path = R
 
 
 def _worker(address: str, name: str, log: Path, env: dict | None = None) -> subprocess.Popen:
-    return _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--name", name, "--no-nanny"],
+    return _start([sys.executable, "-m", "autograder", "worker", address, "--name", name, "--no-nanny"],
                   log, env)
 
 
@@ -248,7 +248,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
             took = time.monotonic() - begun
             first = capsys.readouterr().err
             stop_lab(started.pop("bare"))
-            started["g"] = _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--gpu", "0",
+            started["g"] = _start([sys.executable, "-m", "autograder", "worker", address, "--gpu", "0",
                                    "--name", "g", "--no-nanny"], logs / "g.log")
             wait_for_workers(client, {"g"})
         killed: dict = {}
@@ -293,7 +293,7 @@ def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cl
 
     address, _, logs = cluster
     (tmp_path / "empty").mkdir()
-    worker = _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--gpu", "0", "--name", "nomount",
+    worker = _start([sys.executable, "-m", "autograder", "worker", address, "--gpu", "0", "--name", "nomount",
                      "--no-nanny"], logs / "nomount.log", env={**os.environ, "PATH": str(tmp_path / "empty")})
     shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
     try:
@@ -380,7 +380,7 @@ def test_a_stopped_run_ends_the_job_a_worker_is_running(cluster, tmp_path):
     """Ctrl-C to the grader while a worker runs a student's job: the job's kernel and what it started end too."""
     address, _, _ = cluster
     _slow_submission(tmp_path / "submitted")
-    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
+    command = [sys.executable, "-m", "autograder", "grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
                str(tmp_path / "work"), "--scheduler", address, "--no-feedback", "--quiet", "--cell-timeout", "120"]
     # A job of another run whose worker was killed lives on to its own limits (test_workers_that_keep_dying...,
     # of a test run moments ago): only this run's sleeper counts.
@@ -416,9 +416,9 @@ def test_workers_that_keep_dying_in_a_job_stop_grading_with_the_reason(cluster, 
 
     address, _, logs = cluster
     _slow_submission(tmp_path / "submitted")
-    workers = {name: _start([sys.executable, "-m", "autograder.run.executors", "worker", address, "--gpu", "0",
+    workers = {name: _start([sys.executable, "-m", "autograder", "worker", address, "--gpu", "0",
                              "--name", name, "--no-nanny"], logs / f"{name}.log") for name in ("d1", "d2")}
-    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
+    command = [sys.executable, "-m", "autograder", "grade", "--submitted", str(tmp_path / "submitted"), "--workdir",
                str(tmp_path / "work"), "--scheduler", address, "--gpu-jobs", "--no-feedback", "--quiet",
                "--cell-timeout", "120"]
     run = None

@@ -6,13 +6,14 @@ import pytest
 import torch
 
 from autograder.checks import gpu as gpucheck
+from autograder.cli import gpucheck as gpu_check
 
 NO_GPU = not torch.cuda.is_available()
 
 
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
 def test_without_cuda_it_stops_at_once_and_says_why(capsys, tmp_path):
-    assert gpucheck.main(["--report", str(tmp_path / "r.md")]) == 2
+    assert gpu_check.main(["--report", str(tmp_path / "r.md")]) == 2
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and "--dry-run" in err
     assert not (tmp_path / "r.md").exists()
@@ -21,7 +22,7 @@ def test_without_cuda_it_stops_at_once_and_says_why(capsys, tmp_path):
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
 def test_a_dry_run_rehearses_and_marks_gpu_checks_not_run(tmp_path):
     report = tmp_path / "dry.md"
-    assert gpucheck.main(["--dry-run", "--only", "environment,ddp,amp,loading", "--report", str(report)]) == 0
+    assert gpu_check.main(["--dry-run", "--only", "environment,ddp,amp,loading", "--report", str(report)]) == 0
     text = report.read_text()
     assert text.startswith("# GPU check, dry run on a machine without a GPU")
     assert "Nothing here was measured on a GPU" in text
@@ -33,12 +34,12 @@ def test_a_dry_run_rehearses_and_marks_gpu_checks_not_run(tmp_path):
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
 def test_a_dry_run_never_writes_the_gpu_report():
     with pytest.raises(SystemExit):
-        gpucheck.main(["--dry-run", "--only", "environment", "--report", str(gpucheck.GPU_REPORT)])
+        gpu_check.main(["--dry-run", "--only", "environment", "--report", str(gpucheck.GPU_REPORT)])
 
 
 def test_unknown_checks_are_refused():
     with pytest.raises(SystemExit):
-        gpucheck.main(["--dry-run", "--only", "environment,benchmarks"])
+        gpu_check.main(["--dry-run", "--only", "environment,benchmarks"])
 
 
 def test_a_check_that_raises_is_reported_as_failed_and_the_rest_run(monkeypatch):
@@ -70,7 +71,7 @@ def test_the_report_is_rewritten_after_each_check_so_a_stopped_run_keeps_what_it
 
     monkeypatch.setitem(gpucheck.CHECKS, "amp", stopped)
     with pytest.raises(KeyboardInterrupt):
-        gpucheck.main(["--dry-run", "--only", "environment,amp", "--report", str(report)])
+        gpu_check.main(["--dry-run", "--only", "environment,amp", "--report", str(report)])
     assert "| environment | not run |" in seen[0] and "| amp |" not in seen[0]
 
 

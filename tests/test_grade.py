@@ -251,13 +251,13 @@ assert not notes, notes
 
 def test_feedback_apart_without_a_process_to_be_had_is_made_by_the_grader(tmp_path, monkeypatch):
     """No process can be started for the pages (a limit on processes): the grader makes them, and grades on."""
-    from autograder import batch
+    from autograder.batch import classrun
     from autograder.record import feedback
 
     def no_process(*_args, **_kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr(batch, "FeedbackApart", no_process)
+    monkeypatch.setattr(classrun, "FeedbackApart", no_process)
     shutil.copytree(demo.SUBMITTED / "ada" / "00_environment", tmp_path / "submitted" / "ada" / "00_environment")
     in_grader = _calls(monkeypatch, feedback, "write_feedback", lambda api, workdir, pair, *_: pair)
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
@@ -273,7 +273,7 @@ def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_pat
     and a pair leaves the line only once recorded."""
     import os
 
-    from autograder.record.feedback import FeedbackApart
+    from autograder.record.feedback_worker import FeedbackApart
 
     held = []
 
@@ -298,7 +298,7 @@ def test_feedback_apart_whose_process_dies_has_the_grader_make_the_pages(tmp_pat
 
 def test_feedback_apart_leaves_a_pair_in_line_until_it_is_recorded(tmp_path):
     """A Ctrl-C as a made page's pair is being recorded: the pair stays handed on (close() names it), not lost."""
-    from autograder.record.feedback import FeedbackApart
+    from autograder.record.feedback_worker import FeedbackApart
 
     apart = FeedbackApart(tmp_path, "sqlite://", lambda pair: ["made by the grader"])
     apart.process.kill()
@@ -554,7 +554,7 @@ def test_a_grader_that_is_not_root_grades_in_its_sandbox_and_keeps_eve_in_her_co
             os.chown(path, uid, uid)
         shared = folder / "shared"  # root's, as another instructor's would be
         shared.mkdir(mode=0o755)
-        command = _as_a_user(uid, ["env", f"HOME={folder / 'home'}", sys.executable, "-m", "autograder.cli.grade",
+        command = _as_a_user(uid, ["env", f"HOME={folder / 'home'}", sys.executable, "-m", "autograder", "grade",
                                    "--submitted", str(folder / "submitted"), "--workdir", str(folder / "work"),
                                    "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT_S), "--rerun-canary",
                                    "--reference-cache", str(shared)],
@@ -715,19 +715,25 @@ def test_help_describes_the_command(capsys):
 
 
 def test_the_grader_ends_with_its_output_and_exit_handlers_and_its_code(tmp_path):
-    """end() skips Python's teardown of the modules, not what the run still had to say or clean up."""
-    script = ("import atexit, shutil, sys, tempfile; from autograder.cli.grade import end\n"
-              "folder = tempfile.TemporaryDirectory(dir=sys.argv[1])\n"
-              "atexit.register(lambda: print('handlers ran', file=sys.stderr))\n"
-              "import threading, time\n"
-              "threading.Thread(target=lambda: (time.sleep(0.5), print('thread ran', file=sys.stderr))).start()\n"
-              "print('x' * 100_000, end='')\n"
-              "end(3)\n")
+    """cli.run skips Python's teardown of the modules, not what the run still had to say or clean up."""
+    script = ("import atexit, shutil, sys, tempfile, threading, time\n"
+              "from autograder.cli import run\n"
+              "def main():\n"
+              "    global folder\n"
+              "    folder = tempfile.TemporaryDirectory(dir=sys.argv[1])\n"
+              "    atexit.register(lambda: print('handlers ran', file=sys.stderr))\n"
+              "    threading.Thread(target=lambda: (time.sleep(0.5), print('thread ran', file=sys.stderr))).start()\n"
+              "    print('x' * 100_000, end='')\n"
+              "    return 3\n"
+              "run(main)\n")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
                           cwd=paths.ROOT, timeout=120)
     assert done.returncode == 3
     assert done.stdout == "x" * 100_000 and done.stderr.split() == ["thread", "ran", "handlers", "ran"]
     assert list(tmp_path.iterdir()) == []  # a temporary folder's finalizer ran too
+    said = subprocess.run([sys.executable, "-m", "autograder", "grade", "--no-such-option"], capture_output=True,
+                          text=True, cwd=paths.ROOT, timeout=120)
+    assert said.returncode == 2 and "unrecognized arguments: --no-such-option" in said.stderr
 
 
 def test_status_files_say_why_a_notebook_stopped(run):
@@ -914,13 +920,13 @@ def test_state_json_and_its_journal_say_what_was_graded_whatever_stopped_the_run
 
 def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypatch):
     """A class of a thousand has thousands of jobs: the first runs while the others are still being prepared."""
-    from autograder import batch
+    from autograder.batch import classrun
     from autograder.run import executors
 
     for student in ("ada", "linus"):
         shutil.copytree(DEMO_CLASS / student / "00_environment", tmp_path / "submitted" / student / "00_environment")
     events = []
-    ready, submit = batch.ready, executors.LocalPool.submit
+    ready, submit = classrun.ready, executors.LocalPool.submit
 
     def preparing(job, *args, **kwargs):
         events.append(("prepared", job.student))
@@ -930,7 +936,7 @@ def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypat
         events.append(("submitted", job_file.parent.parent.parent.name))
         return submit(pool, job_file)
 
-    monkeypatch.setattr(batch, "ready", preparing)
+    monkeypatch.setattr(classrun, "ready", preparing)
     monkeypatch.setattr(executors.LocalPool, "submit", submitting)
     settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False)
     results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)

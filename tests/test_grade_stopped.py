@@ -77,7 +77,7 @@ def temporary() -> Path:
 
 
 def start(submitted: Path, workdir: Path, mark: str, temporary: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted), "--workdir", str(workdir),
+    command = [sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted), "--workdir", str(workdir),
                "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120"]
     # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to the whole process group.
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "TMPDIR": str(temporary)},

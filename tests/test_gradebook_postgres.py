@@ -141,7 +141,7 @@ def graded(server, tmp_path_factory):
     for name, students in STUDENTS.items():
         submitted = _class_of(students, tmp / name / "submitted")
         graders[name] = subprocess.Popen(
-            [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted), "--workdir",
+            [sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted), "--workdir",
              str(tmp / name / "work"), "--jobs", "1", "--quiet", "--no-feedback"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     outputs = {}
@@ -199,7 +199,7 @@ def test_a_course_directory_keeps_its_gradebook_in_postgresql(server, tmp_path):
     import psycopg
     from nbgrader.api import Gradebook
 
-    from autograder.course import directory as course
+    from autograder.cli import course
 
     with psycopg.connect(server["url"].replace("/gradebook", "/postgres"), autocommit=True) as admin:
         admin.execute("CREATE DATABASE term")

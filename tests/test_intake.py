@@ -63,7 +63,7 @@ def test_nbgraders_zip_collect_files_canvas_and_moodle_downloads(tmp_path):
 
 
 def test_the_grader_takes_a_renamed_copy_when_the_notebook_itself_is_missing(tmp_path):
-    from autograder.batch import submitted_notebook
+    from autograder.batch.workdir import submitted_notebook
 
     assert submitted_notebook(tmp_path, NAME) is None
     older, newer = tmp_path / f"{NAME} (1).ipynb", tmp_path / f"{NAME}-2.ipynb"

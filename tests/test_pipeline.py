@@ -12,6 +12,7 @@ import shutil
 import nbformat
 import pytest
 
+from autograder.cli import build as build_cli
 from autograder.course import build, paths
 
 
@@ -59,8 +60,8 @@ def test_times_runs_and_validates_a_notebook_and_names_the_machine():
 def test_times_exits_1_when_a_notebook_is_over_a_limit(monkeypatch, capsys):
     seconds = {"00_environment": (5.0, 8.0), "01_device_placement": (61.0, 8.0), "02_cross_device_errors": (9.0, 31.0)}
     monkeypatch.setattr(build, "timings", seconds.get)
-    assert build.main(["times", "00_environment"]) == 0
-    assert build.main(["times", *seconds]) == 1
+    assert build_cli.main(["times", "00_environment"]) == 0
+    assert build_cli.main(["times", *seconds]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].endswith("run over") and lines[-1].endswith("Validate over") and "over" not in lines[-3]
 
@@ -71,7 +72,7 @@ def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_t
     A new work folder's ``source/`` is what the canary's references are keyed on (``autograder.judge.reference``): a
     picture left by running the solution made every new work folder key 08 anew and run its canary again.
     """
-    from autograder import batch
+    from autograder.batch import workdir
     from autograder.prepare.submission import fingerprint
 
     solutions = tmp_path / "solutions"
@@ -92,6 +93,6 @@ def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_t
     assert fingerprint(copied, recursive=True) == fingerprint(clean, recursive=True)
 
     made = []
-    monkeypatch.setattr(batch, "copy_solutions", lambda target: made.append(target) or target.mkdir())
-    batch.open_workdir(tmp_path / "work", None)
+    monkeypatch.setattr(workdir, "copy_solutions", lambda target: made.append(target) or target.mkdir())
+    workdir.open_workdir(tmp_path / "work", None)
     assert made == [tmp_path / "work" / "source"], "a new work folder copies the solutions another way"

@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from autograder.cli import grade
+from autograder.cli import review as review_cli
 from autograder.course.demo import SUBMITTED
 from autograder.record import review
 
@@ -45,7 +46,7 @@ def test_a_withheld_score_shows_as_withheld_with_the_command_to_review_it(graded
     rows = _scores(graded)
     for student in ("rosa", "vic"):
         assert rows[student]["score"] == "withheld", rows[student]
-        assert "get_objects" in rows[student]["note"] and "autograder.record.review" in rows[student]["note"]
+        assert "get_objects" in rows[student]["note"] and "python -m autograder review" in rows[student]["note"]
     assert "withheld/10" in (graded / "report.txt").read_text()
     for student in ("rosa", "vic"):  # formgrader lists it as needing manual grading, the finding as a comment
         flags, comments = _formgrader_view(graded, student)
@@ -64,9 +65,9 @@ def _formgrader_view(workdir: Path, student: str) -> tuple[dict[str, bool], list
 
 
 def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
-    assert review.main(["rosa/" + ASSIGNMENT, "--release", "--workdir", str(graded)]) == 0
+    assert review_cli.main(["rosa/" + ASSIGNMENT, "--release", "--workdir", str(graded)]) == 0
     assert "released, 8 points" in capsys.readouterr().out
-    assert review.main(["vic/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 0
+    assert review_cli.main(["vic/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 0
     rows = _scores(graded)
     assert rows["rosa"]["score"] == "8" and "released" in rows["rosa"]["note"], rows["rosa"]
     assert rows["vic"]["score"] == "0" and "confirmed" in rows["vic"]["note"], rows["vic"]
@@ -77,7 +78,7 @@ def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
         assert flags and not any(flags.values()), "a decided score is still listed as needing manual grading"
         assert any(decision in c for c in comments) and not any("for review" in c for c in comments), comments
     # decided once: a second decision, or one about a score that was never withheld, is refused
-    assert review.main(["rosa/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 2
+    assert review_cli.main(["rosa/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 2
     assert "no withheld score" in capsys.readouterr().err
 
 

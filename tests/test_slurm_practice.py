@@ -51,7 +51,7 @@ def practice_slurm():
 
 
 def _check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder.checks.slurm", "--scheduler-interface", "slurmbr0",
+    return subprocess.run([sys.executable, "-m", "autograder", "slurm-check", "--scheduler-interface", "slurmbr0",
                            "--start-timeout", "120", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -88,7 +88,7 @@ def submitted(tmp_path_factory) -> Path:
 
 
 def grade(submitted: Path, workdir: Path, *flags: str, mark: str = "zygote-test") -> subprocess.Popen:
-    command = [sys.executable, "-m", "autograder.cli.grade", "--submitted", str(submitted), "--workdir", str(workdir),
+    command = [sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted), "--workdir", str(workdir),
                "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120", *flags]
     # OMP_NUM_THREADS as an HPC module might set it: a grading kernel runs one thread whatever the grader has
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "OMP_NUM_THREADS": "2"},

@@ -27,12 +27,11 @@ runs what does not need a GPU, marks the rest as not run, and writes its
 report to ``build/gpu-report-dry-run.md``, so no CPU result ever lands in
 the GPU report.
 
-Run ``python -m autograder.checks.gpu --help`` from the repository root.
+Run ``python -m autograder gpu-check --help`` from the repository root.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import platform
@@ -301,7 +300,7 @@ def check_cluster(ctx: Context) -> Check:
     scheduler, address = start_scheduler(folder / "scheduler.log")
     processes = [scheduler]
     try:
-        worker = [sys.executable, "-m", "autograder.run.executors", "worker", address]
+        worker = [sys.executable, "-m", "autograder", "worker", address]
         processes.append(start_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"],
                                        folder / "gpu0.log"))
         processes.append(start_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
@@ -323,7 +322,7 @@ def check_cluster(ctx: Context) -> Check:
     observed = sorted((folder / "work").glob("jobs/*/*/*/observations.json"))
     on_gpu = sum('"cuda:' in path.read_text() for path in observed)
     body = ["Scheduler and workers: separate processes on this machine; `gpu0` started with "
-            "`python -m autograder.run.executors worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
+            "`python -m autograder worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
             f"- a process started by `gpu0` sees: {sees}",
             f"- jobs per worker (`{RAN_ON}`): {ran_on}",
             f"- jobs whose checks saw a CUDA device (`observations.json`): {on_gpu} of {len(observed)}",
@@ -394,34 +393,3 @@ def render(checks: list[Check], ctx: Context) -> str:
     for c in checks:
         lines += ["", f"## {c.name}: {c.status}", "", c.summary, ""] + c.details
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.checks.gpu", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="rehearse on a machine without CUDA")
-    parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated checks (default: {','.join(STEPS)})")
-    parser.add_argument("--report", type=Path, help="where to write the report")
-    parser.add_argument("--size-mib", type=int, default=1024, help="checkpoint size for the loading check")
-    args = parser.parse_args(argv)
-    steps = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in steps if s not in CHECKS]
-    if unknown:
-        parser.error(f"unknown checks: {', '.join(unknown)} (have: {', '.join(STEPS)})")
-    if not torch.cuda.is_available() and not args.dry_run:
-        print(f"make gpu-check needs a CUDA GPU, and this machine has none that torch {torch.__version__} can use "
-              f"(torch.version.cuda = {torch.version.cuda}, torch.cuda.is_available() = False).\n"
-              "Nothing was run and no report was written. To rehearse on this machine: "
-              "python -m autograder.checks.gpu --dry-run", file=sys.stderr)
-        return 2
-    ctx = Context(dry_run=not torch.cuda.is_available(), size_mib=args.size_mib)
-    report = args.report or (GPU_REPORT if ctx.cuda else DRY_RUN_REPORT)
-    if not ctx.cuda and report.resolve() == GPU_REPORT.resolve():
-        parser.error(f"a dry run never writes {GPU_REPORT.relative_to(ROOT)}: that file holds GPU measurements only")
-    report.parent.mkdir(parents=True, exist_ok=True)
-    checks = run(steps, ctx, after_each=lambda so_far: report.write_text(render(so_far, ctx)))
-    print(f"[gpu-check] report written to {report}")
-    return 1 if any(c.status == "failed" for c in checks) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

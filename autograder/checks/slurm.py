@@ -1,4 +1,4 @@
-"""python -m autograder.checks.slurm: grade part of the demo class on Slurm, through dask-jobqueue.
+"""python -m autograder slurm-check: grade part of the demo class on Slurm, through dask-jobqueue.
 
 Run it on a Slurm login node, from the course's checkout, before grading a
 class there: it sets up workers the way ``docs/cluster.md`` does (a
@@ -21,7 +21,6 @@ it would submit and exits. Nothing here needs a GPU unless ``--gpu`` is given.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import logging
 import shutil
@@ -147,23 +146,9 @@ def job_logs(log_directory: Path, ids: set[str]) -> str:
     return "their logs end:\n  " + "\n  ".join(tails)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.checks.slurm", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--queue", help="the Slurm partition (default: the cluster's default one)")
-    parser.add_argument("--account", help="the Slurm account to charge")
-    parser.add_argument("--jobs", type=int, default=2, help="Slurm jobs to ask for, one worker each (default 2)")
-    parser.add_argument("--walltime", default="00:30:00")
-    parser.add_argument("--memory", default="4GB", help="memory of each job (default 4GB)")
-    parser.add_argument("--gpu", action="store_true", help="one GPU per job, GPU jobs only (--gpu-jobs)")
-    parser.add_argument("--scheduler-interface", metavar="NAME",
-                        help="the network interface the scheduler listens on (ib0, say; default: Dask's choice)")
-    parser.add_argument("--assignment", default="01_device_placement", help="the demo class's assignment to grade")
-    parser.add_argument("--start-timeout", type=float, default=600, metavar="SECONDS",
-                        help="how long to wait for the workers' jobs to start (default 600)")
-    parser.add_argument("--workdir", type=Path, default=WORKDIR)
-    parser.add_argument("--print-job-script", action="store_true", help="print the batch script and exit")
-    args = parser.parse_args(argv)
-
+def check(args) -> int:
+    """Ask Slurm for the workers, grade the assignment through them, say whether all went as it should; the exit
+    code (``args``: what ``python -m autograder slurm-check`` was given)."""
     options = cluster_options(args.queue, args.account, args.walltime, args.memory, args.gpu, args.workdir / "logs",
                               args.scheduler_interface)
     if args.print_job_script:
@@ -241,7 +226,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {line}")
     print(f"[slurm-check] {'passed' if good else 'failed'}")
     return 0 if good else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,64 +1,17 @@
-"""Autograde a whole class: in parallel, sandboxed, with limits (``make grade``).
+"""``python -m autograder grade``: autograde a class, sandboxed, in parallel, with limits (``make grade``).
 
-First the instructor's solution of each assignment that has submissions to
-grade (``--canary all``: of every assignment chosen, submissions or not, so
-that a run before the deadline makes the references) runs in the same sandbox
-(:mod:`autograder.judge.reference`), new submissions' notebooks starting beside it:
-unless it passes every test, grading stops with exit code 3 and the reason on
-the first line of the error output, and nothing of any student is graded;
-its run is also the reference every submission is judged against. Then, for every
-``<submitted>/<student>/<assignment>/`` folder, and for each notebook of
-that assignment:
-
-1. the notebook to run is assembled from the instructor's source: the
-   student's answer cells (and any cells they added) go in, every other cell,
-   tests included, comes from the source, so an edited or deleted test cell
-   changes nothing;
-2. the student's code is scanned (without running it) for reaching into what
-   the tests or the grader rely on; such a notebook's score is withheld and
-   the report says why, for the instructor to review;
-3. it runs in its own kernel in :mod:`autograder.run.sandbox` (own working copy,
-   no network, limits on memory, processes, disk and wall time), several at
-   once, one per core: first every cell, with the visible tests the student
-   sees (the only output shown), then each test again, hidden checks
-   included, as a probe that records values (:mod:`autograder.prepare.probes`);
-   before each test :mod:`autograder.inside.guard` puts back what student code may
-   have patched;
-4. the grader decides each test itself (:mod:`autograder.judge.verdict`): its cell
-   raised nothing and its probe's values pass against the reference's
-   expected values, which never entered the student's kernel; nbgrader
-   records the scores in its gradebook (SQLite in the work folder, or
-   PostgreSQL with ``--db-url``) and writes feedback HTML without the
-   hidden tests.
-
-Then it prints students by assignments and writes ``scores.csv``,
-``scores.png`` (a histogram) and ``report.txt`` into the work folder.
-
-Ctrl-C, SIGTERM or SIGHUP stops a run within seconds: every kernel ends
-with its sandbox, the first line of the error output says what stopped it,
-then what was graded and what not, and the exit code is 128 plus the
-signal's number. Running the same command again grades only what was not
-graded (see :mod:`autograder.batch`). Killed outright (SIGKILL, the
-out-of-memory killer), the grader still leaves no process behind. On a Dask
-cluster (``--scheduler``, ``--dask-local``), a job the cluster cannot run (a
-worker without the course or without the sandbox, workers that keep dying,
-no worker for two minutes) stops the run the same way, with exit code 2 and
-the reason first.
-
-Run ``python -m autograder.cli.grade --help`` from the repository root. This
-module is the command line; the work is done by :mod:`autograder.batch` and
-the modules it names.
+Prints what it checks and how, grades (:func:`autograder.batch.grade`), then prints the table and writes
+``scores.csv``, ``scores.png`` and ``report.txt`` into the work folder. Exit codes: 0 graded, 2 bad input or a
+cluster that cannot run a job, 3 the instructor's solution did not pass, 128 + N stopped by signal N.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import secrets
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -76,19 +29,36 @@ from autograder.run.cgroups import usable_cores
 from autograder.run.executors import ClusterError, check_scheduler, start_zygote_early
 from autograder.run.process import RUNNERS
 from autograder.run.runner import RUN_MARKER
-from autograder.settings import CELL_TIMEOUT_S, GRADEBOOK_ENV, MEMORY_LIMIT_MIB, TIME_LIMIT_S, Settings
+from autograder.settings import (
+    CELL_TIMEOUT_S,
+    DISK_LIMIT_MIB,
+    GRADEBOOK_ENV,
+    MAX_PROCESSES,
+    MEMORY_LIMIT_MIB,
+    TIME_LIMIT_S,
+    Settings,
+)
 
-__all__ = ["grade", "main"]
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.cli.grade", description=__doc__.split("\n\n")[0],
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder grade", description=__doc__.split("\n\n")[0],
                                      epilog="Writes report.txt, scores.csv, scores.png and feedback/ "
                                             "in the work folder.")
+    _what(parser)
+    _limits(parser)
+    _record(parser)
+    _how(parser)
+    _cluster(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def _what(parser: argparse.ArgumentParser) -> None:
+    """What is graded: whose submissions, of which assignments, where."""
     parser.add_argument("--course", type=Path, metavar="DIR",
-                        help="a course directory (python -m autograder.course.directory init): grade what its "
-                             "submitted/ "
-                             "holds (nbgrader collect, zip_collect) into its gradebook; nothing in it is emptied")
+                        help="an nbgrader course directory (nbgrader quickstart, or python -m autograder course init): "
+                             "grade what its submitted/ holds (nbgrader collect, zip_collect) into its gradebook; "
+                             "nothing in it is emptied")
     parser.add_argument("--submitted", type=Path, default=None,
                         help="folder of <student>/<assignment>/ submissions, copied into the work folder's "
                              "submitted/ first (default: the demo class, or none with --course)")
@@ -105,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
                         help="record an assignment's due date first, e.g. 01_device_placement='2026-10-05 17:00 UTC' "
                              "(repeatable; the demo class has its own)")
+
+
+def _limits(parser: argparse.ArgumentParser) -> None:
+    """How much each submission may use."""
     parser.add_argument("--jobs", type=int, default=usable_cores(),
                         help="notebooks graded at once (default: one per core this process may use, here %(default)s)")
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, metavar="SECONDS",
@@ -113,11 +87,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="wall-time limit of one notebook (default: %(default)g)")
     parser.add_argument("--memory-limit-mib", type=int, default=MEMORY_LIMIT_MIB, metavar="MIB",
                         help="memory limit of every process of a submission, 0 for none (default: %(default)s)")
-    parser.add_argument("--disk-limit-mib", type=int, default=sandbox.DISK_LIMIT_MIB, metavar="MIB",
+    parser.add_argument("--disk-limit-mib", type=int, default=DISK_LIMIT_MIB, metavar="MIB",
                         help="all that a submission writes, together, with namespaces (a tmpfs of this size, "
                              "in memory), 0 for none (default: %(default)s)")
-    parser.add_argument("--max-processes", type=int, default=sandbox.MAX_PROCESSES, metavar="N",
+    parser.add_argument("--max-processes", type=int, default=MAX_PROCESSES, metavar="N",
                         help="processes and threads of a submission, together, 0 for no limit (default: %(default)s)")
+
+
+def _record(parser: argparse.ArgumentParser) -> None:
+    """Where scores and feedback go."""
     parser.add_argument("--db-url", default=None,
                         help=f"gradebook URL, e.g. postgresql://user:password@host/db for several graders "
                              f"(default: ${GRADEBOOK_ENV}, else SQLite in the work folder)")
@@ -126,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="make the feedback HTML in a process of its own while the grader goes on: yes, no, or "
                              "auto (the default): where this machine has a core left over from the jobs and the "
                              "grader, as a cluster's grader has")
+
+
+def _how(parser: argparse.ArgumentParser) -> None:
+    """How the notebooks run: sandbox, references, warm starts."""
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run kernels without namespaces (limits on time and memory still hold)")
     parser.add_argument("--canary", choices=("graded", "all"), default="graded",
@@ -153,18 +135,63 @@ def main(argv: list[str] | None = None) -> int:
                         help="start every runner and kernel as a new Python (by default, on Linux with the sandbox's "
                              "namespaces, they are forked from one process that has imported torch, IPython and "
                              "devcourse once: about 2 s of processor time less per notebook)")
+
+
+def _cluster(parser: argparse.ArgumentParser) -> None:
+    """Where the notebooks run: this machine, or a Dask cluster."""
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                          help="run the jobs on this Dask scheduler's workers (each in the same sandbox, on its "
-                              "machine; start workers with python -m autograder.run.executors worker ADDRESS)")
+                              "machine; start workers with python -m autograder worker ADDRESS)")
     cluster.add_argument("--dask-local", type=int, default=0, metavar="N",
                          help="start a Dask cluster of N worker processes on this machine for the run")
     parser.add_argument("--gpu-jobs", action="store_true",
                         help="on a Dask cluster, each job asks for the resource GPU=1 (workers started with --gpu K)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parser()
+    args = options.parse_args(argv)
+    problem = _check(args, options)
+    if problem is not None:
+        return problem
+    settings = _settings(args, options)
+    # Every process of this run carries the marker (a test or a wrapper may have chosen it): the zygote's too.
+    os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
+    start_zygote_early(settings)
+    db_url = gradebook_url(settings, args.workdir)
+    if settings.db_url or os.environ.get(GRADEBOOK_ENV):
+        problem = gradebook_problem(db_url)
+        if problem:
+            options.exit(2, f"cannot open the gradebook at {shown_url(db_url)}: {problem}\n")
+    header = _header(args, settings, db_url)
+    print("\n".join(header), flush=True)
+    started = time.monotonic()
+    try:
+        with INTERRUPTS.installed():
+            results = grade(args.submitted, args.workdir, settings)
+    except (ChoiceError, ClusterError) as error:
+        print(f"grade: {error}", file=sys.stderr, flush=True)
+        return 2
+    except CanaryFailed as failure:
+        print(str(failure), file=sys.stderr, flush=True)
+        return 3
+    except GradingStopped as stopped:
+        print(stopped_text(stopped, args.workdir), file=sys.stderr, flush=True)
+        return 128 + stopped.signum if stopped.signum else 2
+    except KeyboardInterrupt:  # before the first student: the canary or the set-up
+        RUNNERS.stop()
+        print(f"grading was stopped by {signal.Signals(INTERRUPTS.received).name} before any student was graded",
+              file=sys.stderr, flush=True)
+        return 128 + INTERRUPTS.received
+    _report(results, args.workdir.resolve(), settings, header, time.monotonic() - started)
+    return 0
+
+
+def _check(args, options: argparse.ArgumentParser) -> int | None:
+    """Bad input said in one line (argparse exits 2); the exit code where a cluster does not answer."""
     if args.gpu_jobs and not (args.scheduler or args.dask_local):
-        parser.error("--gpu-jobs is for a Dask cluster: add --scheduler or --dask-local")
+        options.error("--gpu-jobs is for a Dask cluster: add --scheduler or --dask-local")
     if args.scheduler:
         try:
             check_scheduler(args.scheduler)  # first: an address that does not answer costs seconds, not a set-up
@@ -173,34 +200,34 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.course is not None:
         if not is_course_dir(args.course):
-            parser.error(f"{args.course} is not a course directory: "
-                         "make one with python -m autograder.course.directory init")
+            options.error(f"{args.course} is not a course directory (no nbgrader_config.py): make one with "
+                          "nbgrader quickstart, or python -m autograder course init")
         args.workdir = args.course
     elif args.submitted is None:
         args.submitted = DEMO_CLASS
     if args.submitted is not None and not args.submitted.is_dir():
-        parser.error(f"no submissions folder at {args.submitted}")
+        options.error(f"no submissions folder at {args.submitted}")
+    return None
+
+
+def _settings(args, options: argparse.ArgumentParser) -> Settings:
     try:
         due = parse_due(args.due) if args.due else None
     except CourseError as error:
-        parser.error(str(error))
-    settings = Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
-                        memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
-                        max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
-                        feedback_apart={"auto": None, "yes": True, "no": False}[args.feedback_apart],
-                        progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
-                        rerun_canary=args.rerun_canary, reference_cache=args.reference_cache,
-                        keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
-                        regrade=args.regrade, due=due, scheduler=args.scheduler, dask_local=args.dask_local,
-                        gpu_jobs=args.gpu_jobs, warm=not args.no_warm, zygote=not args.no_zygote)
-    # Every process of this run carries the marker (a test or a wrapper may have chosen it): the zygote's too.
-    os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
-    start_zygote_early(settings)
-    db_url = gradebook_url(settings, args.workdir)
-    if settings.db_url or os.environ.get(GRADEBOOK_ENV):
-        problem = gradebook_problem(db_url)
-        if problem:
-            parser.exit(2, f"cannot open the gradebook at {shown_url(db_url)}: {problem}\n")
+        options.error(str(error))
+    return Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
+                    memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
+                    max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
+                    feedback_apart={"auto": None, "yes": True, "no": False}[args.feedback_apart],
+                    progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
+                    rerun_canary=args.rerun_canary, reference_cache=args.reference_cache,
+                    keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
+                    regrade=args.regrade, due=due, scheduler=args.scheduler, dask_local=args.dask_local,
+                    gpu_jobs=args.gpu_jobs, warm=not args.no_warm, zygote=not args.no_zygote)
+
+
+def _header(args, settings: Settings, db_url: str) -> list[str]:
+    """What the run says before it starts: what is graded where, the devices, the limits, the references."""
     isolation = sandbox.isolation_of(settings)
     where = (f"on the Dask scheduler at {settings.scheduler}" if settings.scheduler else
              f"on a Dask cluster of {settings.dask_local} local worker(s)" if settings.dask_local else
@@ -221,37 +248,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"it stops unless it gets full marks. "
                   f"A reference kept from an earlier run with the same solution, grader, packages, devices and "
                   f"limits is reused (--rerun-canary runs it anyway).")
-    print("\n".join(header), flush=True)
-    started = time.monotonic()
-    try:
-        with INTERRUPTS.installed():
-            results = grade(args.submitted, args.workdir, settings)
-    except (ChoiceError, ClusterError) as error:
-        print(f"grade: {error}", file=sys.stderr, flush=True)
-        return 2
-    except CanaryFailed as failure:
-        print(str(failure), file=sys.stderr, flush=True)
-        return 3
-    except GradingStopped as stopped:
-        print(stopped_text(stopped, args.workdir), file=sys.stderr, flush=True)
-        return 128 + stopped.signum if stopped.signum else 2
-    except KeyboardInterrupt:  # before the first student: the canary or the set-up
-        RUNNERS.stop()
-        print(f"grading was stopped by {signal.Signals(INTERRUPTS.received).name} before any student was graded",
-              file=sys.stderr, flush=True)
-        return 128 + INTERRUPTS.received
-    workdir = args.workdir.resolve()
+    return header
+
+
+def _report(results, workdir: Path, settings: Settings, header: list[str], seconds: float) -> None:
     if not results:  # no submissions yet: a run that made the references ahead (--canary all) says so
         print(references_text(workdir, settings), flush=True)
-        return 0
+        return
     table = format_table(results)
     write_csv(results, workdir / "scores.csv")
     write_histogram(results, workdir / "scores.png")
-    footer = (f"Graded in {time.monotonic() - started:.0f} s. Written to {workdir}: scores.csv, scores.png, report.txt"
+    footer = (f"Graded in {seconds:.0f} s. Written to {workdir}: scores.csv, scores.png, report.txt"
               + (", feedback/" if settings.feedback else ""))
     (workdir / "report.txt").write_text("\n".join([*header, "", table, "", footer]) + "\n")
     print("\n" + table + "\n\n" + footer)
-    return 0
 
 
 def references_text(workdir: Path, settings: Settings) -> str:
@@ -282,22 +292,3 @@ def stopped_text(stopped: GradingStopped, workdir: Path) -> str:
         f"Not graded: {names(stopped.not_graded)}",
         f"Run the same command again to grade only what is not graded yet (work folder {workdir}).",
     ])
-
-
-def end(code: int):
-    """End this process with ``code``: its output flushed and its exit handlers run (the zygote's close, temporary
-    folders), then at once, without Python's teardown of every module it imported. That teardown (torch's,
-    nbgrader's, SQLAlchemy's) took 1.3 s of one core after the report was written, on the 2-core development
-    machine, each run, with nothing of the run left to write; forked runners end the same way. Threads that
-    are not daemons are waited for first, as Python's own exit does."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    end(main())

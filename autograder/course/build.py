@@ -6,12 +6,11 @@ student version in ``course/`` (:func:`generate_course`), and a student
 version that keeps the hidden tests (:func:`student_version`), which must
 fail every test.
 
-Run ``python -m autograder.course.build --help`` from the repository root.
+Run ``python -m autograder build --help`` from the repository root.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -207,57 +206,33 @@ def _copy_as_solution(assignment: str, into: Path) -> Path:
     return target
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.course.build", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("execute", help="re-run solution notebooks and store their outputs")
-    run.add_argument("names", nargs="*", help="assignments (default: all)")
-    gen = sub.add_parser("course", help="regenerate course/ from solutions/")
-    gen.add_argument("names", nargs="*", help="assignments (default: all)")
-    both = sub.add_parser("both-ways", help="solutions pass every test; student versions pass none")
-    both.add_argument("names", nargs="*", help="assignments (default: all)")
-    times = sub.add_parser("times", help=f"how long each notebook runs (limit {RUN_LIMIT_S:g} s) and Validate takes "
-                                         f"(limit {VALIDATE_LIMIT_S:g} s); exit 1 if one is over")
-    times.add_argument("names", nargs="*", help="assignments (default: all)")
-    args = parser.parse_args(argv)
-    names = args.names or assignments()
-    unknown = sorted(set(names) - set(assignments()))
-    if unknown:
-        parser.error(f"no such assignment: {', '.join(unknown)} (have: {', '.join(assignments())})")
-    if args.command == "execute":
-        for name in names:
-            print(f"executing {solution_path(name).relative_to(ROOT)}")
-            execute(solution_path(name))
-    elif args.command == "times":
-        print(f"on {machine()}; limits: run {RUN_LIMIT_S:g} s, Validate {VALIDATE_LIMIT_S:g} s")
-        print(f"{'notebook':<34} {'run (s)':>8} {'Validate (s)':>13}")
-        over = []
-        for name in names:
-            run_s, validate_s = timings(name)
-            flags = ((" run over" if run_s > RUN_LIMIT_S else "")
-                     + (" Validate over" if validate_s > VALIDATE_LIMIT_S else ""))
-            print(f"{name:<34} {run_s:8.1f} {validate_s:13.1f}{flags}", flush=True)
-            over += [name] if flags else []
-        return 1 if over else 0
-    elif args.command == "course":
-        generate_course(names=names)
-        print(f"wrote {', '.join(names)} into {COURSE.relative_to(ROOT)}/")
-    else:
-        failed = 0
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in names:
-                passes, out = validate(_copy_as_solution(name, Path(tmp) / "solutions"))
-                stub = Path(tmp) / "students" / name / f"{name}.ipynb"
-                student_version(solution_path(name), stub)
-                fails_all, out_inverted = validate(stub, invert=True)
-                print(f"{name}: solution passes all tests: {passes}; student version passes none: {fails_all}")
-                for ok, text in ((passes, out), (fails_all, out_inverted)):
-                    if not ok:
-                        failed += 1
-                        print(text)
-        return 1 if failed else 0
-    return 0
+def times(names: list[str]) -> int:
+    """Print how long each notebook of ``names`` runs and Validate takes, against the limits; 1 if one is over."""
+    print(f"on {machine()}; limits: run {RUN_LIMIT_S:g} s, Validate {VALIDATE_LIMIT_S:g} s")
+    print(f"{'notebook':<34} {'run (s)':>8} {'Validate (s)':>13}")
+    over = []
+    for name in names:
+        run_s, validate_s = timings(name)
+        flags = ((" run over" if run_s > RUN_LIMIT_S else "")
+                 + (" Validate over" if validate_s > VALIDATE_LIMIT_S else ""))
+        print(f"{name:<34} {run_s:8.1f} {validate_s:13.1f}{flags}", flush=True)
+        over += [name] if flags else []
+    return 1 if over else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def both_ways(names: list[str]) -> int:
+    """Print, for each of ``names``, whether its solution passes every test and its student version none; 1 if
+    one does not (with nbgrader's output)."""
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            passes, out = validate(_copy_as_solution(name, Path(tmp) / "solutions"))
+            stub = Path(tmp) / "students" / name / f"{name}.ipynb"
+            student_version(solution_path(name), stub)
+            fails_all, out_inverted = validate(stub, invert=True)
+            print(f"{name}: solution passes all tests: {passes}; student version passes none: {fails_all}")
+            for ok, text in ((passes, out), (fails_all, out_inverted)):
+                if not ok:
+                    failed += 1
+                    print(text)
+    return 1 if failed else 0

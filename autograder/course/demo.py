@@ -8,7 +8,7 @@ submissions are built from those and committed under
 rebuilds them and fails on any difference, and another grades them and
 compares with ``expected_scores.csv``.
 
-Run ``python -m autograder.course.demo`` from the repository root to rebuild them
+Run ``python -m autograder demo`` from the repository root to rebuild them
 after changing a notebook.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import shutil
-import sys
 import textwrap
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -502,13 +501,3 @@ def build(into: Path = SUBMITTED) -> list[Path]:
             (target.parent / "timestamp.txt").write_text(handed_in_at.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
             written.append(target.parent / "timestamp.txt")
     return written
-
-
-def main() -> int:
-    for path in build():
-        print(f"wrote {path.relative_to(ROOT)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

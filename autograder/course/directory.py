@@ -1,6 +1,6 @@
 """The instructor's course directory: made once per term, then every nbgrader command and the grader use it.
 
-``python -m autograder.course.directory init DIR`` (``make course-dir DIR=...``) lays
+``python -m autograder course init DIR`` (``make course-dir DIR=...``) lays
 out what nbgrader expects, and what the grader adds::
 
     DIR/nbgrader_config.py   the course's nbgrader settings (course id, stubs, late policy), this folder's paths,
@@ -12,19 +12,17 @@ out what nbgrader expects, and what the grader adds::
 
 Later, as nbgrader lays them out: ``submitted/`` (``nbgrader collect`` or
 ``zip_collect``, with each ``timestamp.txt``), ``autograded/`` and
-``feedback/`` (``python -m autograder.cli.grade --course DIR``), and the
+``feedback/`` (``python -m autograder grade --course DIR``), and the
 grader's own ``executed/``, ``jobs/``, ``reference/``, ``state.json`` (and its
 ``state.journal``), ``report.txt`` and ``scores.csv``. The grader never empties a course
 directory: grading again grades what is new or changed (see
 :mod:`autograder.batch`). Due dates are kept in the gradebook:
-``--due NAME=WHEN`` here, ``python -m autograder.course.directory due DIR NAME=WHEN``
+``--due NAME=WHEN`` here, ``python -m autograder course due DIR NAME=WHEN``
 later, or nbgrader's ``nbgrader db assignment add NAME --duedate WHEN``.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from autograder.course.build import copy_solutions
@@ -47,7 +45,7 @@ def is_course_dir(folder: Path) -> bool:
 def config_text(db_url: str | None, exchange: str | None, course_id: str | None) -> str:
     """The course directory's nbgrader_config.py: the course's policy, then this folder's own settings."""
     policy = course_config()
-    lines = ['"""nbgrader settings of this course directory (written by python -m autograder.course.directory init).',
+    lines = ['"""nbgrader settings of this course directory (written by python -m autograder course init).',
              "",
              "Paths are relative to this file's folder, so the folder can be moved. Run nbgrader and",
              "formgrader from this folder.", '"""', "", "import os", "", "c = get_config()  # noqa: F821", "",
@@ -149,41 +147,3 @@ def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = N
         (folder / CONFIG).unlink(missing_ok=True)  # not a course directory: init can be run again
         raise
     return names
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.course.directory", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    make = commands.add_parser("init", help="make a course directory with every assignment released")
-    make.add_argument("folder", type=Path, help="a new or empty folder")
-    make.add_argument("--db-url", help="the gradebook, e.g. postgresql://user:password@host/db "
-                                       "(default: SQLite, gradebook.db in the folder)")
-    make.add_argument("--exchange", help="nbgrader's exchange folder (default: exchange/ in the folder)")
-    make.add_argument("--course-id",
-                      help=f"nbgrader's course id (default: {course_config().CourseDirectory.course_id})")
-    make.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
-                      help="an assignment's due date, e.g. 01_device_placement='2026-10-05 17:00 UTC' (repeatable)")
-    later = commands.add_parser("due", help="set due dates in a course directory's gradebook")
-    later.add_argument("folder", type=Path)
-    later.add_argument("due", nargs="+", metavar="NAME=WHEN", help="WHEN as in init, or now (closes it this moment)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "init":
-            names = init(args.folder, args.db_url, parse_due(args.due), args.exchange, args.course_id)
-            print(f"Course directory {args.folder.resolve()}: {len(names)} assignments in source/ and release/.")
-            print("Next: nbgrader release_assignment NAME (from that folder), then collect, then "
-                  f"python -m autograder.cli.grade --course {args.folder}")
-        else:
-            if not is_course_dir(args.folder):
-                raise CourseError(f"{args.folder} is not a course directory (no {CONFIG})")
-            due = parse_due(args.due)
-            set_due(args.folder, due)
-            print("Due: " + ", ".join(f"{name} {when}" for name, when in due.items()))
-    except CourseError as error:
-        print(f"course: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@ named in ``nbgrader_config.py`` (``c.AssignLatePenalties.plugin_class``) and
 applied when a submission is graded (nbgrader's ``AssignLatePenalties``);
 the gradebook keeps the raw score and the penalty apart, and the exports
 (nbgrader's CSV, :mod:`autograder.plugins.lms`) subtract it. The due date of an
-assignment lives in the gradebook (``python -m autograder.course.directory init --due``,
+assignment lives in the gradebook (``python -m autograder course init --due``,
 or ``nbgrader db assignment add NAME --duedate``); the submission time is
 ``timestamp.txt``, written by ``nbgrader submit`` and kept by ``collect``.
 """

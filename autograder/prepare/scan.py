@@ -38,61 +38,78 @@ def scan(cells: list) -> list[str]:
     Flags the names, attributes and modules above, and any attribute the code assigns or deletes on a
     module it imported (``torch.allclose = ...``, ``setattr(devcourse.grading, ...)``).
     """
-    findings = []
-    modules: set[str] = set()
     trees = []
-    for index, cell in enumerate(cells):
+    for cell in cells:
         try:
-            tree = ast.parse(ipython_free(cell.source))
+            trees.append(ast.parse(ipython_free(cell.source)))
         except SyntaxError:
             continue
-        trees.append((index, tree))
+    modules, inspect_names = _imported(trees)
+    findings = []
+    for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for alias in node.names:
-                    modules.add(alias.asname or alias.name.split(".")[0])
-                    if isinstance(node, ast.Import) or alias.name in ("testing", "nn", "grading"):
-                        modules.add(alias.asname or alias.name)
-    inspect_names = {"inspect"} | {alias.asname for _, tree in trees for node in ast.walk(tree)
-                                   if isinstance(node, ast.Import) for alias in node.names
-                                   if alias.name == "inspect" and alias.asname}
-    for index, tree in trees:
-        for node in ast.walk(tree):
-            name = None
-            if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-                name = node.id
-            elif isinstance(node, ast.Attribute):
-                dotted = f"{node.value.id}.{node.attr}" if isinstance(node.value, ast.Name) else ""
-                name = (dotted if dotted in FORBIDDEN_DOTTED
-                        else node.attr if node.attr in FORBIDDEN_ATTRIBUTES else None)
-                if isinstance(node.value, ast.Name) and node.value.id in inspect_names and node.attr in INSPECT_FRAMES:
-                    name = f"inspect.{node.attr}"
-            elif isinstance(node, ast.ImportFrom) and node.module == "inspect" and \
-                    any(a.name in INSPECT_FRAMES | FORBIDDEN_ATTRIBUTES for a in node.names):
-                name = "inspect." + next(a.name for a in node.names if a.name in INSPECT_FRAMES | FORBIDDEN_ATTRIBUTES)
-            elif isinstance(node, ast.Import):
-                name = next((a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES), None)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES and \
-                    not (node.module == "IPython.display" and {a.name for a in node.names} <= DISPLAY_HELPERS):
-                name = node.module
+            name = _forbidden_use(node, inspect_names)
             if name:
                 findings.append(f"line {node.lineno} uses {name}")
-            targets = []
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("setattr", "delattr")):
-                targets = node.args[:1]
-            for target in targets:
-                root = target
-                while isinstance(root, ast.Attribute):
-                    root = root.value
-                if root is not target and isinstance(root, ast.Name) and root.id in modules:
-                    findings.append(f"line {node.lineno} changes {ast.unparse(target)}")
-                elif target is not node and isinstance(target, ast.Name) and target.id in modules and \
-                        isinstance(node, ast.Call):
-                    findings.append(f"line {node.lineno} changes an attribute of module {target.id}")
+            findings += _changes(node, modules)
     return sorted(set(findings), key=lambda f: int(f.split()[1]))
+
+
+def _imported(trees: list[ast.Module]) -> tuple[set[str], set[str]]:
+    """The names the code binds to modules it imports, and the names it gives ``inspect``."""
+    modules: set[str] = set()
+    inspect_names = {"inspect"}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for alias in node.names:
+                modules.add(alias.asname or alias.name.split(".")[0])
+                if isinstance(node, ast.Import) or alias.name in ("testing", "nn", "grading"):
+                    modules.add(alias.asname or alias.name)
+                if isinstance(node, ast.Import) and alias.name == "inspect" and alias.asname:
+                    inspect_names.add(alias.asname)
+    return modules, inspect_names
+
+
+def _forbidden_use(node: ast.AST, inspect_names: set[str]) -> str | None:
+    """The forbidden name, attribute or module ``node`` uses, or None."""
+    frames = INSPECT_FRAMES | FORBIDDEN_ATTRIBUTES
+    if isinstance(node, ast.Name):
+        return node.id if node.id in FORBIDDEN_NAMES else None
+    if isinstance(node, ast.Attribute):
+        if isinstance(node.value, ast.Name) and node.value.id in inspect_names and node.attr in INSPECT_FRAMES:
+            return f"inspect.{node.attr}"
+        dotted = f"{node.value.id}.{node.attr}" if isinstance(node.value, ast.Name) else ""
+        return dotted if dotted in FORBIDDEN_DOTTED else node.attr if node.attr in FORBIDDEN_ATTRIBUTES else None
+    if isinstance(node, ast.ImportFrom) and node.module == "inspect" and any(a.name in frames for a in node.names):
+        return "inspect." + next(a.name for a in node.names if a.name in frames)
+    if isinstance(node, ast.Import):
+        return next((a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES), None)
+    if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES and \
+            not (node.module == "IPython.display" and {a.name for a in node.names} <= DISPLAY_HELPERS):
+        return node.module
+    return None
+
+
+def _changes(node: ast.AST, modules: set[str]) -> list[str]:
+    """The findings of ``node`` assigning, deleting or setting an attribute of an imported module."""
+    targets = []
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+        targets = node.args[:1]
+    found = []
+    for target in targets:
+        root = target
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if root is not target and isinstance(root, ast.Name) and root.id in modules:
+            found.append(f"line {node.lineno} changes {ast.unparse(target)}")
+        elif target is not node and isinstance(target, ast.Name) and target.id in modules and \
+                isinstance(node, ast.Call):
+            found.append(f"line {node.lineno} changes an attribute of module {target.id}")
+    return found
 
 
 def ipython_free(source: str) -> str:

@@ -13,23 +13,20 @@ decides, for one ``STUDENT/ASSIGNMENT`` of the last run in the work folder:
 
 Either way ``state.json`` in the work folder records the decision.
 
-Run ``python -m autograder.record.review STUDENT/ASSIGNMENT --release`` (or
+Run ``python -m autograder review STUDENT/ASSIGNMENT --release`` (or
 ``--confirm``) from the repository root, with the same ``--workdir`` and
 ``--db-url`` as the grading run.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
 import nbformat
 
 from autograder.course.config import config_of
-from autograder.course.paths import WORKDIR
 from autograder.judge.reference import reference_of
 from autograder.judge.verdict import judge
 from autograder.prepare.job import Job
@@ -37,13 +34,11 @@ from autograder.record.gradebook import (
     EXECUTED,
     GradebookLock,
     failure_of,
-    gradebook_url,
     grading_environment,
     nbgrader_api,
 )
 from autograder.record.marks import mark_review
 from autograder.record.state import STATE, replay_journal, write_state
-from autograder.settings import Settings
 
 
 class ReviewError(Exception):
@@ -116,35 +111,3 @@ def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, no
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.record.review", description=__doc__.split("\n\n")[0])
-    parser.add_argument("pair", metavar="STUDENT/ASSIGNMENT")
-    decision = parser.add_mutually_exclusive_group(required=True)
-    decision.add_argument("--release", action="store_true", help="grade it as it ran")
-    decision.add_argument("--confirm", action="store_true", help="keep 0 points")
-    parser.add_argument("--workdir", type=Path, default=WORKDIR,
-                        help="the grading run's work folder (default: build/grade)")
-    parser.add_argument("--db-url", default=None, help="the gradebook the run used (default: as autograder.cli.grade)")
-    args = parser.parse_args(argv)
-    student, _, assignment = args.pair.partition("/")
-    if not student or not assignment:
-        parser.error("name the submission as STUDENT/ASSIGNMENT")
-    workdir = args.workdir.resolve()
-    try:
-        db_url = gradebook_url(Settings(db_url=args.db_url), workdir)
-        if args.release:
-            score = release(workdir, student, assignment, db_url)
-            print(f"{args.pair}: released, {score:g} points")
-        else:
-            confirm(workdir, student, assignment, db_url)
-            print(f"{args.pair}: confirmed, 0 points")
-    except ReviewError as error:
-        print(f"review: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,8 +10,8 @@ torch came that way (16 cores, the demo class with ``cpu, cuda:0``): ``import to
 3.1-4.1 s, 1.6-1.9 s once compiled, and the whole grading 132 s against 106 and 110 s.
 
 :func:`uncompiled` finds such packages in a few milliseconds, and :func:`advice` says how to
-compile them once; ``python -m autograder.cli.grade`` prints it in its header, and a worker
-started with ``python -m autograder.run.executors worker`` on its standard error as it starts.
+compile them once; ``python -m autograder grade`` prints it in its header, and a worker
+started with ``python -m autograder worker`` on its standard error as it starts.
 Nothing here changes the environment.
 """
 

@@ -24,7 +24,7 @@ does, so the same job code runs on either executor unchanged.
   into the job's folder once, when the job's future completes: a job that Dask
   runs again after its worker died is not counted twice. With ``gpu=True``
   each job asks for the Dask resource ``GPU=1``, which only workers started
-  with ``--resources GPU=1`` offer (``python -m autograder.run.executors worker
+  with ``--resources GPU=1`` offer (``python -m autograder worker
   ADDRESS --gpu K`` starts one pinned to GPU K with ``CUDA_VISIBLE_DEVICES``).
 
 On a CPU-only machine both run every job on the CPU (and the simulated
@@ -33,7 +33,6 @@ accelerator); nothing here needs a GPU.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import collections
 import contextlib
@@ -55,7 +54,7 @@ from pathlib import Path
 
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
-from autograder.run import bytecode, sandbox
+from autograder.run import sandbox
 from autograder.run.cgroups import usable_cores
 from autograder.run.jobfile import relocate
 from autograder.run.process import RUNNERS, Runners, execute, finish, launch
@@ -490,7 +489,7 @@ class DaskExecutor(Executor):
                 continue
             with self.lock:
                 failed, self.pending = self.pending, {}
-            need = ("with the resource GPU=1 (python -m autograder.run.executors worker ADDRESS --gpu K) "
+            need = ("with the resource GPU=1 (python -m autograder worker ADDRESS --gpu K) "
                     if self.gpu else "")
             reason = ClusterError(f"no Dask worker {need}has been connected to the scheduler at {self.address} "
                                   f"for {self.workerless_s:g} s while {len(failed)} job(s) waited")
@@ -649,37 +648,3 @@ def executor_for(settings: Settings) -> Executor:
     if settings.on_cluster:
         return DaskExecutor(settings, settings.scheduler, settings.dask_local, settings.gpu_jobs)
     return LocalPool(settings)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.run.executors",
-                                     description="Start a Dask worker for the grader (one job at a time).")
-    commands = parser.add_subparsers(dest="command", required=True)
-    worker = commands.add_parser("worker", help="a worker for the scheduler at ADDRESS (this process becomes it)")
-    worker.add_argument("address", help="the scheduler, tcp://HOST:PORT")
-    worker.add_argument("--gpu", type=int, metavar="K",
-                        help="this worker's GPU: CUDA_VISIBLE_DEVICES=K, resource GPU=1")
-    worker.add_argument("--nthreads", type=int, default=1, help="jobs at a time (default 1)")
-    worker.add_argument("--name", help="the worker's name (default: Dask's)")
-    worker.add_argument("--no-nanny", action="store_true",
-                        help="no nanny process that restarts the worker when it dies")
-    args = parser.parse_args(argv)
-    env = dict(os.environ)
-    command = [sys.executable, "-m", "distributed.cli.dask_worker", args.address, "--nthreads", str(args.nthreads),
-               "--nworkers", "1", "--no-dashboard"] + (["--no-nanny"] if args.no_nanny else [])
-    name = args.name
-    if args.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(args.gpu)  # the runners it starts see this one GPU, as cuda:0
-        command += ["--resources", "GPU=1"]
-        name = name or f"gpu{args.gpu}-{os.uname().nodename}"
-    if name:
-        command += ["--name", name]
-    for line in bytecode.advice(bytecode.uncompiled()):  # this machine's kernels would compile them every time
-        print(f"worker: {line.strip()}", file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, command, env)  # the worker is this process: signals and a kill reach it
-
-
-if __name__ == "__main__":
-    main()

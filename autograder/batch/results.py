@@ -1,0 +1,61 @@
+"""A run's result for every pair of the class: its score from the gradebook, and the notes the instructor reads."""
+
+from __future__ import annotations
+
+from autograder.batch.classrun import ClassRun
+from autograder.course.profile import devices_text
+from autograder.record.marks import hand_graded_points_left
+from autograder.settings import Result
+from devcourse.validation import total_points
+
+
+def results(run: ClassRun) -> list[Result]:
+    """One Result per student and assignment, in order; the pairs this run did not grade say why."""
+    from nbgrader.api import Gradebook
+
+    devices = devices_text()
+    with Gradebook(run.db_url, run.course_id) as gradebook:
+        return [_result(run, gradebook, student, name, devices) for student in run.students for name in run.names]
+
+
+def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> Result:
+    from nbgrader.api import MissingEntry
+
+    state = run.state
+    # nbgrader's maximum (every grade cell's points), also of an assignment it has not generated
+    max_score = sum(total_points(nb) for nb in run.sources[name].values())
+    pair, key = (student, name), f"{student}/{name}"
+    notes = list(run.notes.get(pair, []))
+    jobs = run.jobs.get(pair, [])
+    seconds = sum(j.status.get("seconds", 0) for j in jobs)
+    if pair in run.earlier:
+        row = state["rows"].get(key, {})
+        notes = [row["note"]] if row.get("note") else []
+        changed = state["graded"][key] != run.prints[pair]
+        notes.append("graded by an earlier run" + (", changed since" if changed else ""))
+        seconds = row.get("seconds", 0.0)
+    score = None
+    if pair in run.graded:
+        try:
+            submission = gradebook.find_submission(name, student)
+        except MissingEntry:
+            notes.append("not graded: no submission in the gradebook")
+        else:
+            score = submission.score
+            if submission.late_submission_penalty:
+                notes.append(f"late by {late_text(submission.total_seconds_late)}: "
+                             f"-{submission.late_submission_penalty:g} points")
+            by_hand = hand_graded_points_left(submission)
+            if by_hand:
+                notes.append(f"{by_hand:g} points of written answers to grade by hand (formgrader)")
+    withheld = key in state.get("withheld", {}) and pair in run.graded
+    if withheld:
+        notes.append(f"review: python -m autograder review {key} --release (or --confirm), or in formgrader")
+    ran = any(j.status.get("seconds") for j in jobs)
+    return Result(student, name, score, max_score, "; ".join(notes), devices if ran else "", round(seconds, 1),
+                  withheld=withheld)
+
+
+def late_text(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours / 24:.1f} days" if hours >= 24 else f"{hours:.1f} hours"
