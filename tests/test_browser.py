@@ -33,9 +33,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.run.executors import stop_group
-from autograder.run.runner import alive
+from autograder.run.executors.cluster import stop_group
 from autograder.run.sandbox import tethered
+from autograder.run.watch import alive
 from devcourse import validation
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -35,15 +35,8 @@ from test_gradebook_postgres import server  # noqa: F401 - the fixture: a Postgr
 from autograder.cli import grade
 from autograder.course import demo
 from autograder.course.paths import DEMO_CLASS, ROOT
-from autograder.run import executors
-from autograder.run.executors import (
-    ClusterError,
-    DaskExecutor,
-    check_scheduler,
-    start_process,
-    start_scheduler,
-    wait_for_workers,
-)
+from autograder.run.executors import ClusterError, DaskExecutor, dask
+from autograder.run.executors.cluster import check_scheduler, start_process, start_scheduler, wait_for_workers
 from autograder.settings import Settings
 
 ASSIGNMENT = "00_environment"
@@ -166,7 +159,7 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     ran_on = (work / "jobs" / student / ASSIGNMENT / ASSIGNMENT / "ran_on.txt").read_text().split()[0]
     assert ran_on != killed["worker"] and ran_on in cluster[1], f"{student}'s job ran last on {ran_on}"
     # Every job's temporary folder is gone from the workers' machine: the killed worker's too, which it could not
-    # remove itself; the next job there removed it (autograder.run.executors.sweep_orphans).
+    # remove itself; the next job there removed it (autograder.run.dask.sweep_orphans).
     assert not list(WORKERS_TMP[-1].glob("grade-job-*"))
     # The grader's machine runs no job: a process of its own made the feedback pages (from PostgreSQL) meanwhile.
     state = json.loads((work / "state.json").read_text())
@@ -179,20 +172,20 @@ def test_a_sweep_removes_the_job_folders_of_ended_workers_only(tmp_path):
     """A worker's id and start time in its folder: gone or a zombie, its folder goes; alive, of another pid
     namespace, or unknown, it stays."""
     ended, zombie = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
-    owners = {"ended": executors._identity(ended.pid), "zombie": executors._identity(zombie.pid),
-              "alive": executors._identity(os.getpid())}
+    owners = {"ended": dask._identity(ended.pid), "zombie": dask._identity(zombie.pid),
+              "alive": dask._identity(os.getpid())}
     owners["elsewhere"] = owners["ended"].rsplit(" ", 1)[0] + " pid:[1]"
     ended.kill()
     ended.wait()
     zombie.kill()
     time.sleep(0.5)  # not waited for: a zombie until then
-    assert executors._identity(zombie.pid) is None and executors._identity(ended.pid) is None
+    assert dask._identity(zombie.pid) is None and dask._identity(ended.pid) is None
     for name, owner in [*owners.items(), ("unknown", None)]:
         (tmp_path / f"grade-job-{name}").mkdir()
         if owner is not None:
             (tmp_path / f"grade-job-{name}" / "owner").write_text(owner)
     (tmp_path / "other").mkdir()
-    removed = executors.sweep_orphans(tmp_path)
+    removed = dask.sweep_orphans(tmp_path)
     zombie.wait()
     assert sorted(p.name for p in removed) == ["grade-job-ended", "grade-job-zombie"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grade-job-alive", "grade-job-elsewhere",

@@ -795,7 +795,7 @@ GUARDED_COMPARISONS = r'''
 import sys, torch
 from autograder.prepare.job import strict_comparisons
 from autograder.inside import guard
-from autograder.run.runner import source_of
+from autograder.run.kernel import source_of
 exec(source_of(guard))
 install("_guard_for_test")
 

@@ -27,7 +27,7 @@ import pytest
 from autograder.course.demo import SUBMITTED
 from autograder.record.state import STATE, read_state
 from autograder.run import cgroups
-from autograder.run.runner import RUN_MARKER, processes_of
+from autograder.run.watch import RUN_MARKER, processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "00_environment"

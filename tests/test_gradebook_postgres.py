@@ -28,7 +28,7 @@ from autograder.course.config import course_config
 from autograder.course.paths import DEMO_CLASS
 from autograder.record.gradebook import GradebookLock, grading_environment
 from autograder.run import sandbox
-from autograder.run.runner import alive
+from autograder.run.watch import alive
 from autograder.settings import GRADEBOOK_ENV
 
 ASSIGNMENT = "00_environment"

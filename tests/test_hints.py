@@ -133,7 +133,7 @@ def test_the_graders_plain_library_frames_leave_the_feedback_as_it_was(tmp_path)
     about a seventh of the demo class's processor time): stack_data is not called for any error, yet every
     error's feedback reads as it does from a kernel that IPython left as it is (the cells' frames are shown
     the raw way in both, and the library frames are only counted)."""
-    from autograder.run.runner import TRACEBACK_SOURCE
+    from autograder.run.kernel import TRACEBACK_SOURCE
 
     shown, calls = {}, {}
     for kind, setup in [("as IPython has it", SPY), ("as the grader starts it", TRACEBACK_SOURCE + SPY)]:

@@ -199,7 +199,7 @@ def test_a_sandbox_has_its_own_pid_max_where_linux_has_one_per_namespace(tmp_pat
 
 def test_disk_use_is_read_only_from_a_disk_of_the_sandbox_size():
     """The grader's own /tmp (no sandbox's tmpfs of that size) is never read as a submission's disk."""
-    from autograder.run.runner import disk_used_mib
+    from autograder.run.watch import disk_used_mib
 
     size = os.statvfs("/tmp")
     own = round(size.f_blocks * size.f_frsize / (1 << 20))

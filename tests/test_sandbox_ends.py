@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autograder.run import sandbox
-from autograder.run.runner import processes_of
+from autograder.run.watch import processes_of
 
 # The "kernel": starts a grandchild (a student's subprocess), prints both pids, then waits.
 KERNEL = r'''

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.run.runner import alive
+from autograder.run.watch import alive
 from devcourse import warmstart
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the server forks on Linux only")
@@ -216,7 +216,7 @@ def test_one_server_serves_runs_that_hide_the_gpus_and_each_process_sees_its_own
 GUARDED = r'''
 import os
 from autograder.inside import guard
-from autograder.run.runner import source_of
+from autograder.run.kernel import source_of
 exec(source_of(guard))
 install("_guard_for_test")
 from devcourse import warmstart

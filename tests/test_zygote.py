@@ -22,8 +22,8 @@ import nbformat
 import pytest
 
 from autograder.course.demo import SUBMITTED
-from autograder.run import runner, zygote
-from autograder.run.runner import RUN_MARKER, processes_of, tree_usage
+from autograder.run import watch, zygote
+from autograder.run.watch import RUN_MARKER, processes_of, tree_usage
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "00_environment"
@@ -138,7 +138,7 @@ def test_a_forked_kernel_sees_what_a_fresh_one_sees(both_ways):
                   if forked.get(key) != fresh.get(key)}
         assert differ == {}, differ
         assert forked["grader modules"] == [] and forked["cuda initialised"] is False
-        assert forked["torch threads"] == 1  # runner.KERNEL_THREADS, as in the fresh kernel (compared above)
+        assert forked["torch threads"] == 1  # kernel.KERNEL_THREADS, as in the fresh kernel (compared above)
         assert forked["cmdline"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
 
 
@@ -228,7 +228,7 @@ def test_the_count_finds_the_children_a_thread_started_and_the_grandchildren(tmp
         while tree_usage(root.pid)[0] < 150 and time.monotonic() < deadline:
             time.sleep(0.1)
         listed = tree_usage(root.pid)
-        monkeypatch.setattr(runner, "_children_listed", lambda: False)
+        monkeypatch.setattr(watch, "_children_listed", lambda: False)
         scanned = tree_usage(root.pid)
         assert listed[0] >= 150 and scanned[0] >= 150 and abs(listed[0] - scanned[0]) < 20
         assert listed[1] == scanned[1] >= 3

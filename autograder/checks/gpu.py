@@ -284,7 +284,7 @@ def check_cluster(ctx: Context) -> Check:
     from autograder.course.demo import unexpected_scores
     from autograder.course.paths import DEMO_CLASS
     from autograder.record.report import format_table
-    from autograder.run.executors import (
+    from autograder.run.executors.cluster import (
         RAN_ON,
         jobs_per_worker,
         runner_sees,

@@ -168,7 +168,7 @@ def check(args) -> int:
     from autograder import batch
     from autograder.course.demo import unexpected_scores
     from autograder.course.paths import DEMO_CLASS
-    from autograder.run.executors import jobs_per_worker, runner_sees
+    from autograder.run.executors.cluster import jobs_per_worker, runner_sees
     from autograder.settings import Settings
 
     if args.workdir.exists():
@@ -204,7 +204,7 @@ def check(args) -> int:
             seconds = time.monotonic() - graded
     finally:
         # The scheduler runs in this process. A worker's listener for the grader's stop event
-        # (executors._ended_when_set) may be in a 1 s wait when closing the cluster ends its Slurm job,
+        # (executors.dask._ended_when_set) may be in a 1 s wait when closing the cluster ends its Slurm job,
         # which the scheduler logs as an error with a traceback: not one of grading.
         logging.getLogger("distributed.event").setLevel(logging.CRITICAL)
         try:

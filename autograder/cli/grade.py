@@ -26,9 +26,10 @@ from autograder.record.report import format_table, write_csv, write_histogram
 from autograder.record.state import read_state
 from autograder.run import bytecode, cgroups, sandbox
 from autograder.run.cgroups import usable_cores
-from autograder.run.executors import ClusterError, check_scheduler, start_zygote_early
+from autograder.run.executors import ClusterError, start_zygote_early
+from autograder.run.executors.cluster import check_scheduler
 from autograder.run.process import RUNNERS
-from autograder.run.runner import RUN_MARKER
+from autograder.run.watch import RUN_MARKER
 from autograder.settings import (
     CELL_TIMEOUT_S,
     DISK_LIMIT_MIB,

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import json
 import os
 import signal
@@ -48,201 +47,14 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import test_id
-from autograder.inside import guard, launcher, recorder
-from autograder.inside.launcher import mount_points
+from autograder.inside import launcher
 from autograder.run import cgroups, sandbox
+from autograder.run.kernel import first_cell, kernel_env, kernel_manager_class
+from autograder.run.watch import disk_used_mib, seal_ipc, tree_usage
 
-# IPython shows a frame of a library file through stack_data (whole statements, the executing node
-# marked), which parses the file and costs the 19 notebooks of the demo class's honest students about
-# a seventh of their processor time (140 errors, five or so torch frames each); a file longer than
-# ultratb.FAST_THRESHOLD lines, and a notebook's own cell always, is shown from its raw lines instead.
-# The threshold at -1 shows every frame that way: the cells' frames as before, a library frame with its
-# file, line and function and the lines around it. The feedback keeps the cells' frames only and counts
-# the others (autograder.record.hints), so it reads the same. Set before the guard's snapshot, which keeps it;
-# the cell binds no name in the student's namespace.
-TRACEBACK_SOURCE = "__import__('IPython.core.ultratb').core.ultratb.FAST_THRESHOLD = -1\n"
 # What the recorder publishes a probe's events as (autograder.inside.recorder writes the same type).
 MIME = "application/vnd.course.probe+json"
 MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more is recorded as nothing
-# Set by the grader to a token of its run, and passed down to every process of it, kernels
-# included: what is left of a run can be found by it (/proc/PID/environ).
-RUN_MARKER = "COURSE_GRADING_RUN"
-
-
-@functools.cache
-def source_of(module) -> str:
-    """The source of a module of :mod:`autograder.inside`, as the grader sends it to a kernel."""
-    return Path(module.__file__).read_text()
-
-
-def _stat(pid: int) -> list[str]:
-    """The fields of /proc/PID/stat after the command name (state, parent, ...); [] if there is no such process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie (ended, waiting to be reaped)."""
-    fields = _stat(pid)
-    return bool(fields) and fields[0] != "Z"
-
-
-def processes_of(value: str, variable: str = RUN_MARKER) -> dict[int, str]:
-    """The live processes (zombies left out) whose environment sets ``variable`` to ``value``: pid -> command line.
-
-    With the default, what is still running of the grading run whose marker is ``value``.
-    """
-    found = {}
-    wanted = f"{variable}={value}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if wanted in environ and alive(int(entry)):
-            found[int(entry)] = command.strip()
-    return found
-
-
-def tree_usage(root: int, uncounted: int = 0) -> tuple[float, int]:
-    """Process ``root`` and all its descendants together: memory in MiB, and processes and threads.
-
-    Memory is ``RssAnon + RssShmem`` of each, from /proc (Linux; elsewhere 0): what the processes hold
-    themselves, not the libraries' file pages, which every process of PyTorch maps and the system can drop.
-    The memory of the first ``uncounted`` generations (``root`` is the first) is left out, their threads
-    are not: the sandbox's own processes, which run nothing of the submission's (its launcher, and with
-    namespaces its init). Forked from the zygote they map its pages, torch's included, as the kernel does
-    (:mod:`autograder.run.zygote`), and counted they would count those two or three times.
-    """
-    children = _children if _children_listed() else _children_from_stat()
-    total_kib, tasks, todo = 0, 0, [(root, 0)]
-    while todo:
-        pid, generation = todo.pop()
-        todo += [(child, generation + 1) for child in children(pid)]
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith(("RssAnon:", "RssShmem:")) and generation >= uncounted:
-                total_kib += int(line.split()[1])
-            elif line.startswith("Threads:"):
-                tasks += int(line.split()[1])
-    return total_kib / 1024, tasks
-
-
-@functools.lru_cache(maxsize=1)
-def _children_listed() -> bool:
-    """Whether Linux lists each thread's children in /proc (``/proc/PID/task/TID/children``, most kernels)."""
-    return os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
-
-
-def _children(pid: int) -> list[int]:
-    """The children of process ``pid`` (of every thread of it), read from its own /proc entries only."""
-    found: list[int] = []
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for thread in threads:
-        try:
-            found += [int(child) for child in Path(f"/proc/{pid}/task/{thread}/children").read_text().split()]
-        except OSError:  # the thread or the process ended
-            continue
-    return found
-
-
-def _children_from_stat():
-    """Where Linux does not list children: every process's parent, read from every /proc/PID/stat."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        entries = []
-    for pid in entries:
-        fields = _stat(pid)
-        if fields:
-            children.setdefault(int(fields[1]), []).append(pid)
-    return lambda pid: children.get(pid, [])
-
-
-def disk_used_mib(launcher: int, size_mib: int) -> float | None:
-    """What a sandbox with a disk of ``size_mib`` holds on it (its ``/tmp`` tmpfs), in MiB; None where it cannot be
-    read.
-
-    Also None while ``/tmp`` seen from the launcher is not a disk of that size: before the sandbox has
-    mounted its own, the path leads to the grader's ``/tmp``, whose use is not the submission's.
-    """
-    try:
-        found = os.statvfs(f"/proc/{launcher}/root/tmp")
-    except OSError:
-        return None
-    if abs(found.f_blocks * found.f_frsize / (1 << 20) - size_mib) > 1:
-        return None
-    return (found.f_blocks - found.f_bfree) * found.f_frsize / (1 << 20)
-
-
-def seal_ipc(launcher: int, ipc_dir: str, timeout_s: float = 10.0) -> None:
-    """Have the sandbox make the kernel's IPC folder read-only for it, and wait until its mount says so.
-
-    Called once the kernel has made its sockets (it answered), before any code of the submission runs.
-    """
-    os.kill(launcher, signal.SIGUSR1)
-    target = os.path.realpath(ipc_dir)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            mounts = mount_points(launcher)
-        except OSError:
-            break
-        if any(point == target and "ro" in options for point, options in mounts):
-            return
-        time.sleep(0.02)
-    raise RuntimeError(f"the sandbox did not seal the kernel's IPC folder {ipc_dir} within {timeout_s:g} s")
-
-
-def _kernel_manager_class():
-    from jupyter_client.manager import AsyncKernelManager
-
-    class SandboxedKernelManager(AsyncKernelManager):
-        """Starts ``python -m ipykernel_launcher`` through the sandbox; talks over IPC sockets."""
-
-        spec_path: Path
-
-        def format_kernel_cmd(self, extra_arguments=None):
-            command = [sys.executable, "-m", "ipykernel_launcher", "-f", os.path.realpath(self.connection_file)]
-            return sandbox.wrap(command, self.spec_path)
-
-    return SandboxedKernelManager
-
-
-KERNEL_THREADS = "1"  # PyTorch's intra-op threads in every grading kernel, on every machine (see kernel_env)
-
-
-def kernel_env(home: str, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The kernel's environment: what Python, PyTorch and CUDA need of ``base`` (default: this process's),
-    and nothing else of the grader's.
-
-    PyTorch's CPU operators run in one thread (``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are
-    :data:`KERNEL_THREADS`, whatever ``base`` says). A sum or a product split over more threads can round
-    differently, so a student's values would differ in their last bits from the solution's, which the
-    hidden checks compare exactly, wherever the two ran with different counts: a reference kept from a
-    day when the grader ran with another ``OMP_NUM_THREADS``, or a canary and a student's job on Dask
-    workers of different sizes (measured: a correct student lost points in five notebooks). One thread
-    each also keeps a machine graded one notebook per core from running cores x cores threads.
-    """
-    keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", RUN_MARKER)
-    env = {key: value for key, value in (os.environ if base is None else base).items()
-           if key in keep or key.startswith(("LC_", "CUDA_", "NVIDIA_", "NCCL_"))}
-    env.update(HOME=home, IPYTHONDIR=f"{home}/.ipython", MPLCONFIGDIR=f"{home}/.matplotlib",
-               MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1", JPY_SESSION_NAME="submission.ipynb",
-               OMP_NUM_THREADS=KERNEL_THREADS, MKL_NUM_THREADS=KERNEL_THREADS)
-    return env
 
 
 class Session:
@@ -266,7 +78,7 @@ class Session:
                 status["cgroup"] = f"no cgroup: {error}"
         self.spec = spec
         ipc = Path(job["ipc_dir"])
-        self.km = _kernel_manager_class()(transport="ipc", ip=str(ipc / prefix),
+        self.km = kernel_manager_class()(transport="ipc", ip=str(ipc / prefix),
                                           connection_file=str(ipc / f"{prefix}-kernel.json"))
         self.km.spec_path = spec.write(ipc / f"{prefix}-sandbox.json")
         self.km.write_connection_file()
@@ -276,10 +88,7 @@ class Session:
         if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox
             os.makedirs(self.home, exist_ok=True)
         self.killed, self.finished = threading.Event(), threading.Event()
-        # The recorder first, so that the guard's snapshot holds it and puts it back before each test.
-        self.guard = nbformat.v4.new_code_cell(
-            TRACEBACK_SOURCE + source_of(recorder) + f"\ninstall({job['recorder_name']!r})\ndel install\n" +
-            source_of(guard) + f"\ninstall({job['guard_name']!r})\ndel install\n")
+        self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"]))
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
         self.client = NotebookClient(self.nb, km=self.km, timeout=job["cell_timeout_s"], allow_errors=True,
                                      kernel_name="python3", store_widget_state=False, interrupt_on_timeout=False,

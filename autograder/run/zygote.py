@@ -12,7 +12,7 @@ those once and from then on only forks::
                                 └─ launcher (kept for a second kernel, see autograder.run.runner.run)
 
 * The zygote holds nothing of any job. It is started with the kernel's
-  environment (:func:`autograder.run.runner.kernel_env`), none of the grader's
+  environment (:func:`autograder.run.kernel.kernel_env`), none of the grader's
   other variables; it imports modules of the Python environment and
   ``devcourse`` only, all of which every kernel sees anyway; and all it is
   told of a runner is whether it is a warm one. The grader hands each
@@ -42,7 +42,7 @@ after torch's and numpy's, which match other warnings); and the pages the
 zygote filled, which every kernel shares copy-on-write: the runner's
 count of a submission's memory leaves out the sandbox's own processes
 (launcher and init), which hold those pages too
-(:func:`autograder.run.runner.tree_usage`).
+(:func:`autograder.run.watch.tree_usage`).
 
 Every process of the chain dies with its parent (``PR_SET_PDEATHSIG``): the
 zygote with the grader, a runner with the zygote, a launcher with its

@@ -1,0 +1,148 @@
+"""The local pool: ``--jobs`` runners at a time on this machine, the next ones' kernels started ahead (warm)."""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import subprocess
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+from autograder.course.config import tool_env
+from autograder.course.paths import ROOT
+from autograder.run import sandbox
+from autograder.run.cgroups import usable_cores
+from autograder.run.executors.base import Executor
+from autograder.run.kernel import kernel_env
+from autograder.run.process import RUNNERS, finish, launch
+from autograder.run.zygote import Zygote
+from autograder.run.zygote import usable as zygote_usable
+from autograder.settings import Settings
+
+
+class LocalPool(Executor):
+    """``jobs`` runners at a time on this machine, and with ``settings.warm`` as many more started ahead.
+
+    A warm runner is the runner of a job next in line: its kernel is started in the job's sandbox,
+    torch imported and the guard installed while the jobs before it run, so that a job taken from the
+    line begins at its first cell. Its limits per notebook count from there. A stopped run ends the
+    warm runners with the others, their jobs not begun.
+    """
+
+    def __init__(self, settings: Settings, runners=RUNNERS):
+        self.settings, self.runners = settings, runners
+        self.zygote = None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote()
+        if self.zygote is not None:
+            self.zygote.start()  # its imports (torch's 2 s) run while the grader sets the run up
+        self.jobs = self.local_cores = max(1, settings.jobs or usable_cores())
+        self.ahead = self.jobs if settings.warm else 0
+        self.line: collections.deque[tuple[Path, Future]] = collections.deque()
+        self.warm: dict[Path, subprocess.Popen] = {}
+        self.changed = threading.Condition()
+        self.closing = False
+        self.slots = [threading.Thread(target=self._slot, name=f"grading-slot-{n}", daemon=True)
+                      for n in range(self.jobs)]
+        for slot in self.slots:
+            slot.start()
+        self.description = (f"this machine, {self.jobs} at a time" + (", kernels started ahead" if self.ahead else "")
+                            + (", runners and kernels forked from a zygote" if self.zygote else ""))
+
+
+    def submit(self, job_file: Path) -> Future:
+        future: Future = Future()
+        with self.changed:
+            if self.closing:
+                raise RuntimeError("the pool is closed")
+            self.line.append((job_file, future))
+            self.changed.notify()
+        return future
+
+    def _slot(self) -> None:
+        while True:
+            with self.changed:
+                while not self.line and not self.closing:
+                    self.changed.wait()
+                if not self.line:
+                    return
+                job_file, future = self.line.popleft()
+                process = self.warm.pop(job_file, None)
+                taken = future.set_running_or_notify_cancel()  # False: cancelled while in line
+                if taken:
+                    for waiting, _ in list(self.line)[:self.ahead]:
+                        if len(self.warm) >= self.ahead:
+                            break
+                        if waiting not in self.warm:
+                            try:
+                                started = launch(waiting, self.runners, warm=True, zygote=self.zygote)
+                            except OSError:  # it starts when its turn comes, and says then what fails
+                                started = None
+                            if started is not None:
+                                self.warm[waiting] = started
+            if not taken:
+                finish(process, job_file, self.settings, self.runners, go=False)
+                continue
+            try:
+                finish(process or launch(job_file, self.runners, zygote=self.zygote), job_file, self.settings,
+                       self.runners)
+            except BaseException as error:  # noqa: BLE001 - the future carries it
+                future.set_exception(error)
+            else:
+                future.set_result(None)
+
+    def stop(self) -> None:
+        self.runners.stop()
+        with self.changed:
+            self.closing = True
+            for _, future in self.line:
+                future.cancel()
+            self.line.clear()
+            warm, self.warm = list(self.warm.items()), {}
+            self.changed.notify_all()
+        for job_file, process in warm:  # ended by runners.stop(): reaped here
+            finish(process, job_file, self.settings, self.runners, go=False)
+        for slot in self.slots:
+            slot.join()
+
+    def close(self) -> None:
+        with self.changed:
+            self.closing = True
+            self.changed.notify_all()
+        for slot in self.slots:
+            slot.join()
+        if self.zygote is not None:
+            self.zygote.close()
+
+
+def no_zygote(settings: Settings) -> str:
+    """Why runners and kernels start fresh here; "" where a zygote forks them (:mod:`autograder.run.zygote`)."""
+    if not settings.zygote:
+        return "--no-zygote"
+    if not sandbox.isolation_of(settings).namespaces:
+        return "the sandbox has no namespaces here"
+    return zygote_usable()
+
+
+def new_zygote() -> Zygote:
+    """A zygote with the kernel's environment as it is when its first runner starts (a runner's, started
+    fresh then, would have that environment)."""
+    return Zygote(lambda: kernel_env("/tmp/home", tool_env()), ROOT)
+
+
+_EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's LocalPool
+
+
+def start_zygote_early(settings: Settings) -> None:
+    """Start the zygote of this run's local pool now, for the pool to take when it is made.
+
+    Its imports (torch's, over a second of one core) then run beside the grader's own set-up (which
+    imports torch too, to name the devices a run checks) instead of after it, so the first runner
+    forks sooner. Nothing for a Dask cluster, whose workers have their own, or where no zygote is used;
+    a zygote no pool takes (the run stopped first) ends when the grader does.
+    """
+    if settings.on_cluster or no_zygote(settings) or _EARLY:
+        return
+    zygote = new_zygote()
+    zygote.start()
+    atexit.register(zygote.close)
+    _EARLY.append(zygote)
