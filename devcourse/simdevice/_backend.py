@@ -21,7 +21,10 @@ private and experimental, hence the pinned torch and ``test_simdevice_seams``).
 * pinned memory as CPU copies marked pinned (PyTorch asks the backend for a
   pinned allocator, which a Python backend cannot register).
 * ``gloo`` as the device's default ``torch.distributed`` backend: collectives
-  (``all_reduce``, DDP's gradient buckets) run in gloo on the CPU values.
+  (``all_reduce``, DDP's gradient buckets) run in gloo on the CPU values;
+* ``Module.to`` / ``.sim()`` / ``.half()`` keeping each ``Parameter`` object
+  (PyTorch's ``torch.__future__.set_swap_module_params_on_conversion``), so
+  weight ties survive a move and an optimizer built before it still trains.
 
 The registration cannot be undone (PyTorch allows one PrivateUse1 name per
 process), so it is only ever made by an explicit :func:`enable` call.
@@ -352,6 +355,9 @@ def enable(count: int = 2) -> None:
             # (see _tensor._collective): gloo is the device's default backend,
             # as nccl is CUDA's (dist.get_default_backend_for_device).
             torch.distributed.Backend.default_device_backend_map.setdefault(NAME, "gloo")
+        # CUDA keeps each Parameter object through a move by ``param.data = moved``; C++ refuses that between a
+        # CPU tensor and a Python backend's (what _has_compatible_shallow_copy_type answers), swapping does not.
+        torch.__future__.set_swap_module_params_on_conversion(True)
         _state.update(enabled=True, count=count)
     # PrivateUse1's device guard reports a single device: the autograd engine's
     # worker threads assert on any other index. Backward runs in the calling

@@ -68,8 +68,7 @@ class SimTensor(torch.Tensor):
 
     @data.setter
     def data(self, new):
-        # ``Module._apply`` (``.double()``, ``.half()``, ``.to(same device)``) sets
-        # ``param.data``, which swaps the tensor's metadata in C++; the values
+        # ``param.data = other`` swaps the tensor's metadata in C++; the values
         # are ours to swap along with it.
         torch._C.TensorBase.data.__set__(self, new)
         if type(new) is SimTensor:
