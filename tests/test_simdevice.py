@@ -76,7 +76,7 @@ def test_an_index_past_the_count_names_how_many_there_are():
     "call, message",
     [
         (lambda d: torch.ones(2, 3, device=d) + torch.ones(2, 3), "but found at least two devices, {d} and cpu!"),
-        (lambda d: torch.ones(2, 3) * torch.ones(2, 3, device=d), "but found at least two devices, cpu and {d}!"),
+        (lambda d: torch.ones(2, 3) * torch.ones(2, 3, device=d), "but found at least two devices, {d} and cpu!"),
         (lambda d: torch.nn.Linear(3, 2).to(d)(torch.ones(4, 3)),
          "but got mat1 is on cpu, different from other tensors on {d} "
          "(when checking argument in method wrapper_SIM_addmm)"),

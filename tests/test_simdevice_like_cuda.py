@@ -14,6 +14,8 @@ import torch.nn.functional as F
 
 import devcourse.simdevice as sim
 
+SAME = "Expected all tensors to be on the same device, "
+
 
 @pytest.fixture(scope="module", autouse=True)
 def two_devices():
@@ -76,3 +78,73 @@ def test_an_optimizer_built_before_the_move_trains_as_on_the_cpu(optimizer):
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in cpu_model.parameters())
     for (name, p), q in zip(model.named_parameters(), cpu_model.parameters()):
         assert torch.equal(p.detach().cpu(), q.detach()), name
+
+
+@pytest.mark.parametrize(
+    "call, devices",
+    [
+        (lambda: torch.ones(2, 3, device="sim:1") + torch.ones(2, 3), "sim:1 and cpu"),
+        (lambda: torch.ones(2, 3) + torch.ones(2, 3, device="sim:1"), "sim:1 and cpu"),
+        (lambda: torch.ones(3).add_(torch.ones(3, device="sim:0")), "sim:0 and cpu"),
+        (lambda: torch.addcmul(torch.ones(3), torch.ones(3, device="sim:1"), torch.ones(3, device="sim:0")),
+         "sim:1 and cpu"),
+        (lambda: torch.ones(2, device="sim:0") * torch.ones(2, device="sim:1"), "sim:0 and sim:1"),
+    ],
+    ids=["sim-first", "cpu-first", "cpu-in-place", "three-operands", "two-sims"],
+)
+def test_the_elementwise_error_names_the_first_device_that_is_not_the_cpu_first(call, devices):
+    """TensorIterator takes the first operand not on the CPU as the common device and names it first
+    (``TensorIteratorBase::compute_types`` in ``aten/src/ATen/TensorIterator.cpp``): ``cuda:0 and cpu`` in either
+    operand order on CUDA."""
+    with pytest.raises(RuntimeError) as info:
+        call()
+    assert str(info.value) == f"{SAME}but found at least two devices, {devices}!"
+
+
+def _conv_error(weight_device, input_device, shape=(1, 3, 8, 8), groups=1, dtype=torch.float32, bias=True):
+    conv = torch.nn.Conv2d(3, 6, 3, groups=groups, bias=bias).to(device=weight_device, dtype=dtype)
+    with pytest.raises(RuntimeError) as info:
+        conv(torch.randn(shape, device=input_device))
+    return str(info.value)
+
+
+SMALL, LARGE = (1, 3, 8, 8), (8, 3, 32, 32)
+
+
+@pytest.mark.parametrize("shape", [SMALL, LARGE], ids=["small", "large"])
+def test_a_convolution_with_its_input_on_the_device_raises_cudas_errors(shape):
+    """An input on a CUDA device takes cuDNN's path in ``_convolution`` whatever its size
+    (``aten/src/ATen/native/Convolution.cpp``): ``check_input_same_type_as_parameters`` compares device types and
+    dtypes, whose message PyTorch prints with ``torch.cuda.FloatTensor`` (``processErrorMsgInplace`` in
+    ``torch/csrc/Exceptions.cpp``); an input on another index then meets ``cudnn_convolution``'s generated device
+    check; a depthwise convolution runs ``_conv_depthwise2d``, checked the same way."""
+    assert _conv_error("cpu", "sim:0", shape) == (
+        "Input type (torch.sim.FloatTensor) and weight type (torch.FloatTensor) should be the same")
+    assert _conv_error("sim:0", "sim:1", shape) == (
+        "Expected all tensors to be on the same device, but got weight is on sim:0, different from other tensors "
+        "on sim:1 (when checking argument in method wrapper_SIM__cudnn_convolution)")
+    assert _conv_error("sim:0", "sim:1", shape, groups=3) == (
+        "Expected all tensors to be on the same device, but got weight is on sim:0, different from other tensors "
+        "on sim:1 (when checking argument in method wrapper_SIM___conv_depthwise2d)")
+    assert _conv_error("sim:1", "sim:1", shape, dtype=torch.float16, bias=False) == (
+        "Input type (torch.sim.FloatTensor) and weight type (torch.sim.HalfTensor) should be the same")
+
+
+def test_a_convolution_with_its_input_on_the_cpu_raises_what_cuda_raises_for_each_size():
+    """With the input on the CPU, PyTorch picks the CPU's backend by the input's size (``use_mkldnn`` in
+    ``aten/src/ATen/native/Convolution.cpp``), on a CUDA machine too: a large input goes to oneDNN, whose type
+    check names ``torch.cuda.FloatTensor``; a small one to ``_slow_conv2d_forward``, whose CUDA wrapper checks
+    devices. Both words are CUDA's, with ``sim``."""
+    assert _conv_error("sim:0", "cpu", LARGE) == (
+        "Input type (torch.FloatTensor) and weight type (torch.sim.FloatTensor) should be the same or input should "
+        "be a MKLDNN tensor and weight is a dense tensor")
+    assert _conv_error("sim:0", "cpu", SMALL) == (
+        "Expected all tensors to be on the same device, but got weight is on sim:0, different from other tensors "
+        "on cpu (when checking argument in method wrapper_SIM___slow_conv2d_forward)")
+
+
+def test_type_names_and_parameters_print_as_cudas_do():
+    assert torch.ones(2, device="sim:1").type() == "torch.sim.FloatTensor"
+    weight = torch.nn.Linear(2, 2).to("sim:1").weight
+    assert repr(weight).startswith("Parameter containing:\ntensor([[")
+    assert repr(weight).endswith("]], device='sim:1', requires_grad=True)")

@@ -19,19 +19,13 @@ Random numbers on the simulated device come from the CPU generator, so
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _clock, _cudaonly, _memory
+from devcourse.simdevice import _clock, _cudaforms, _cudaonly, _memory
+from devcourse.simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
+from devcourse.simdevice._cudaforms import TABLE as _TABLE
 from devcourse.simdevice._state import NAME, resolve
-
-_DATA = json.loads(Path(__file__).with_name("device_checks.json").read_text())
-_TABLE: dict[str, list] = _DATA["checks"]
-# Operators (without overload) that have a CUDA kernel of their own.
-_CUDA_KERNELS = frozenset(_DATA["cuda_kernels"])
 
 # Operators that move data between devices (or only look at metadata): no check.
 _TRANSFERS = frozenset(
@@ -42,8 +36,7 @@ _TRANSFERS = frozenset(
 # Operators whose index tensors may stay on the CPU, as on CUDA (``x[cpu_index]``).
 _INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"})
 
-_SAME_DEVICE = "Expected all tensors to be on the same device, "
-_EXPLICIT = torch._C.DispatchKey.CompositeExplicitAutograd
+_COMPOSITES = (torch._C.DispatchKey.CompositeExplicitAutograd, torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
 class SimTensor(torch.Tensor):
@@ -80,8 +73,12 @@ class SimTensor(torch.Tensor):
         # PyTorch's own printer, fed the values (it cannot read them through a subclass).
         contents = torch._tensor_str._tensor_str(self._values.detach(), len("tensor("))
         text = torch._tensor_str._str(self, tensor_contents=contents)
-        # Printed as CUDA tensors are: tensor(..., device='sim:0').
-        return "tensor(" + text[len(type(self).__name__) + 1 :]
+        # Printed as CUDA tensors are: tensor(..., device='sim:0'), and a parameter as
+        # "Parameter containing:" above that, where PyTorch writes Parameter(SimTensor(...)).
+        heading = ""
+        if text.startswith("Parameter("):
+            heading, text = "Parameter containing:\n", text[len("Parameter(") : -1]
+        return heading + "tensor(" + text[len(type(self).__name__) + 1 :]
 
     def tolist(self):
         if _clock._kernel_s:
@@ -123,9 +120,22 @@ class SimTensor(torch.Tensor):
         kwargs = kwargs or {}
         if func.namespace == "c10d":
             return _collective(func, args, kwargs)
-        if check_devices(func, args, kwargs) == "decompose":
-            return func._op_dk(_EXPLICIT, *args, **kwargs)
+        composite = check_devices(func, args, kwargs)
+        if composite is not None:
+            return _decompose(func, composite, args, kwargs)
         return run(func, args, kwargs)
+
+
+def _decompose(func, key, args: tuple, kwargs: dict):
+    """Run ``func``'s composite kernel: its parts come back here, each checked as CUDA checks it."""
+    try:
+        return func._op_dk(key, *args, **kwargs)
+    except RuntimeError as exc:
+        message = str(exc)
+        translated = _cudaforms.translate(message)
+        if translated == message:
+            raise
+        raise type(exc)(translated) from None
 
 
 _SLOW = object()
@@ -156,11 +166,18 @@ def _fast(func, args: tuple):
             return _SLOW
         else:
             inner.append(value)
-    writes = (_plans.get(func) or _plan(func))[3]
+    plan = _plans.get(func) or _plan(func)
     try:
         out = func(*inner)
     except NotImplementedError as exc:
         out = _without_cpu_kernel(func, exc, inner, {})
+    except RuntimeError:
+        # the CPU words a convolution's dtype mismatch in its own way
+        error = _cudaforms.convolution_error(args) if plan[0] in CONVOLUTIONS else None
+        if error is None:
+            raise
+        raise error from None
+    writes = plan[3]
     if type(out) is torch.Tensor:
         return _wrap(out, device, args, {}) if writes else SimTensor(out, device)
     if type(out) is tuple or type(out) is list:
@@ -280,7 +297,7 @@ def _plan(func) -> tuple:
     return plan
 
 
-def check_devices(func, args: tuple, kwargs: dict) -> str | None:
+def check_devices(func, args: tuple, kwargs: dict):
     """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
 
     Operators with a CUDA kernel that PyTorch generates a device check for
@@ -288,10 +305,12 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
     <device> (when checking argument in method wrapper_<BACKEND>_<name>)``,
     checking the arguments in the generated order. Operators without it
     (elementwise ones go through TensorIterator) raise ``... but found at
-    least two devices, <a> and <b>!``, where a 0-dim CPU tensor is allowed,
-    as CUDA allows it. Returns ``"decompose"`` when an operator that CUDA
-    would run as a composite of others mixes devices: the caller then runs
-    the composite, whose parts raise what they raise on CUDA.
+    least two devices, <a> and <b>!``, where ``<a>`` is the first device that
+    is not the CPU and a 0-dim CPU tensor is allowed, as TensorIterator does.
+    Convolutions raise what CUDA's convolution raises (see ``_cudaforms``).
+    Returns a composite dispatch key when an operator that CUDA would run as a
+    composite of others mixes devices: the caller then runs the composite,
+    whose parts raise what they raise on CUDA.
     """
     name, method, checked, _ = _plan(func)
     if name in _TRANSFERS:
@@ -307,9 +326,14 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
                     common = tensor.device
                 elif tensor.device != common:
                     raise RuntimeError(
-                        f"{_SAME_DEVICE}but got {arg} is on {tensor.device}, different from other "
+                        f"{SAME_DEVICE}but got {arg} is on {tensor.device}, different from other "
                         f"tensors on {common} (when checking argument in method {method.format(NAME.upper())})"
                     )
+        return None
+    if name in CONVOLUTIONS and type(args[0]) is SimTensor:
+        error = _cudaforms.convolution_error(args)
+        if error is not None:
+            raise error
         return None
     if name in _INDEXING:  # index tensors may stay on the CPU: check self and values only
         values = (args[0], *args[2:])
@@ -317,20 +341,14 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
         # out= comes first, as TensorIterator puts outputs before inputs
         values = (kwargs["out"], *args, *(v for k, v in kwargs.items() if k != "out")) if "out" in kwargs \
             else (*args, *kwargs.values())
-    common = None
-    for value in values:
-        for tensor in value if isinstance(value, (list, tuple)) else (value,):
-            if not isinstance(tensor, torch.Tensor):
-                continue
-            device = tensor.device
-            if device.type == "cpu" and tensor.dim() == 0:
-                continue
-            if common is None:
-                common = device
-            elif device != common:
-                if name not in _CUDA_KERNELS and torch._C._dispatch_has_kernel_for_dispatch_key(
-                    func.name(), "CompositeExplicitAutograd"
-                ):
-                    return "decompose"
-                raise RuntimeError(f"{_SAME_DEVICE}but found at least two devices, {common} and {device}!")
+    tensors = [t for value in values for t in (value if isinstance(value, (list, tuple)) else (value,))
+               if isinstance(t, torch.Tensor)]
+    common = next((t.device for t in tensors if t.device.type != "cpu"), None)
+    for tensor in tensors:
+        if tensor.device != common and not (tensor.device.type == "cpu" and tensor.dim() == 0):
+            if name not in CUDA_KERNELS:
+                for key in _COMPOSITES:
+                    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
+                        return key
+            raise RuntimeError(f"{SAME_DEVICE}but found at least two devices, {common} and {tensor.device}!")
     return None
