@@ -148,3 +148,103 @@ def test_type_names_and_parameters_print_as_cudas_do():
     weight = torch.nn.Linear(2, 2).to("sim:1").weight
     assert repr(weight).startswith("Parameter containing:\ntensor([[")
     assert repr(weight).endswith("]], device='sim:1', requires_grad=True)")
+
+
+def _events_correct(fn, warmup=3, repeat=10):
+    """The way PyTorch's documentation times device work: warm up, mark, run, mark, wait for the last mark."""
+    for _ in range(warmup):
+        fn()
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def _events_without_the_final_synchronize(fn, warmup=3, repeat=10):
+    for _ in range(warmup):
+        fn()
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    return start.elapsed_time(end) / repeat
+
+
+def _events_counting_the_warmup(fn, warmup=3, repeat=10):
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
+    for _ in range(warmup + repeat):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def test_event_timing_measures_the_devices_time_and_the_two_classic_mistakes_show():
+    """As on CUDA: events time the device's queue; ``elapsed_time`` before the last event has completed raises
+    ``c10/core/impl/InlineEvent.h``'s message; a first call's one-off costs inflate a timing that counts it."""
+    x = torch.randn(8, 8, device="sim:1")
+    with torch.accelerator.device_index(1):
+        assert torch.Event(enable_timing=True).device.type == "sim"
+        assert 0 <= _events_correct(lambda: x @ x) < 50  # no queue outside asynchronous: the host's time
+        with sim.asynchronous(kernel_s=0.02):  # and the first call of an operator in the block 0.2 s more
+            correct = _events_correct(lambda: x @ x)
+        with sim.asynchronous(kernel_s=0.02):
+            counted = _events_counting_the_warmup(lambda: x @ x)
+        with sim.asynchronous(kernel_s=0.02):
+            with pytest.raises(RuntimeError, match="^Both events must be completed before calculating elapsed"):
+                _events_without_the_final_synchronize(lambda: x @ x)
+    assert 19.99 <= correct < 30, correct
+    assert counted >= 0.999 * (20 * 13 / 10 + 200 / 10), counted  # 13 calls, and the first call's one-off cost
+
+
+def test_events_check_what_cuda_checks():
+    start, end = torch.Event(device="sim:1", enable_timing=True), torch.Event(device="sim:1", enable_timing=True)
+    with pytest.raises(RuntimeError, match="Both events must be recorded before calculating elapsed time"):
+        start.elapsed_time(end)
+    start.record()
+    end.record(torch.accelerator.current_stream(1))
+    assert start.query() and end.device == torch.device("sim", 1) and start.elapsed_time(end) >= 0
+    with pytest.raises(RuntimeError, match="Both events must be created with argument 'enable_timing=True'"):
+        start.elapsed_time(torch.accelerator.current_stream(1).record_event())
+    with pytest.raises(RuntimeError, match="Event device index 1 does not match recording stream's device index 0"):
+        start.record(torch.accelerator.current_stream(0))
+    assert isinstance(torch.Event(device="cpu"), torch.Event)  # other devices' events are PyTorch's own
+    with pytest.raises(RuntimeError):
+        torch.Event(device="cpu", enable_timing=True).record()
+
+
+def test_streams_run_side_by_side_until_one_waits_for_the_other():
+    """Work on two streams of a device overlaps; ``wait_stream`` orders it; a device synchronize waits for all."""
+    import time
+
+    x = torch.randn(8, 8, device="sim:1")
+    side = torch.Stream(device="sim:1")
+    default = torch.accelerator.current_stream(1)
+    assert side != default and side.device == torch.device("sim", 1) and default.stream_id == 0
+    with sim.asynchronous(kernel_s=0.05, first_call_s=0):
+        begin = default.record_event(torch.Event(device="sim:1", enable_timing=True))
+        with side:
+            assert torch.accelerator.current_stream(1) == side
+            for _ in range(4):
+                x @ x
+            x.record_stream(side)
+        for _ in range(4):
+            x @ x
+        assert torch.accelerator.current_stream(1) == default and not side.query()
+        side_done = side.record_event(torch.Event(device="sim:1", enable_timing=True))
+        overlapped = default.record_event(torch.Event(device="sim:1", enable_timing=True))
+        default.wait_stream(side)
+        x @ x
+        ordered = default.record_event(torch.Event(device="sim:1", enable_timing=True))
+        start = time.perf_counter()
+        torch.accelerator.synchronize(1)
+        assert time.perf_counter() - start >= 0.199  # both streams' work
+        assert side.query() and ordered.query()
+    assert 199.9 <= begin.elapsed_time(overlapped) < 300  # four products each, side by side: not 400 ms
+    assert 199.9 <= begin.elapsed_time(side_done) < 300
+    assert begin.elapsed_time(ordered) >= begin.elapsed_time(side_done) + 49.9  # after the side stream's work

@@ -106,6 +106,20 @@ class _DeviceModule:
     def synchronize(device: object = None) -> None:
         _clock.wait(resolve(device).index)  # at once unless simdevice.asynchronous() is on
 
+    @staticmethod
+    def current_stream(device: object = None) -> torch.Stream:
+        from devcourse.simdevice import _streams
+
+        return _streams.current_stream(resolve(device).index)
+
+    @property
+    def Stream(self) -> type:  # named as torch.cuda.Stream is
+        return torch.Stream
+
+    @property
+    def Event(self) -> type:  # named as torch.cuda.Event is
+        return torch.Event
+
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
@@ -332,10 +346,11 @@ def enable(count: int = 2) -> None:
         library.impl("_copy_from", _copy_from, "PrivateUse1")
         _register_factories(library)
         _state["library"] = library
-        from devcourse.simdevice import _accelerator, _autocast
+        from devcourse.simdevice import _accelerator, _autocast, _streams
 
         _state["autocast"] = _autocast.register(NAME)
         _accelerator.install()
+        _streams.install()
         torch._utils._rebuild_tensor = _rebuild_tensor
         torch.UntypedStorage.__new__ = _storage_new
         torch.Tensor.pin_memory = _pin_memory

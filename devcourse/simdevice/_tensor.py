@@ -69,7 +69,7 @@ class SimTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None):
         if _clock._kernel_s:
-            _clock.wait(self.device.index)  # printing reads the values on the host
+            _clock.wait(self.device.index, _clock.current_stream(self.device.index))  # printing reads the values
         # PyTorch's own printer, fed the values (it cannot read them through a subclass).
         contents = torch._tensor_str._tensor_str(self._values.detach(), len("tensor("))
         text = torch._tensor_str._str(self, tensor_contents=contents)
@@ -82,7 +82,7 @@ class SimTensor(torch.Tensor):
 
     def tolist(self):
         if _clock._kernel_s:
-            _clock.wait(self.device.index)
+            _clock.wait(self.device.index, _clock.current_stream(self.device.index))
         return self._values.tolist()
 
     def numpy(self, *, force: bool = False):
