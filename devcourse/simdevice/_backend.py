@@ -17,7 +17,8 @@ private and experimental, hence the pinned torch and ``test_simdevice_seams``).
 * a serialization package that tags the storages of simulated tensors as
   ``sim:N`` in checkpoints and loads ``sim:N`` storages into simulated
   tensors, so every ``map_location`` form works as it does for CUDA;
-* autocast kernels for the device type (see ``_autocast``);
+* autocast kernels for the device type (see ``_autocast``), and kernels that
+  run the recurrent layers whole on the CPU values (see ``_oncpu``);
 * pinned memory as CPU copies marked pinned (PyTorch asks the backend for a
   pinned allocator, which a Python backend cannot register).
 * ``gloo`` as the device's default ``torch.distributed`` backend: collectives
@@ -346,9 +347,10 @@ def enable(count: int = 2) -> None:
         library.impl("_copy_from", _copy_from, "PrivateUse1")
         _register_factories(library)
         _state["library"] = library
-        from devcourse.simdevice import _accelerator, _autocast, _streams
+        from devcourse.simdevice import _accelerator, _autocast, _oncpu, _streams
 
         _state["autocast"] = _autocast.register(NAME)
+        _state["recurrent"] = _oncpu.register()
         _accelerator.install()
         _streams.install()
         torch._utils._rebuild_tensor = _rebuild_tensor

@@ -19,6 +19,8 @@ Random numbers on the simulated device come from the CPU generator, so
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.utils._pytree as pytree
 
@@ -47,13 +49,28 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, values: torch.Tensor, device: torch.device, requires_grad: bool = False):
+        if values.layout != torch.strided or values.is_nested:
+            raise _NotStrided("nested" if values.is_nested else values.layout)
+        storage = values.untyped_storage()
         tensor = torch.Tensor._make_wrapper_subclass(
             cls, values.size(), strides=values.stride(), storage_offset=values.storage_offset(),
             dtype=values.dtype, layout=values.layout, device=device, requires_grad=requires_grad,
+            storage_size=storage.nbytes(),  # a view's storage is its base's, as on CUDA
         )
         tensor._values = values
-        _memory.hold(device.index, values.untyped_storage())
+        _memory.hold(device.index, storage)
         return tensor
+
+    def data_ptr(self) -> int:
+        # PyTorch's own code reads 0 as "a tensor without storage" (Tensor.__deepcopy__ does); other callers
+        # would take 0 for an address that every simulated tensor shares.
+        if sys._getframe(1).f_globals.get("__name__", "").startswith("torch."):
+            return 0
+        raise RuntimeError(
+            f"data_ptr() of a tensor on {self.device}: the simulated device keeps its values in host memory and "
+            f"has no device pointer to give (a limit of the simulated device). Compare values with torch.equal, "
+            f"or move the tensor with .cpu() first"
+        )
 
     @property
     def data(self):
@@ -113,17 +130,27 @@ class SimTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if _clock._kernel_s:
             _clock.account(func, args, kwargs or {})
-        if not kwargs:
-            out = _fast(func, args)
-            if out is not _SLOW:
-                return out
-        kwargs = kwargs or {}
-        if func.namespace == "c10d":
-            return _collective(func, args, kwargs)
-        composite = check_devices(func, args, kwargs)
-        if composite is not None:
-            return _decompose(func, composite, args, kwargs)
-        return run(func, args, kwargs)
+        try:
+            if not kwargs:
+                out = _fast(func, args)
+                if out is not _SLOW:
+                    return out
+            kwargs = kwargs or {}
+            if func.namespace == "c10d":
+                return _collective(func, args, kwargs)
+            composite = check_devices(func, args, kwargs)
+            if composite is not None:
+                return _decompose(func, composite, args, kwargs)
+            return run(func, args, kwargs)
+        except _NotStrided as exc:
+            raise NotImplementedError(
+                f"the simulated device cannot run {func}: its result would be a {exc.args[0]} tensor, and the "
+                f"simulated device holds dense (strided) tensors only (a limit of the simulated device)"
+            ) from None
+
+
+class _NotStrided(Exception):
+    """A result the simulated device cannot hold (sparse, mkldnn ...); the dispatcher names the operator."""
 
 
 def _decompose(func, key, args: tuple, kwargs: dict):
@@ -179,10 +206,10 @@ def _fast(func, args: tuple):
         raise error from None
     writes = plan[3]
     if type(out) is torch.Tensor:
-        return _wrap(out, device, args, {}) if writes else SimTensor(out, device)
+        return _wrap(func, out, device, args, {}) if writes else SimTensor(out, device)
     if type(out) is tuple or type(out) is list:
         return type(out)(
-            (_wrap(o, device, args, {}) if writes else SimTensor(o, device)) if type(o) is torch.Tensor else o
+            (_wrap(func, o, device, args, {}) if writes else SimTensor(o, device)) if type(o) is torch.Tensor else o
             for o in out
         )
     return out
@@ -199,7 +226,8 @@ def _without_cpu_kernel(func, exc: NotImplementedError, args, kwargs):
 def _cannot_run(func, exc: NotImplementedError) -> NotImplementedError:
     return NotImplementedError(
         f"the simulated device cannot run {func}: it runs each operator with PyTorch's CPU kernel, "
-        f"and the CPU has none for it ({exc.args[0].splitlines()[0] if exc.args else exc})"
+        f"and the CPU has none for it (a limit of the simulated device: "
+        f"{exc.args[0].splitlines()[0] if exc.args else exc})"
     )
 
 
@@ -260,23 +288,47 @@ def run(func, args: tuple, kwargs: dict):
     if target is None or target.type != NAME:
         return out
     if isinstance(out, torch.Tensor):
-        return _wrap(out, target, args, kwargs)
+        return _wrap(func, out, target, args, kwargs)
     if type(out) is tuple or type(out) is list:
-        return type(out)(_wrap(o, target, args, kwargs) if isinstance(o, torch.Tensor) else o for o in out)
+        return type(out)(_wrap(func, o, target, args, kwargs) if isinstance(o, torch.Tensor) else o for o in out)
     return out
 
 
-def _wrap(values: torch.Tensor, target: torch.device, args: tuple, kwargs: dict):
+def _wrap(func, values: torch.Tensor, target: torch.device, args: tuple, kwargs: dict):
     # In-place and out= operators return their argument: hand back the same wrapper.
     for value in (*args, *kwargs.values()):
         if type(value) is SimTensor and value._values is values and value.device == target:
-            if value.shape != values.shape or value.stride() != values.stride():
-                raise NotImplementedError(
-                    "the simulated device cannot change the shape or strides of a tensor in place "
-                    "(resize_, set_, or out= of another shape): create a new tensor instead"
-                )
+            if value.shape != values.shape or value.stride() != values.stride() \
+                    or value.storage_offset() != values.storage_offset():
+                _restride(func, value, values)
             return value
     return SimTensor(values, target)
+
+
+def _restride(func, wrapper: SimTensor, values: torch.Tensor) -> None:
+    """Give ``wrapper`` the shape ``func`` gave its values in place (``transpose_``, ``resize_`` ...).
+
+    The wrapper's metadata is set as PyTorch sets a wrapper subclass's for an
+    in-place view operator (``return_and_correct_aliasing``): its meta kernel
+    runs on the wrapper, with dispatch off. That works within the storage the
+    wrapper was made with; a tensor that grew past it is put back as it was.
+    """
+    with torch.utils._mode_utils.no_dispatch():
+        meta = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            torch.ops.aten.as_strided_.default(wrapper, values.size(), values.stride(), values.storage_offset())
+            return
+        except RuntimeError:
+            pass
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(meta)
+    values.as_strided_(wrapper.size(), wrapper.stride(), wrapper.storage_offset())
+    raise NotImplementedError(
+        f"the simulated device cannot run {func} here: it would grow the tensor past the memory it was made with, "
+        f"and a tensor on the simulated device cannot grow in place (a limit of the simulated device); "
+        f"create a new tensor instead"
+    )
 
 
 _plans: dict[object, tuple] = {}
