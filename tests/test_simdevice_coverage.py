@@ -129,3 +129,34 @@ def test_what_the_device_cannot_do_raises_an_error_naming_the_operation_and_the_
     with pytest.raises(NotImplementedError, match=r"cannot run aten._to_sparse.default: .* \(a limit of the simulated"):
         x.to_sparse()
     assert torch.ones(10, device="sim:0")[2:4].untyped_storage().nbytes() == 40  # a view's storage is its base's
+
+
+def _train_compiled(device, backend):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).to(device)
+    compiled = torch.compile(model, backend=backend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1)).to(device)
+    losses = []
+    for _ in range(2):
+        loss = compiled(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_runs_with_the_values_of_the_cpu(backend):
+    """The documented limit (``devcourse.simdevice``'s docstring): graphs break at each operator on the simulated
+    device, and the values are the eager ones, equal to the CPU's."""
+    import warnings
+
+    torch._dynamo.reset()
+    cpu_losses, cpu_params = _train_compiled("cpu", backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Dynamo's notes on the graph breaks
+        losses, params = _train_compiled("sim:1", backend)
+    assert losses == cpu_losses
+    assert all(torch.equal(p, q) for p, q in zip(params, cpu_params))

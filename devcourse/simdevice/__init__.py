@@ -15,6 +15,14 @@ Each thread has a current device (``torch.accelerator.set_device_index``,
 Values live in host memory,
 so results can be compared with the CPU's exactly.
 
+``torch.compile`` runs on the simulated device with every backend (``eager``,
+``aot_eager``, ``inductor``) and gives the values eager code gives, which are
+the CPU's. It does not give whole graphs: TorchDynamo cannot see through a
+device written in Python (it would trace the device's own code) and breaks
+the graph at each operator on a simulated tensor, so compiled code runs as
+eager code does, operator by operator. That is a limit of the simulated
+device; on CUDA the same call compiles whole graphs.
+
 It is built on PyTorch's extension point for out-of-tree devices
 (PrivateUse1, with the Python backend of
 ``torch.utils.backend_registration``) and a tensor subclass that holds a CPU
