@@ -160,3 +160,15 @@ def test_torch_compile_runs_with_the_values_of_the_cpu(backend):
         losses, params = _train_compiled("sim:1", backend)
     assert losses == cpu_losses
     assert all(torch.equal(p, q) for p, q in zip(params, cpu_params))
+
+
+def test_attention_gives_the_cpus_values_and_gradients():
+    """``scaled_dot_product_attention`` picks its kernel by device: the CPU's fused one, also on ``sim``."""
+    def run(device):
+        q, k, v = (torch.randn(2, 2, 5, 4, generator=torch.Generator().manual_seed(i)).to(device).requires_grad_()
+                   for i in range(3))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.pow(2).sum().backward()
+        return [t.detach().cpu() for t in (out, q.grad, k.grad, v.grad)]
+
+    assert all(torch.equal(a, b) for a, b in zip(run("sim:1"), run("cpu")))

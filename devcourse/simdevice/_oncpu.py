@@ -1,4 +1,4 @@
-"""Layers whose path depends on the device, on the simulated device: run whole on the CPU values.
+"""Operators whose path depends on the device, on the simulated device: run whole on the CPU values.
 
 ``torch.lstm``, ``torch.gru``, ``torch.rnn_tanh``/``rnn_relu`` (plain and
 packed input) and their cells are composites that pick their parts by the
@@ -8,8 +8,11 @@ other device, the fused cells that CUDA ships (``_thnn_fused_lstm_cell``),
 which the CPU lacks and whose sums round differently. So for the simulated
 device each of these operators runs as one piece on the CPU values, under an
 autograd function whose backward runs PyTorch's own CPU backward: forward and
-gradients equal the CPU's bit for bit. Tensors on two devices run the
-composite instead, whose parts raise the same-device error.
+gradients equal the CPU's bit for bit. ``scaled_dot_product_attention`` is
+another such composite: on the CPU it runs a fused attention kernel, on any
+other device its math fallback, whose gradients round differently; it runs
+whole on the CPU values too. Tensors on two devices run the composite
+instead, whose parts raise the same-device error.
 
 ``nn.TransformerEncoder`` in inference with a padding mask packs its batch
 into a nested tensor (its "fast path"), which a tensor subclass cannot hold.
@@ -27,7 +30,7 @@ from devcourse.simdevice._tensor import SimTensor
 
 OPERATORS = (
     "lstm.input", "lstm.data", "gru.input", "gru.data", "rnn_tanh.input", "rnn_tanh.data", "rnn_relu.input",
-    "rnn_relu.data", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+    "rnn_relu.data", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "scaled_dot_product_attention",
 )
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
