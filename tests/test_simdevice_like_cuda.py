@@ -80,6 +80,27 @@ def test_an_optimizer_built_before_the_move_trains_as_on_the_cpu(optimizer):
         assert torch.equal(p.detach().cpu(), q.detach()), name
 
 
+def test_load_state_dict_copies_in_place_as_on_cuda_while_ddp_holds_the_parameters(tmp_path):
+    """Only moves swap parameters: loading copies into them, as on CUDA, so it works while DistributedDataParallel's
+    reducer holds them (a swap refuses a tensor held elsewhere)."""
+    import gc
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    model = None
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2).to("sim:1"), device_ids=[1])
+        model(torch.ones(4, 3, device="sim:1")).sum().backward()
+        weight = model.module.weight
+        model.module.load_state_dict({k: torch.full_like(v, 0.5).cpu() for k, v in model.module.state_dict().items()})
+        assert model.module.weight is weight and weight.tolist() == [[0.5] * 3] * 2
+    finally:
+        model = None  # before the group goes: see test_simdevice.py's collectives test
+        gc.collect()
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize(
     "call, devices",
     [
