@@ -15,6 +15,14 @@ Each thread has a current device (``torch.accelerator.set_device_index``,
 Values live in host memory,
 so results can be compared with the CPU's exactly.
 
+``torch.compile`` runs on the simulated device with every backend (``eager``,
+``aot_eager``, ``inductor``) and gives the values eager code gives, which are
+the CPU's. It does not give whole graphs: TorchDynamo cannot see through a
+device written in Python (it would trace the device's own code) and breaks
+the graph at each operator on a simulated tensor, so compiled code runs as
+eager code does, operator by operator. That is a limit of the simulated
+device; on CUDA the same call compiles whole graphs.
+
 It is built on PyTorch's extension point for out-of-tree devices
 (PrivateUse1, with the Python backend of
 ``torch.utils.backend_registration``) and a tensor subclass that holds a CPU
@@ -26,12 +34,14 @@ cannot be undone in a process (PyTorch allows one PrivateUse1 backend per
 process), calling it again with the same count does nothing, and it refuses,
 changing nothing, when another PrivateUse1 backend is registered.
 
-What it does not simulate: speed, streams and events (operators finish
-before they return, unless :func:`asynchronous` charges each one device
-time, to be waited for), page-locked memory (``pin_memory()`` gives a CPU copy
-marked pinned), a random generator of its own (random
-numbers on ``sim`` come from the CPU generator), and several processes
-sharing one device. This package imports nothing from the course around it.
+Streams and events (``torch.Stream``, ``torch.Event(enable_timing=True)``,
+``torch.accelerator.current_stream``) keep time on a simulated clock:
+operators finish before they return, unless :func:`asynchronous` charges each
+one device time on its stream, to be waited for. What it does not simulate:
+speed, page-locked memory (``pin_memory()`` gives a CPU copy marked pinned), a
+random generator of its own (random numbers on ``sim`` come from the CPU
+generator), and several processes sharing one device. This package imports
+nothing from the course around it.
 
 On a machine with a real accelerator, ``enable()`` costs that accelerator
 part of the process: PyTorch then names ``sim`` its accelerator
@@ -117,17 +127,22 @@ def set_memory_budget(device: torch.device | str | int | None, nbytes: int | Non
     _memory.of(device).budget = nbytes
 
 
-def asynchronous(kernel_s: float):
+def asynchronous(kernel_s: float, first_call_s: float | None = None):
     """A context manager under which the simulated devices run like a GPU: each operator takes device time.
 
     Inside the ``with`` block each operator on a simulated device returns at
     once, as a GPU's launch does, and the device needs ``kernel_s`` seconds to
-    run it, one operator after the other. ``torch.accelerator.synchronize()``,
-    ``.item()``, ``.tolist()``, printing and copies to the CPU (unless
-    ``non_blocking=True``) wait until the device has run everything launched
-    on it, by sleeping. So a clock read around launches without a
-    synchronize measures only the launches, as on a GPU. Values are what they
-    always are (computed at once). Leaving the block waits for every device.
-    On any machine; nothing changes outside the block.
+    run it, one operator after the other on each stream; the first launch of
+    each operator on a device in the block takes ``first_call_s`` more
+    (default ``10 * kernel_s``), as a GPU's first call pays one-off costs, so
+    timing that counts the warm-up shows it. ``torch.accelerator.synchronize()``
+    waits until the device has run everything launched on it; an event's or a
+    stream's ``synchronize()``, ``.item()``, ``.tolist()``, printing and copies
+    to the CPU (unless ``non_blocking=True``) until the stream they concern
+    has; all by sleeping. So a clock read around launches without a
+    synchronize measures only the launches, as on a GPU, and events recorded
+    around them measure the device's time. Values are what they always are
+    (computed at once). Leaving the block waits for every device. On any
+    machine; nothing changes outside the block.
     """
-    return _clock.running(kernel_s)
+    return _clock.running(kernel_s, first_call_s)

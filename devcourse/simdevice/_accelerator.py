@@ -9,6 +9,8 @@ call PyTorch's own functions otherwise:
 
 * ``synchronize``: returns once the device has run every operator launched on
   it: at once, unless :func:`devcourse.simdevice.asynchronous` is on;
+* ``current_stream`` and ``set_stream``: the calling thread's current stream of
+  a device, a :class:`torch.Stream` of the simulated clock (see ``_streams``);
 * ``memory_stats``, ``memory_allocated``, ``max_memory_allocated``,
   ``memory_reserved``, ``max_memory_reserved``: the device's counters. There
   is no caching allocator, so reserved memory is the allocated memory;
@@ -33,7 +35,7 @@ import torch
 import torch.accelerator
 import torch.accelerator.memory
 
-from devcourse.simdevice import _clock, _memory, _state
+from devcourse.simdevice import _clock, _memory, _state, _streams
 from devcourse.simdevice._state import NAME
 
 _originals: dict[str, object] = {}
@@ -106,6 +108,21 @@ def get_memory_info(device_index=None, /) -> tuple[int, int]:
     return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
 
+def current_stream(device=None, /) -> torch.Stream:
+    if not _on_sim():
+        return _originals["current_stream"](device)
+    index = _device(device).index
+    _memory.of(index)  # an index the device lacks raises, as on CUDA
+    return _streams.current_stream(index)
+
+
+def set_stream(stream, /) -> None:
+    if not _on_sim() or stream.device.type != NAME:
+        return _originals["set_stream"](stream)
+    _streams.set_stream(stream)
+    return None
+
+
 def current_device_index() -> int:
     if not _on_sim():
         return _originals["current_device_index"]()
@@ -140,7 +157,8 @@ class device_index(torch.accelerator.device_index):
 _WRAPPERS = {
     "current_device_index": current_device_index, "set_device_index": set_device_index,
     "device_index": device_index,
-    "synchronize": synchronize, "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
+    "synchronize": synchronize, "current_stream": current_stream, "set_stream": set_stream,
+    "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
     "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_cache": empty_cache,
     "get_memory_info": get_memory_info,
 }

@@ -17,11 +17,17 @@ private and experimental, hence the pinned torch and ``test_simdevice_seams``).
 * a serialization package that tags the storages of simulated tensors as
   ``sim:N`` in checkpoints and loads ``sim:N`` storages into simulated
   tensors, so every ``map_location`` form works as it does for CUDA;
-* autocast kernels for the device type (see ``_autocast``);
+* autocast kernels for the device type (see ``_autocast``), and kernels that
+  run the recurrent layers whole on the CPU values (see ``_oncpu``);
 * pinned memory as CPU copies marked pinned (PyTorch asks the backend for a
   pinned allocator, which a Python backend cannot register).
 * ``gloo`` as the device's default ``torch.distributed`` backend: collectives
-  (``all_reduce``, DDP's gradient buckets) run in gloo on the CPU values.
+  (``all_reduce``, DDP's gradient buckets) run in gloo on the CPU values;
+* ``Module.to`` / ``.sim()`` / ``.half()`` keeping each ``Parameter`` object
+  when a simulated device is involved (by PyTorch's swap of
+  ``torch.__future__.set_swap_module_params_on_conversion``, for those
+  conversions only), so weight ties survive a move and an optimizer built
+  before it still trains.
 
 The registration cannot be undone (PyTorch allows one PrivateUse1 name per
 process), so it is only ever made by an explicit :func:`enable` call.
@@ -302,6 +308,33 @@ def _to(self, *args, **kwargs):
 _to.__doc__ = _original_to.__doc__
 
 
+_original_apply = torch.nn.Module._apply
+
+
+def _apply_keeping_parameters(self, fn, recurse=True):
+    """``Module._apply`` (``to``, ``sim``, ``half`` ...) that keeps each ``Parameter`` object when a simulated
+    device is involved, as CUDA's does."""
+    future = torch.__future__
+    if future.get_swap_module_params_on_conversion():  # on already: the caller's choice, or an outer call's
+        return _original_apply(self, fn, recurse)
+    involved = any(type(t) is SimTensor for t in (*self.parameters(), *self.buffers()))
+    if not involved:
+        try:
+            involved = type(fn(torch.empty(0))) is SimTensor  # the conversion's target, tried on nothing
+        except Exception:  # noqa: BLE001 - a function for other tensors: no simulated device involved
+            involved = False
+    if not involved:
+        return _original_apply(self, fn, recurse)
+    # CUDA keeps each Parameter object through a move by ``param.data = moved``; C++ refuses that between a
+    # CPU tensor and a Python backend's (what _has_compatible_shallow_copy_type answers), swapping does not.
+    # Only for these conversions: load_state_dict keeps copying in place, as on CUDA.
+    future.set_swap_module_params_on_conversion(True)
+    try:
+        return _original_apply(self, fn, recurse)
+    finally:
+        future.set_swap_module_params_on_conversion(False)
+
+
 def enable(count: int = 2) -> None:
     """Register the device type with ``count`` devices (see the module docstring); idempotent for one count."""
     if not isinstance(count, int) or count < 1:
@@ -329,10 +362,12 @@ def enable(count: int = 2) -> None:
         library.impl("_copy_from", _copy_from, "PrivateUse1")
         _register_factories(library)
         _state["library"] = library
-        from devcourse.simdevice import _accelerator, _autocast
+        from devcourse.simdevice import _accelerator, _autocast, _oncpu, _streams
 
         _state["autocast"] = _autocast.register(NAME)
+        _state["recurrent"] = _oncpu.register()
         _accelerator.install()
+        _streams.install()
         torch._utils._rebuild_tensor = _rebuild_tensor
         torch.UntypedStorage.__new__ = _storage_new
         torch.Tensor.pin_memory = _pin_memory
@@ -352,6 +387,7 @@ def enable(count: int = 2) -> None:
             # (see _tensor._collective): gloo is the device's default backend,
             # as nccl is CUDA's (dist.get_default_backend_for_device).
             torch.distributed.Backend.default_device_backend_map.setdefault(NAME, "gloo")
+        torch.nn.Module._apply = _apply_keeping_parameters
         _state.update(enabled=True, count=count)
     # PrivateUse1's device guard reports a single device: the autograd engine's
     # worker threads assert on any other index. Backward runs in the calling

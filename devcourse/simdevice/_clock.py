@@ -1,24 +1,29 @@
 """Asynchronous execution, simulated: operators return before the device has run them.
 
-A GPU runs operators in the order they were launched, while the Python
-program goes on: ``y = x @ x`` returns as soon as the matrix product is
-queued. The program waits for the device only where it must: at
-``torch.accelerator.synchronize()``, and where it reads values on the host
-(``.item()``, ``.tolist()``, ``print``, a copy to the CPU without
-``non_blocking=True``). A clock read around launches alone measures the
-launches, not the work.
+A GPU runs operators in the order they were launched on a stream, while the
+Python program goes on: ``y = x @ x`` returns as soon as the matrix product
+is queued. The program waits for the device only where it must: at
+``torch.accelerator.synchronize()``, at an event's or a stream's
+``synchronize()``, and where it reads values on the host (``.item()``,
+``.tolist()``, ``print``, a copy to the CPU without ``non_blocking=True``). A
+clock read around launches alone measures the launches, not the work.
 
 The simulated device computes every value at once, so by default it has no
 queue. While :func:`running` is on, each operator on a simulated device is
-also charged ``kernel_s`` seconds of device time: the device is busy until
-it has worked off every operator launched so far, one after the other, and
-the calls above wait until it is done (they sleep). Values are unchanged;
-only when the program waits changes.
+also charged ``kernel_s`` seconds of device time on the calling thread's
+current stream of that device, and the first launch of each operator on a
+device ``first_call_s`` more, as a GPU's first call of a kernel pays one-off
+costs (loading it, choosing an algorithm). A stream is busy until it has
+worked off every operator launched on it so far, one after the other; the
+streams of one device run side by side. The calls above wait (they sleep)
+until the streams they concern are done. Values are unchanged; only when the
+program waits changes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from typing import Iterator
@@ -28,8 +33,11 @@ import torch
 from devcourse.simdevice._state import NAME
 
 _lock = threading.Lock()
-_kernel_s: list[float] = []  # [] while off; one entry while on
-_busy_until: dict[int, float] = {}  # device index -> when it will have run everything launched
+_kernel_s: list[float] = []  # [] while off; [kernel_s, first_call_s] while on
+_busy_until: dict[tuple[int, int], float] = {}  # (device index, stream id) -> when it will have run its queue
+_seen: set[tuple[int, object]] = set()  # (device index, operator) launched since running() began
+_stream_ids = itertools.count(1)  # 0 is each device's default stream
+_current = threading.local()  # .streams: {device index: stream id}, per thread as on CUDA
 
 _aten = torch.ops.aten
 # Operators that hand a value to the host, and so wait for the device first.
@@ -41,13 +49,16 @@ def on() -> bool:
 
 
 @contextlib.contextmanager
-def running(kernel_s: float) -> Iterator[None]:
+def running(kernel_s: float, first_call_s: float | None = None) -> Iterator[None]:
     if not kernel_s > 0:
         raise ValueError(f"kernel_s must be a positive number of seconds, not {kernel_s!r}")
+    first_call_s = 10 * kernel_s if first_call_s is None else first_call_s
+    if not first_call_s >= 0:
+        raise ValueError(f"first_call_s must be a number of seconds >= 0, not {first_call_s!r}")
     with _lock:
         if _kernel_s:
             raise RuntimeError("the simulated device is already running asynchronously")
-        _kernel_s.append(float(kernel_s))
+        _kernel_s.extend((float(kernel_s), float(first_call_s)))
     try:
         yield
     finally:
@@ -55,26 +66,67 @@ def running(kernel_s: float) -> Iterator[None]:
         with _lock:
             _kernel_s.clear()
             _busy_until.clear()
+            _seen.clear()
 
 
-def wait(index: int) -> None:
-    """Sleep until simulated device ``index`` has run every operator launched on it."""
-    delay = _busy_until.get(index, 0.0) - time.perf_counter()
+def new_stream_id() -> int:
+    return next(_stream_ids)
+
+
+def current_stream(index: int) -> int:
+    """The calling thread's current stream on simulated device ``index`` (0, the default stream, until set)."""
+    return getattr(_current, "streams", {}).get(index, 0)
+
+
+def set_current_stream(index: int, stream: int) -> int:
+    """Make ``stream`` the calling thread's current stream on device ``index``; return the previous one."""
+    streams = _current.__dict__.setdefault("streams", {})
+    previous = streams.get(index, 0)
+    streams[index] = stream
+    return previous
+
+
+def reached(index: int, stream: int | None = None) -> float:
+    """When device ``index`` will have run what was launched so far on ``stream`` (None: on every stream)."""
+    now = time.perf_counter()
+    if stream is not None:
+        return max(now, _busy_until.get((index, stream), 0.0))
+    return max([now, *(until for (i, _), until in list(_busy_until.items()) if i == index)])
+
+
+def hold(index: int, stream: int, until: float) -> None:
+    """Let work launched from now on on ``stream`` start no earlier than ``until`` (a wait on an event)."""
+    with _lock:
+        if _kernel_s:
+            _busy_until[(index, stream)] = max(_busy_until.get((index, stream), 0.0), until)
+
+
+def sleep_until(moment: float) -> None:
+    delay = moment - time.perf_counter()
     if delay > 0:
         time.sleep(delay)
 
 
+def wait(index: int, stream: int | None = None) -> None:
+    """Sleep until simulated device ``index`` has run every operator launched on ``stream`` (None: on all)."""
+    sleep_until(reached(index, stream))
+
+
 def wait_all() -> None:
-    for index in list(_busy_until):
+    for index in {i for i, _ in list(_busy_until)}:
         wait(index)
 
 
-def _launch(index: int) -> None:
+def _launch(index: int, func) -> None:
     with _lock:
         if not _kernel_s:
             return
-        start = max(time.perf_counter(), _busy_until.get(index, 0.0))
-        _busy_until[index] = start + _kernel_s[0]
+        cost = _kernel_s[0]
+        if (index, func) not in _seen:
+            _seen.add((index, func))
+            cost += _kernel_s[1]
+        key = (index, current_stream(index))
+        _busy_until[key] = max(time.perf_counter(), _busy_until.get(key, 0.0)) + cost
 
 
 def account(func, args: tuple, kwargs: dict) -> None:
@@ -89,7 +141,7 @@ def account(func, args: tuple, kwargs: dict) -> None:
     if to_host:
         if not kwargs.get("non_blocking") and not (len(args) > 2 and args[2]):
             for index in devices:
-                wait(index)
+                wait(index, current_stream(index))  # a copy to the host runs on the current stream
         return
     for index in devices:
-        _launch(index)
+        _launch(index, func)

@@ -7,8 +7,11 @@ which runs on ``cuda``, ``xpu`` and the PrivateUse1 device and refuses the
 CPU. Each function takes and returns CPU tensors and follows the CUDA
 kernel's contract (``aten/src/ATen/native/cuda/Normalization.cu``): the
 same outputs, running statistics updated in place, statistics kept in
-float32 for half-precision inputs. They are looked up only after the CPU
-kernel is found missing, so they cost other operators nothing.
+float32 for half-precision inputs. ``record_stream`` (a tensor used on
+another stream) tells CUDA's caching allocator not to reuse its memory too
+early; the simulated device keeps no cache, so it has nothing to do. They are
+looked up only after the CPU kernel is found missing, so they cost other
+operators nothing.
 """
 
 from __future__ import annotations
@@ -82,7 +85,12 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     return grad.to(input.dtype)
 
 
+def record_stream(tensor, stream):
+    return None
+
+
 KERNELS = {
+    aten.record_stream.default: record_stream,
     aten.batch_norm_stats.default: batch_norm_stats,
     aten.batch_norm_gather_stats_with_counts.default: batch_norm_gather_stats_with_counts,
     aten.batch_norm_elemt.default: batch_norm_elemt,

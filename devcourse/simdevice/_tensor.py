@@ -19,19 +19,15 @@ Random numbers on the simulated device come from the CPU generator, so
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import sys
 
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _clock, _cudaonly, _memory
+from devcourse.simdevice import _clock, _cudaforms, _cudaonly, _memory
+from devcourse.simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
+from devcourse.simdevice._cudaforms import TABLE as _TABLE
 from devcourse.simdevice._state import NAME, resolve
-
-_DATA = json.loads(Path(__file__).with_name("device_checks.json").read_text())
-_TABLE: dict[str, list] = _DATA["checks"]
-# Operators (without overload) that have a CUDA kernel of their own.
-_CUDA_KERNELS = frozenset(_DATA["cuda_kernels"])
 
 # Operators that move data between devices (or only look at metadata): no check.
 _TRANSFERS = frozenset(
@@ -42,8 +38,7 @@ _TRANSFERS = frozenset(
 # Operators whose index tensors may stay on the CPU, as on CUDA (``x[cpu_index]``).
 _INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"})
 
-_SAME_DEVICE = "Expected all tensors to be on the same device, "
-_EXPLICIT = torch._C.DispatchKey.CompositeExplicitAutograd
+_COMPOSITES = (torch._C.DispatchKey.CompositeExplicitAutograd, torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
 class SimTensor(torch.Tensor):
@@ -54,13 +49,28 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, values: torch.Tensor, device: torch.device, requires_grad: bool = False):
+        if values.layout != torch.strided or values.is_nested:
+            raise _NotStrided("nested" if values.is_nested else values.layout)
+        storage = values.untyped_storage()
         tensor = torch.Tensor._make_wrapper_subclass(
             cls, values.size(), strides=values.stride(), storage_offset=values.storage_offset(),
             dtype=values.dtype, layout=values.layout, device=device, requires_grad=requires_grad,
+            storage_size=storage.nbytes(),  # a view's storage is its base's, as on CUDA
         )
         tensor._values = values
-        _memory.hold(device.index, values.untyped_storage())
+        _memory.hold(device.index, storage)
         return tensor
+
+    def data_ptr(self) -> int:
+        # PyTorch's own code reads 0 as "a tensor without storage" (Tensor.__deepcopy__ does); other callers
+        # would take 0 for an address that every simulated tensor shares.
+        if sys._getframe(1).f_globals.get("__name__", "").startswith("torch."):
+            return 0
+        raise RuntimeError(
+            f"data_ptr() of a tensor on {self.device}: the simulated device keeps its values in host memory and "
+            f"has no device pointer to give (a limit of the simulated device). Compare values with torch.equal, "
+            f"or move the tensor with .cpu() first"
+        )
 
     @property
     def data(self):
@@ -68,8 +78,7 @@ class SimTensor(torch.Tensor):
 
     @data.setter
     def data(self, new):
-        # ``Module._apply`` (``.double()``, ``.half()``, ``.to(same device)``) sets
-        # ``param.data``, which swaps the tensor's metadata in C++; the values
+        # ``param.data = other`` swaps the tensor's metadata in C++; the values
         # are ours to swap along with it.
         torch._C.TensorBase.data.__set__(self, new)
         if type(new) is SimTensor:
@@ -77,16 +86,20 @@ class SimTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None):
         if _clock._kernel_s:
-            _clock.wait(self.device.index)  # printing reads the values on the host
+            _clock.wait(self.device.index, _clock.current_stream(self.device.index))  # printing reads the values
         # PyTorch's own printer, fed the values (it cannot read them through a subclass).
         contents = torch._tensor_str._tensor_str(self._values.detach(), len("tensor("))
         text = torch._tensor_str._str(self, tensor_contents=contents)
-        # Printed as CUDA tensors are: tensor(..., device='sim:0').
-        return "tensor(" + text[len(type(self).__name__) + 1 :]
+        # Printed as CUDA tensors are: tensor(..., device='sim:0'), and a parameter as
+        # "Parameter containing:" above that, where PyTorch writes Parameter(SimTensor(...)).
+        heading = ""
+        if text.startswith("Parameter("):
+            heading, text = "Parameter containing:\n", text[len("Parameter(") : -1]
+        return heading + "tensor(" + text[len(type(self).__name__) + 1 :]
 
     def tolist(self):
         if _clock._kernel_s:
-            _clock.wait(self.device.index)
+            _clock.wait(self.device.index, _clock.current_stream(self.device.index))
         return self._values.tolist()
 
     def numpy(self, *, force: bool = False):
@@ -117,16 +130,39 @@ class SimTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if _clock._kernel_s:
             _clock.account(func, args, kwargs or {})
-        if not kwargs:
-            out = _fast(func, args)
-            if out is not _SLOW:
-                return out
-        kwargs = kwargs or {}
-        if func.namespace == "c10d":
-            return _collective(func, args, kwargs)
-        if check_devices(func, args, kwargs) == "decompose":
-            return func._op_dk(_EXPLICIT, *args, **kwargs)
-        return run(func, args, kwargs)
+        try:
+            if not kwargs:
+                out = _fast(func, args)
+                if out is not _SLOW:
+                    return out
+            kwargs = kwargs or {}
+            if func.namespace == "c10d":
+                return _collective(func, args, kwargs)
+            composite = check_devices(func, args, kwargs)
+            if composite is not None:
+                return _decompose(func, composite, args, kwargs)
+            return run(func, args, kwargs)
+        except _NotStrided as exc:
+            raise NotImplementedError(
+                f"the simulated device cannot run {func}: its result would be a {exc.args[0]} tensor, and the "
+                f"simulated device holds dense (strided) tensors only (a limit of the simulated device)"
+            ) from None
+
+
+class _NotStrided(Exception):
+    """A result the simulated device cannot hold (sparse, mkldnn ...); the dispatcher names the operator."""
+
+
+def _decompose(func, key, args: tuple, kwargs: dict):
+    """Run ``func``'s composite kernel: its parts come back here, each checked as CUDA checks it."""
+    try:
+        return func._op_dk(key, *args, **kwargs)
+    except RuntimeError as exc:
+        message = str(exc)
+        translated = _cudaforms.translate(message)
+        if translated == message:
+            raise
+        raise type(exc)(translated) from None
 
 
 _SLOW = object()
@@ -157,16 +193,23 @@ def _fast(func, args: tuple):
             return _SLOW
         else:
             inner.append(value)
-    writes = (_plans.get(func) or _plan(func))[3]
+    plan = _plans.get(func) or _plan(func)
     try:
         out = func(*inner)
     except NotImplementedError as exc:
         out = _without_cpu_kernel(func, exc, inner, {})
+    except RuntimeError:
+        # the CPU words a convolution's dtype mismatch in its own way
+        error = _cudaforms.convolution_error(args) if plan[0] in CONVOLUTIONS else None
+        if error is None:
+            raise
+        raise error from None
+    writes = plan[3]
     if type(out) is torch.Tensor:
-        return _wrap(out, device, args, {}) if writes else SimTensor(out, device)
+        return _wrap(func, out, device, args, {}) if writes else SimTensor(out, device)
     if type(out) is tuple or type(out) is list:
         return type(out)(
-            (_wrap(o, device, args, {}) if writes else SimTensor(o, device)) if type(o) is torch.Tensor else o
+            (_wrap(func, o, device, args, {}) if writes else SimTensor(o, device)) if type(o) is torch.Tensor else o
             for o in out
         )
     return out
@@ -183,7 +226,8 @@ def _without_cpu_kernel(func, exc: NotImplementedError, args, kwargs):
 def _cannot_run(func, exc: NotImplementedError) -> NotImplementedError:
     return NotImplementedError(
         f"the simulated device cannot run {func}: it runs each operator with PyTorch's CPU kernel, "
-        f"and the CPU has none for it ({exc.args[0].splitlines()[0] if exc.args else exc})"
+        f"and the CPU has none for it (a limit of the simulated device: "
+        f"{exc.args[0].splitlines()[0] if exc.args else exc})"
     )
 
 
@@ -244,23 +288,47 @@ def run(func, args: tuple, kwargs: dict):
     if target is None or target.type != NAME:
         return out
     if isinstance(out, torch.Tensor):
-        return _wrap(out, target, args, kwargs)
+        return _wrap(func, out, target, args, kwargs)
     if type(out) is tuple or type(out) is list:
-        return type(out)(_wrap(o, target, args, kwargs) if isinstance(o, torch.Tensor) else o for o in out)
+        return type(out)(_wrap(func, o, target, args, kwargs) if isinstance(o, torch.Tensor) else o for o in out)
     return out
 
 
-def _wrap(values: torch.Tensor, target: torch.device, args: tuple, kwargs: dict):
+def _wrap(func, values: torch.Tensor, target: torch.device, args: tuple, kwargs: dict):
     # In-place and out= operators return their argument: hand back the same wrapper.
     for value in (*args, *kwargs.values()):
         if type(value) is SimTensor and value._values is values and value.device == target:
-            if value.shape != values.shape or value.stride() != values.stride():
-                raise NotImplementedError(
-                    "the simulated device cannot change the shape or strides of a tensor in place "
-                    "(resize_, set_, or out= of another shape): create a new tensor instead"
-                )
+            if value.shape != values.shape or value.stride() != values.stride() \
+                    or value.storage_offset() != values.storage_offset():
+                _restride(func, value, values)
             return value
     return SimTensor(values, target)
+
+
+def _restride(func, wrapper: SimTensor, values: torch.Tensor) -> None:
+    """Give ``wrapper`` the shape ``func`` gave its values in place (``transpose_``, ``resize_`` ...).
+
+    The wrapper's metadata is set as PyTorch sets a wrapper subclass's for an
+    in-place view operator (``return_and_correct_aliasing``): its meta kernel
+    runs on the wrapper, with dispatch off. That works within the storage the
+    wrapper was made with; a tensor that grew past it is put back as it was.
+    """
+    with torch.utils._mode_utils.no_dispatch():
+        meta = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            torch.ops.aten.as_strided_.default(wrapper, values.size(), values.stride(), values.storage_offset())
+            return
+        except RuntimeError:
+            pass
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(meta)
+    values.as_strided_(wrapper.size(), wrapper.stride(), wrapper.storage_offset())
+    raise NotImplementedError(
+        f"the simulated device cannot run {func} here: it would grow the tensor past the memory it was made with, "
+        f"and a tensor on the simulated device cannot grow in place (a limit of the simulated device); "
+        f"create a new tensor instead"
+    )
 
 
 _plans: dict[object, tuple] = {}
@@ -281,7 +349,7 @@ def _plan(func) -> tuple:
     return plan
 
 
-def check_devices(func, args: tuple, kwargs: dict) -> str | None:
+def check_devices(func, args: tuple, kwargs: dict):
     """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
 
     Operators with a CUDA kernel that PyTorch generates a device check for
@@ -289,10 +357,12 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
     <device> (when checking argument in method wrapper_<BACKEND>_<name>)``,
     checking the arguments in the generated order. Operators without it
     (elementwise ones go through TensorIterator) raise ``... but found at
-    least two devices, <a> and <b>!``, where a 0-dim CPU tensor is allowed,
-    as CUDA allows it. Returns ``"decompose"`` when an operator that CUDA
-    would run as a composite of others mixes devices: the caller then runs
-    the composite, whose parts raise what they raise on CUDA.
+    least two devices, <a> and <b>!``, where ``<a>`` is the first device that
+    is not the CPU and a 0-dim CPU tensor is allowed, as TensorIterator does.
+    Convolutions raise what CUDA's convolution raises (see ``_cudaforms``).
+    Returns a composite dispatch key when an operator that CUDA would run as a
+    composite of others mixes devices: the caller then runs the composite,
+    whose parts raise what they raise on CUDA.
     """
     name, method, checked, _ = _plan(func)
     if name in _TRANSFERS:
@@ -308,9 +378,14 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
                     common = tensor.device
                 elif tensor.device != common:
                     raise RuntimeError(
-                        f"{_SAME_DEVICE}but got {arg} is on {tensor.device}, different from other "
+                        f"{SAME_DEVICE}but got {arg} is on {tensor.device}, different from other "
                         f"tensors on {common} (when checking argument in method {method.format(NAME.upper())})"
                     )
+        return None
+    if name in CONVOLUTIONS and type(args[0]) is SimTensor:
+        error = _cudaforms.convolution_error(args)
+        if error is not None:
+            raise error
         return None
     if name in _INDEXING:  # index tensors may stay on the CPU: check self and values only
         values = (args[0], *args[2:])
@@ -318,20 +393,14 @@ def check_devices(func, args: tuple, kwargs: dict) -> str | None:
         # out= comes first, as TensorIterator puts outputs before inputs
         values = (kwargs["out"], *args, *(v for k, v in kwargs.items() if k != "out")) if "out" in kwargs \
             else (*args, *kwargs.values())
-    common = None
-    for value in values:
-        for tensor in value if isinstance(value, (list, tuple)) else (value,):
-            if not isinstance(tensor, torch.Tensor):
-                continue
-            device = tensor.device
-            if device.type == "cpu" and tensor.dim() == 0:
-                continue
-            if common is None:
-                common = device
-            elif device != common:
-                if name not in _CUDA_KERNELS and torch._C._dispatch_has_kernel_for_dispatch_key(
-                    func.name(), "CompositeExplicitAutograd"
-                ):
-                    return "decompose"
-                raise RuntimeError(f"{_SAME_DEVICE}but found at least two devices, {common} and {device}!")
+    tensors = [t for value in values for t in (value if isinstance(value, (list, tuple)) else (value,))
+               if isinstance(t, torch.Tensor)]
+    common = next((t.device for t in tensors if t.device.type != "cpu"), None)
+    for tensor in tensors:
+        if tensor.device != common and not (tensor.device.type == "cpu" and tensor.dim() == 0):
+            if name not in CUDA_KERNELS:
+                for key in _COMPOSITES:
+                    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
+                        return key
+            raise RuntimeError(f"{SAME_DEVICE}but found at least two devices, {common} and {tensor.device}!")
     return None

@@ -1,0 +1,271 @@
+"""Where students' code relies on how CUDA behaves, the simulated device behaves the same way.
+
+Parameters keep their identity through moves, errors take CUDA's forms, and
+events and streams time work on the device's simulated clock. Without a GPU
+here, CUDA's side of each comparison is the CPU's (values) or PyTorch's own
+source (wording), named in each test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import devcourse.simdevice as sim
+
+SAME = "Expected all tensors to be on the same device, "
+
+
+@pytest.fixture(scope="module", autouse=True)
+def two_devices():
+    return sim.enable(2)
+
+
+class _Tied(torch.nn.Module):
+    """A language model's shape: the output layer shares the embedding's weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(7, 4)
+        self.hidden = torch.nn.Linear(4, 4)
+        self.decoder = torch.nn.Linear(4, 7)
+        self.decoder.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.decoder(torch.tanh(self.hidden(self.embed(tokens))))
+
+
+@pytest.mark.parametrize("device", ["sim:0", "sim:1"])
+def test_a_move_keeps_each_parameter_object_and_weight_ties(device):
+    torch.manual_seed(0)
+    model = _Tied()
+    before = list(model.parameters())
+    weight = model.hidden.weight
+    assert model.to(device) is model
+    assert model.hidden.weight is weight and weight.device == torch.device(device)
+    assert isinstance(weight, torch.nn.Parameter)
+    assert model.decoder.weight is model.embed.weight
+    assert [p is q for p, q in zip(model.parameters(), before)] == [True] * len(before)
+    model.sim(1 - torch.device(device).index).cpu().double()  # every direction (.sim() like .cuda()), a dtype
+    assert model.decoder.weight is model.embed.weight and model.hidden.weight is weight
+    assert weight.device.type == "cpu" and weight.dtype == torch.float64
+
+
+def _train_with_optimizer_built_first(device, optimizer):
+    torch.manual_seed(0)
+    model = _Tied()
+    opt = optimizer(model.parameters(), lr=0.1)  # built on the CPU, before the move, as tutorials often do
+    model.to(device)
+    tokens = torch.randint(0, 7, (5,), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(4):
+        logits = model(tokens.to(device))
+        loss = F.cross_entropy(logits, tokens.roll(1).to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.Adam], ids=lambda o: o.__name__)
+def test_an_optimizer_built_before_the_move_trains_as_on_the_cpu(optimizer):
+    cpu_losses, cpu_model = _train_with_optimizer_built_first("cpu", optimizer)
+    losses, model = _train_with_optimizer_built_first("sim:1", optimizer)
+    assert losses == cpu_losses
+    assert losses[-1] < losses[0]
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in cpu_model.parameters())
+    for (name, p), q in zip(model.named_parameters(), cpu_model.parameters()):
+        assert torch.equal(p.detach().cpu(), q.detach()), name
+
+
+def test_load_state_dict_copies_in_place_as_on_cuda_while_ddp_holds_the_parameters(tmp_path):
+    """Only moves swap parameters: loading copies into them, as on CUDA, so it works while DistributedDataParallel's
+    reducer holds them (a swap refuses a tensor held elsewhere)."""
+    import gc
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    model = None
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2).to("sim:1"), device_ids=[1])
+        model(torch.ones(4, 3, device="sim:1")).sum().backward()
+        weight = model.module.weight
+        model.module.load_state_dict({k: torch.full_like(v, 0.5).cpu() for k, v in model.module.state_dict().items()})
+        assert model.module.weight is weight and weight.tolist() == [[0.5] * 3] * 2
+    finally:
+        model = None  # before the group goes: see test_simdevice.py's collectives test
+        gc.collect()
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "call, devices",
+    [
+        (lambda: torch.ones(2, 3, device="sim:1") + torch.ones(2, 3), "sim:1 and cpu"),
+        (lambda: torch.ones(2, 3) + torch.ones(2, 3, device="sim:1"), "sim:1 and cpu"),
+        (lambda: torch.ones(3).add_(torch.ones(3, device="sim:0")), "sim:0 and cpu"),
+        (lambda: torch.addcmul(torch.ones(3), torch.ones(3, device="sim:1"), torch.ones(3, device="sim:0")),
+         "sim:1 and cpu"),
+        (lambda: torch.ones(2, device="sim:0") * torch.ones(2, device="sim:1"), "sim:0 and sim:1"),
+    ],
+    ids=["sim-first", "cpu-first", "cpu-in-place", "three-operands", "two-sims"],
+)
+def test_the_elementwise_error_names_the_first_device_that_is_not_the_cpu_first(call, devices):
+    """TensorIterator takes the first operand not on the CPU as the common device and names it first
+    (``TensorIteratorBase::compute_types`` in ``aten/src/ATen/TensorIterator.cpp``): ``cuda:0 and cpu`` in either
+    operand order on CUDA."""
+    with pytest.raises(RuntimeError) as info:
+        call()
+    assert str(info.value) == f"{SAME}but found at least two devices, {devices}!"
+
+
+def _conv_error(weight_device, input_device, shape=(1, 3, 8, 8), groups=1, dtype=torch.float32, bias=True):
+    conv = torch.nn.Conv2d(3, 6, 3, groups=groups, bias=bias).to(device=weight_device, dtype=dtype)
+    with pytest.raises(RuntimeError) as info:
+        conv(torch.randn(shape, device=input_device))
+    return str(info.value)
+
+
+SMALL, LARGE = (1, 3, 8, 8), (8, 3, 32, 32)
+
+
+@pytest.mark.parametrize("shape", [SMALL, LARGE], ids=["small", "large"])
+def test_a_convolution_with_its_input_on_the_device_raises_cudas_errors(shape):
+    """An input on a CUDA device takes cuDNN's path in ``_convolution`` whatever its size
+    (``aten/src/ATen/native/Convolution.cpp``): ``check_input_same_type_as_parameters`` compares device types and
+    dtypes, whose message PyTorch prints with ``torch.cuda.FloatTensor`` (``processErrorMsgInplace`` in
+    ``torch/csrc/Exceptions.cpp``); an input on another index then meets ``cudnn_convolution``'s generated device
+    check; a depthwise convolution runs ``_conv_depthwise2d``, checked the same way."""
+    assert _conv_error("cpu", "sim:0", shape) == (
+        "Input type (torch.sim.FloatTensor) and weight type (torch.FloatTensor) should be the same")
+    assert _conv_error("sim:0", "sim:1", shape) == (
+        "Expected all tensors to be on the same device, but got weight is on sim:0, different from other tensors "
+        "on sim:1 (when checking argument in method wrapper_SIM__cudnn_convolution)")
+    assert _conv_error("sim:0", "sim:1", shape, groups=3) == (
+        "Expected all tensors to be on the same device, but got weight is on sim:0, different from other tensors "
+        "on sim:1 (when checking argument in method wrapper_SIM___conv_depthwise2d)")
+    assert _conv_error("sim:1", "sim:1", shape, dtype=torch.float16, bias=False) == (
+        "Input type (torch.sim.FloatTensor) and weight type (torch.sim.HalfTensor) should be the same")
+
+
+def test_a_convolution_with_its_input_on_the_cpu_raises_what_cuda_raises_for_each_size():
+    """With the input on the CPU, PyTorch picks the CPU's backend by the input's size (``use_mkldnn`` in
+    ``aten/src/ATen/native/Convolution.cpp``), on a CUDA machine too: a large input goes to oneDNN, whose type
+    check names ``torch.cuda.FloatTensor``; a small one to ``_slow_conv2d_forward``, whose CUDA wrapper checks
+    devices. Both words are CUDA's, with ``sim``."""
+    assert _conv_error("sim:0", "cpu", LARGE) == (
+        "Input type (torch.FloatTensor) and weight type (torch.sim.FloatTensor) should be the same or input should "
+        "be a MKLDNN tensor and weight is a dense tensor")
+    assert _conv_error("sim:0", "cpu", SMALL) == (
+        "Expected all tensors to be on the same device, but got weight is on sim:0, different from other tensors "
+        "on cpu (when checking argument in method wrapper_SIM___slow_conv2d_forward)")
+
+
+def test_type_names_and_parameters_print_as_cudas_do():
+    assert torch.ones(2, device="sim:1").type() == "torch.sim.FloatTensor"
+    weight = torch.nn.Linear(2, 2).to("sim:1").weight
+    assert repr(weight).startswith("Parameter containing:\ntensor([[")
+    assert repr(weight).endswith("]], device='sim:1', requires_grad=True)")
+
+
+def _events_correct(fn, warmup=3, repeat=10):
+    """The way PyTorch's documentation times device work: warm up, mark, run, mark, wait for the last mark."""
+    for _ in range(warmup):
+        fn()
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def _events_without_the_final_synchronize(fn, warmup=3, repeat=10):
+    for _ in range(warmup):
+        fn()
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    return start.elapsed_time(end) / repeat
+
+
+def _events_counting_the_warmup(fn, warmup=3, repeat=10):
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
+    for _ in range(warmup + repeat):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def test_event_timing_measures_the_devices_time_and_the_two_classic_mistakes_show():
+    """As on CUDA: events time the device's queue; ``elapsed_time`` before the last event has completed raises
+    ``c10/core/impl/InlineEvent.h``'s message; a first call's one-off costs inflate a timing that counts it."""
+    x = torch.randn(8, 8, device="sim:1")
+    with torch.accelerator.device_index(1):
+        assert torch.Event(enable_timing=True).device.type == "sim"
+        assert 0 <= _events_correct(lambda: x @ x) < 50  # no queue outside asynchronous: the host's time
+        with sim.asynchronous(kernel_s=0.02):  # and the first call of an operator in the block 0.2 s more
+            correct = _events_correct(lambda: x @ x)
+        with sim.asynchronous(kernel_s=0.02):
+            counted = _events_counting_the_warmup(lambda: x @ x)
+        with sim.asynchronous(kernel_s=0.02):
+            with pytest.raises(RuntimeError, match="^Both events must be completed before calculating elapsed"):
+                _events_without_the_final_synchronize(lambda: x @ x)
+    assert 19.99 <= correct < 30, correct
+    assert counted >= 0.999 * (20 * 13 / 10 + 200 / 10), counted  # 13 calls, and the first call's one-off cost
+
+
+def test_events_check_what_cuda_checks():
+    start, end = torch.Event(device="sim:1", enable_timing=True), torch.Event(device="sim:1", enable_timing=True)
+    with pytest.raises(RuntimeError, match="Both events must be recorded before calculating elapsed time"):
+        start.elapsed_time(end)
+    start.record()
+    end.record(torch.accelerator.current_stream(1))
+    assert start.query() and end.device == torch.device("sim", 1) and start.elapsed_time(end) >= 0
+    with pytest.raises(RuntimeError, match="Both events must be created with argument 'enable_timing=True'"):
+        start.elapsed_time(torch.accelerator.current_stream(1).record_event())
+    with pytest.raises(RuntimeError, match="Event device index 1 does not match recording stream's device index 0"):
+        start.record(torch.accelerator.current_stream(0))
+    assert isinstance(torch.Event(device="cpu"), torch.Event)  # other devices' events are PyTorch's own
+    with pytest.raises(RuntimeError):
+        torch.Event(device="cpu", enable_timing=True).record()
+
+
+def test_streams_run_side_by_side_until_one_waits_for_the_other():
+    """Work on two streams of a device overlaps; ``wait_stream`` orders it; a device synchronize waits for all."""
+    import time
+
+    x = torch.randn(8, 8, device="sim:1")
+    side = torch.Stream(device="sim:1")
+    default = torch.accelerator.current_stream(1)
+    assert side != default and side.device == torch.device("sim", 1) and default.stream_id == 0
+    with sim.asynchronous(kernel_s=0.05, first_call_s=0):
+        begin = default.record_event(torch.Event(device="sim:1", enable_timing=True))
+        with side:
+            assert torch.accelerator.current_stream(1) == side
+            for _ in range(4):
+                x @ x
+            x.record_stream(side)
+        for _ in range(4):
+            x @ x
+        assert torch.accelerator.current_stream(1) == default and not side.query()
+        side_done = side.record_event(torch.Event(device="sim:1", enable_timing=True))
+        overlapped = default.record_event(torch.Event(device="sim:1", enable_timing=True))
+        default.wait_stream(side)
+        x @ x
+        ordered = default.record_event(torch.Event(device="sim:1", enable_timing=True))
+        start = time.perf_counter()
+        torch.accelerator.synchronize(1)
+        assert time.perf_counter() - start >= 0.199  # both streams' work
+        assert side.query() and ordered.query()
+    assert 199.9 <= begin.elapsed_time(overlapped) < 300  # four products each, side by side: not 400 ms
+    assert 199.9 <= begin.elapsed_time(side_done) < 300
+    assert begin.elapsed_time(ordered) >= begin.elapsed_time(side_done) + 49.9  # after the side stream's work
