@@ -64,7 +64,9 @@ def accelerator_or_simulated(index: int = 1) -> torch.device:
 
     On a CPU-only machine it turns the simulated accelerator on, as the
     grader's device matrix does (:func:`devcourse.grading.simulated_devices`),
-    and returns ``sim:index`` (0 or 1). On a machine with CUDA, an Apple GPU
+    shows it to ``torch.accelerator`` from then on (the matrix alone leaves it
+    hidden, see :func:`devcourse.simdevice.show`), and returns ``sim:index``
+    (0 or 1). On a machine with CUDA, an Apple GPU
     (MPS) or an Intel GPU it returns :func:`best_device` and leaves the
     simulated accelerator off: turned on beside a real accelerator, it becomes
     PyTorch's accelerator for the rest of the process (PyTorch's
@@ -78,9 +80,12 @@ def accelerator_or_simulated(index: int = 1) -> torch.device:
     """
     if hardware_accelerator() is not None:
         return best_device()
+    from devcourse import simdevice
     from devcourse.grading import simulated_devices
 
-    return simulated_devices()[index]
+    devices = simulated_devices()
+    simdevice.show()  # the lesson's accelerator from now on, as torch.accelerator names it
+    return devices[index]
 
 
 def _current_index(accelerator: str) -> int:

@@ -42,6 +42,7 @@ Kind = Literal["tensor", "module"]
 
 _KINDS = ("tensor", "module")
 SIMULATED_COUNT = 2
+NOT_CHECKED: list[str] = []  # checks that asked for a machine this one cannot stand for (check_on_devices)
 
 
 @dataclass(frozen=True)
@@ -61,28 +62,49 @@ class GradingDevice:
         return not self.stand_in
 
     def activate(self) -> ContextManager[object]:
-        """The context a check runs in (nothing special on any device of today's matrix)."""
+        """The machine a check on this device runs on, as PyTorch and the course's helpers describe it.
+
+        On a simulated device, ``torch.accelerator`` names the simulated accelerator (a machine that has it).
+        On the CPU of a machine without CUDA, it names none, simulated device on or not (a CPU-only laptop).
+        On a machine's own devices, nothing changes.
+        """
+        if self.stand_in == "sim":
+            return simdevice.shown_as_accelerator(True)
+        if self.stand_in == "mac":
+            from devcourse.mac import simulated_mac
+
+            return simulated_mac()
+        if self.real and self.device.type == "cpu" and simdevice.is_enabled() and not torch.cuda.is_available():
+            return simdevice.shown_as_accelerator(False)
         return contextlib.nullcontext()
 
     def __str__(self) -> str:
         if self.stand_in == "sim":
             return f"{self.device} (simulated device: real values in host memory)"
+        if self.stand_in == "mac":
+            return f"mps:0 of a simulated Mac (its values on {self.device})"
         return str(self.device)
 
 
 def simulated_devices() -> list[torch.device]:
-    """Two simulated devices, ``[sim:0, sim:1]``, turning the simulated accelerator on if it is off.
+    """Two simulated devices, ``[sim:0, sim:1]``, turning the simulated accelerator on, hidden, if it is off.
 
-    If the process already turned it on with another count, its first two
-    devices (or its only one) are used.
+    Hidden (:func:`devcourse.simdevice.show`): ``torch.accelerator`` keeps answering as on this machine,
+    except in a check that runs on a simulated device (:meth:`GradingDevice.activate`). So turning it on
+    for the device matrix, as the grader does before a student's first cell, changes nothing an answer
+    sees elsewhere: ``torch.accelerator.current_accelerator()`` is ``None`` on a CPU-only machine, as on
+    the student's laptop. A notebook that turns it on itself (``simdevice.enable()``,
+    :func:`devcourse.devices.accelerator_or_simulated`) shows it, in a grading kernel as in the
+    student's. If the process already turned it on with another count, its first two devices (or its
+    only one) are used.
     """
     if not simdevice.is_enabled():
-        simdevice.enable(SIMULATED_COUNT)
+        simdevice.enable(SIMULATED_COUNT, shown=False)
     return simdevice.devices()[:SIMULATED_COUNT]
 
 
-def device_matrix(kind: Kind = "tensor") -> list[GradingDevice]:
-    """The devices a check of this ``kind`` runs on, CPU first.
+def device_matrix(kind: Kind = "tensor", mac: bool = False) -> list[GradingDevice]:
+    """The devices a check of this ``kind`` runs on, CPU first; with ``mac=True``, a Mac's GPU last.
 
     ``kind="tensor"`` is for code that takes and returns tensors;
     ``kind="module"`` for code that moves or runs ``nn.Module`` objects.
@@ -91,35 +113,111 @@ def device_matrix(kind: Kind = "tensor") -> list[GradingDevice]:
     them apart again.
 
     On a CPU-only machine: ``[cpu, sim:0, sim:1]``. With N GPUs: ``cpu`` and
-    every ``cuda:N``.
+    every ``cuda:N``. ``mac=True`` adds, on a machine without CUDA, the GPU of
+    a simulated Mac (:mod:`devcourse.mac`: MPS's device names, one device, no
+    float64, MPS's out-of-memory errors; the check is handed ``sim:0``, where
+    the Mac's values live): for exercises that resolve a device, load a
+    checkpoint or handle running out of memory. A machine with CUDA cannot
+    stand for a Mac (the simulated device that holds its values is not turned
+    on beside CUDA): there :func:`not_checked_here` names it.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
     devices = [GradingDevice(torch.device("cpu"))]
     if torch.cuda.is_available():
         return devices + [GradingDevice(torch.device("cuda", i)) for i in range(torch.cuda.device_count())]
-    return devices + [GradingDevice(d, stand_in="sim") for d in simulated_devices()]
+    devices += [GradingDevice(d, stand_in="sim") for d in simulated_devices()]
+    if mac:
+        devices.append(GradingDevice(simulated_devices()[0], stand_in="mac"))
+    return devices
 
 
-def check_on_devices(check: Callable[[torch.device], object], kind: Kind = "tensor") -> list[GradingDevice]:
-    """Call ``check(device)`` once for each device of the matrix.
+def not_checked_here(mac: bool = False) -> list[str]:
+    """The machines a check asks for (``mac=True``: a Mac) that this machine cannot stand for, each with why."""
+    if mac and torch.cuda.is_available():
+        return ["a Mac (MPS): its GPU is simulated on the simulated device, which is not turned on beside CUDA"]
+    return []
+
+
+def check_on_devices(check: Callable[[torch.device], object], kind: Kind = "tensor",
+                     mac: bool = False) -> list[GradingDevice]:
+    """Call ``check(device)`` once for each device of the matrix (``mac=True``: a simulated Mac's GPU too).
 
     The first failure is raised as an ``AssertionError`` whose message names
     the check and the device it failed on, with the original error chained.
     Returns the devices that were checked, so a caller can report them.
     On a CPU-only machine the simulated devices of :func:`device_matrix`
-    are used.
+    are used. A machine the check asks for that this one cannot stand for is
+    not passed over in silence: a line says so in the cell's output, and
+    :data:`NOT_CHECKED` keeps it for whoever reports the grading.
     """
     checked = []
-    for entry in device_matrix(kind):
-        try:
-            with entry.activate():
-                check(entry.device)
-        except Exception as exc:  # any failure of student code is a failed check
-            name = getattr(check, "__name__", repr(check))
-            raise AssertionError(f"{name} failed on {entry}: {type(exc).__name__}: {exc}") from exc
+    name = getattr(check, "__name__", repr(check))
+    for missing in not_checked_here(mac):
+        NOT_CHECKED.append(f"{name}: not checked on {missing}")
+        print(f"{name}: not checked on {missing}")
+    for entry in device_matrix(kind, mac=mac):
+        _run_check(check, name, entry)
         checked.append(entry)
     return checked
+
+
+def _run_check(check: Callable[[torch.device], object], name: str, entry: GradingDevice) -> None:
+    """``check(entry.device)`` on ``entry``'s machine; whatever the answer raises becomes an ``AssertionError`` that
+    names the check, the device, and the exception's type and message.
+
+    That includes exceptions that are not ``Exception``s (``SystemExit`` from a stray ``exit()``,
+    ``GeneratorExit``, a class of the answer's own deriving from ``BaseException``) and messages that
+    cannot be turned into text; only ``KeyboardInterrupt`` goes on as it is, since that is how a cell
+    that runs too long is stopped.
+    """
+    try:
+        with entry.activate():
+            check(entry.device)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any failure of student code is a failed check, never the grader's
+        raise AssertionError(f"{name} failed on {entry}: {describe_exception(exc)}") from exc
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` for feedback, also for an exception whose ``str()`` itself raises."""
+    try:
+        message = str(exc)
+    except Exception as broken:  # noqa: BLE001 - an answer's exception class can break anything
+        message = f"(its message could not be shown: {type(broken).__name__})"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def check_on_a_mac(check: Callable[[torch.device], object], kind: Kind = "tensor") -> list[GradingDevice]:
+    """Call ``check(device)`` as on a Mac only: the last entry of ``device_matrix(kind, mac=True)``.
+
+    For hidden tests that add a Mac to a check the visible test already ran on the rest of the matrix.
+    Where this machine cannot stand for a Mac (:func:`not_checked_here`), a line says so and nothing
+    runs. Returns the devices checked.
+    """
+    name = getattr(check, "__name__", repr(check))
+    for missing in not_checked_here(mac=True):
+        NOT_CHECKED.append(f"{name}: not checked on {missing}")
+        print(f"{name}: not checked on {missing}")
+        return []
+    entry = device_matrix(kind, mac=True)[-1]
+    _run_check(check, name, entry)
+    return [entry]
+
+
+def other_index(device: torch.device | str) -> torch.device | None:
+    """Another device of ``device``'s type with another index, from the matrix (``sim:1`` for ``sim:0``,
+    ``cuda:1`` for ``cuda:0`` on a machine with two GPUs), or None where the type has one device (the CPU).
+
+    For checks of code that compares devices: ``sim:1`` is another device than ``sim:0``, though of
+    the same type.
+    """
+    device = torch.device(device)
+    same_type = [entry.device for entry in device_matrix() if entry.device.type == device.type]
+    if len(same_type) < 2 or device not in same_type:
+        return None
+    return same_type[(same_type.index(device) + 1) % len(same_type)]
 
 
 def has_values(tensor: torch.Tensor) -> bool:
@@ -170,7 +268,18 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
 
     Inside the block ``torch.cuda.is_available()``, ``device_count()``,
     ``current_device()`` and ``get_device_name(i)`` answer as a machine with
-    ``count`` GPUs named ``"{name} {i}"`` would. Nothing else is simulated:
+    ``count`` GPUs named ``"{name} {i}"`` would, and so do
+    ``torch.accelerator`` (``current_accelerator()`` is ``cuda``,
+    ``device_count()`` is ``count``), ``torch.get_device_module()`` and
+    ``torch.backends.mps`` (no MPS beside CUDA GPUs); the simulated
+    accelerator, if on, is hidden. With ``count=0``, ``torch.cuda`` says no
+    GPU and the rest stays this machine's. The GPUs' random generators are
+    simulated too (``get_rng_state``/``set_rng_state`` and their ``_all``
+    forms: one state per GPU; an index past the last GPU raises
+    ``IndexError``, as CUDA's tuple of generators does), so restoring the
+    states of more GPUs than the machine has fails as on a real one; with
+    no GPU, setting a state does nothing, as PyTorch queues it until CUDA
+    starts. Nothing else is simulated:
     tensors cannot be created on these devices (the simulated accelerator,
     :mod:`devcourse.simdevice`, holds tensors). Works the same on a CPU-only machine and on a GPU machine.
 
@@ -191,6 +300,50 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
         patch(mock.patch.object(torch.cuda, "device_count", lambda: count))
         patch(mock.patch.object(torch.cuda, "current_device", lambda: 0))
         patch(mock.patch.object(torch.cuda, "get_device_name", device_name))
+        patch(_cuda_generators(count))
+        if count > 0:  # a machine with CUDA GPUs: its accelerator is CUDA, and it is no Mac
+            patch(mock.patch.object(torch.backends.mps, "is_available", lambda: False))
+            patch(mock.patch.object(torch.backends.mps, "is_built", lambda: False))
+            patch(_accelerator_of_machine("cuda", count))
+        elif _machine_accelerator_type() == "cuda":  # a CUDA build that sees no GPU
+            patch(_accelerator_of_machine("cuda", 0))
+        else:
+            patch(_accelerator_of_machine(_machine_accelerator_type(), _machine_device_count()))
+        yield
+
+
+@contextlib.contextmanager
+def _cuda_generators(count: int) -> Iterator[None]:
+    """The random states of ``count`` simulated GPUs (see :func:`simulated_cuda`)."""
+    states = {index: torch.zeros(16, dtype=torch.uint8) for index in range(count)}  # CUDA's Philox state: 16 bytes
+
+    def generator_index(device: object = "cuda") -> int:
+        index = _index_of(device if not isinstance(device, str) or device != "cuda" else None)
+        if not 0 <= index < count:  # torch.cuda.default_generators[index], a tuple of one per GPU
+            raise IndexError("tuple index out of range")
+        return index
+
+    def get_rng_state(device: object = "cuda") -> torch.Tensor:
+        return states[generator_index(device)].clone()
+
+    def set_rng_state(new_state: torch.Tensor, device: object = "cuda") -> None:
+        if count == 0:
+            return  # PyTorch queues the call until CUDA starts, which it never does without a GPU
+        states[generator_index(device)] = new_state.clone()
+
+    def get_rng_state_all() -> list[torch.Tensor]:
+        return [get_rng_state(index) for index in range(count)]
+
+    def set_rng_state_all(new_states) -> None:
+        for index, state in enumerate(new_states):
+            set_rng_state(state, index)
+
+    with contextlib.ExitStack() as stack:
+        for module in (torch.cuda, torch.cuda.random):
+            for name, function in (("get_rng_state", get_rng_state), ("set_rng_state", set_rng_state),
+                                   ("get_rng_state_all", get_rng_state_all), ("set_rng_state_all", set_rng_state_all)):
+                if count > 0 or name != "get_rng_state":  # without a GPU, PyTorch's own refuses
+                    stack.enter_context(mock.patch.object(module, name, function))
         yield
 
 
@@ -199,15 +352,79 @@ def simulated_mps(available: bool = True) -> Iterator[None]:
     """Make ``torch.backends.mps`` report an Apple-silicon GPU (or none), for code that discovers devices.
 
     Inside the block ``torch.backends.mps.is_available()`` and ``is_built()``
-    answer ``available``, as on a Mac with (or without) MPS; ``best_device()``
-    then gives ``mps:0`` on a machine without CUDA. Nothing else is simulated:
+    answer ``available``, as on a Mac with (or without) MPS. With MPS, the
+    rest of the machine is a Mac's too: ``torch.accelerator`` names ``mps``
+    with one device, ``torch.cuda`` sees no GPU, the simulated accelerator,
+    if on, is hidden, and ``best_device()`` gives ``mps:0``. Nothing else is simulated:
     tensors cannot be created on ``mps`` outside a Mac. Works the same on a
     CPU-only machine, a GPU machine and a Mac.
 
     Introduced in 00_environment.
     """
-    with mock.patch.object(torch.backends.mps, "is_available", lambda: available), \
-            mock.patch.object(torch.backends.mps, "is_built", lambda: available):
+    with contextlib.ExitStack() as stack:
+        patch = stack.enter_context
+        patch(mock.patch.object(torch.backends.mps, "is_available", lambda: available))
+        patch(mock.patch.object(torch.backends.mps, "is_built", lambda: available))
+        if available:  # a Mac: MPS is its accelerator, with one device, and it has no CUDA
+            patch(mock.patch.object(torch.cuda, "is_available", lambda: False))
+            patch(mock.patch.object(torch.cuda, "device_count", lambda: 0))
+            patch(_accelerator_of_machine("mps", 1))
+        elif _machine_accelerator_type() == "mps":  # a Mac whose MPS is unavailable (a macOS too old, say)
+            patch(_accelerator_of_machine("mps", 0))
+        else:
+            patch(_accelerator_of_machine(_machine_accelerator_type(), _machine_device_count()))
+        yield
+
+
+def _machine_accelerator_type() -> str | None:
+    """The device type of this machine's own accelerator as its build names it (cuda, xpu, mps), or None."""
+    from devcourse.simdevice._accelerator import machine_accelerator
+
+    found = machine_accelerator()
+    return None if found is None else found.type
+
+
+def _machine_device_count() -> int:
+    kind = _machine_accelerator_type()
+    if kind is None:
+        return 0
+    if kind == "mps":
+        return int(torch.backends.mps.is_available())
+    return getattr(torch, kind).device_count()
+
+
+@contextlib.contextmanager
+def _accelerator_of_machine(kind: str | None, count: int) -> Iterator[None]:
+    """``torch.accelerator`` and ``torch.get_device_module()`` as on a machine whose accelerator is ``kind`` (None:
+    none) with ``count`` usable devices; the simulated accelerator, if on, hidden, as the machine lacks it."""
+
+    def current_accelerator(check_available: bool = False) -> torch.device | None:
+        if kind is None or (check_available and count == 0):
+            return None
+        return torch.device(kind)
+
+    def refuse_without_devices() -> None:
+        if count == 0:
+            raise RuntimeError("Cannot access accelerator device when none is available.")
+
+    def current_device_index() -> int:
+        refuse_without_devices()
+        return 0
+
+    real_module = torch.get_device_module
+
+    def get_device_module(device=None):
+        return real_module(device if device is not None else (kind or "cpu"))
+
+    with contextlib.ExitStack() as stack:
+        patch = stack.enter_context
+        if simdevice.is_enabled():
+            patch(simdevice.shown_as_accelerator(False))
+        patch(mock.patch.object(torch.accelerator, "current_accelerator", current_accelerator))
+        patch(mock.patch.object(torch.accelerator, "is_available", lambda: kind is not None and count > 0))
+        patch(mock.patch.object(torch.accelerator, "device_count", lambda: count if kind is not None else 0))
+        patch(mock.patch.object(torch.accelerator, "current_device_index", current_device_index))
+        patch(mock.patch.object(torch, "get_device_module", get_device_module))
         yield
 
 

@@ -88,6 +88,83 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return False
 
 
+def _size(nbytes: int) -> str:
+    """A byte count as PyTorch's caching allocators write it (``format_size`` of ``c10/core``)."""
+    for limit, unit, divisor in ((1024, "bytes", 1), (2**20, "KiB", 1024), (2**30, "MiB", 2**20)):
+        if nbytes <= limit:
+            return f"{nbytes} bytes" if unit == "bytes" else f"{nbytes / divisor:.2f} {unit}"
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def out_of_memory_errors(nbytes: int = 2 * 2**30) -> dict[str, BaseException]:
+    """Each backend's error for an allocation of ``nbytes`` that does not fit, as PyTorch raises it.
+
+    Worded as PyTorch 2.13's source writes them (the numbers other than ``nbytes`` are made up):
+
+    * ``"cuda"``: ``torch.OutOfMemoryError`` (``c10/cuda/CUDACachingAllocator.cpp``);
+    * ``"xpu"``: ``torch.OutOfMemoryError`` (``c10/xpu/XPUCachingAllocator.cpp``);
+    * ``"cpu"``: the CPU allocator's ``RuntimeError`` (``c10/core/impl/alloc_cpu.cpp``, also seen here);
+    * ``"mps"``: MPS's ``RuntimeError`` for memory that is not there, and ``"mps_buffer"`` its
+      ``RuntimeError`` for a request over Metal's largest buffer (``aten/src/ATen/mps/MPSAllocator.mm``).
+
+    :func:`is_out_of_memory` says True of each. Tests of out-of-memory handling raise them through
+    :class:`MemoryHungry`'s ``error``, so that an answer that knows only one backend's words loses.
+    """
+    size = _size(nbytes)
+    return {
+        "cuda": torch.OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate {size}. GPU 0 has a total capacity of 79.19 GiB of which "
+            f"1.06 GiB is free. Including non-PyTorch memory, this process has 78.12 GiB memory in use. Of the "
+            f"allocated memory 77.50 GiB is allocated by PyTorch, and 120.00 MiB is reserved by PyTorch but "
+            f"unallocated. If reserved but unallocated memory is large try setting "
+            f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+            f"Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#environment-variables)"),
+        "xpu": torch.OutOfMemoryError(
+            f"XPU out of memory. Tried to allocate {size}. GPU 0 has a total capacity of 15.11 GiB of which "
+            f"1.02 GiB is free. Of the allocated memory 13.50 GiB is allocated by PyTorch, and 120.00 MiB is "
+            f"reserved by PyTorch but unallocated. Please use `empty_cache` to release all unoccupied cached memory."),
+        "cpu": RuntimeError(
+            f"[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried "
+            f"to allocate {nbytes} bytes. Error code 12 (Cannot allocate memory)"),
+        "mps": RuntimeError(
+            f"MPS backend out of memory (MPS allocated: 17.20 GiB, other allocations: 1.03 GiB, max allowed: "
+            f"18.13 GiB). Tried to allocate {size} on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to "
+            f"disable upper limit for memory allocations (may cause system failure)."),
+        "mps_buffer": RuntimeError(f"{_MPS_TOO_LARGE_PREFIX}{size}"),
+    }
+
+
+def not_memory_errors() -> dict[str, BaseException]:
+    """Errors that running on less memory does not fix, though their words say CUDA, memory or allocator.
+
+    * ``"illegal_address"``: a kernel that read outside its tensor, CUDA's ``torch.AcceleratorError``
+      (``c10/cuda/CUDAException.cpp`` and ``cudaGetErrorString``); the CUDA context is lost after it;
+    * ``"pin_memory"``: ``torch.empty(4, pin_memory=True)`` on a machine without an accelerator (PyTorch
+      2.13, seen here);
+    * ``"cuda_checkpoint"``: ``torch.load`` of a checkpoint saved on a GPU, on a machine without CUDA
+      (``torch/serialization.py``, seen here);
+    * ``"device_mismatch"``: two devices in one operation (``TensorIteratorBase::compute_types``).
+
+    :func:`is_out_of_memory` says False of each.
+    """
+    return {
+        "illegal_address": torch.AcceleratorError(
+            "CUDA error: an illegal memory access was encountered\nSearch for `cudaErrorIllegalAddress' in "
+            "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+            "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with "
+            "`TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"),
+        "pin_memory": RuntimeError("pin_memory=True requires a CUDA or other accelerator backend; no pinned memory "
+                                   "allocator is available on this system."),
+        "cuda_checkpoint": RuntimeError(
+            "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you are "
+            "running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu') to map "
+            "your storages to the CPU."),
+        "device_mismatch": RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"),
+    }
+
+
 class MemoryHungry(nn.Module):
     """A linear model that runs out of memory for batches larger than ``limit``.
 
@@ -110,10 +187,15 @@ class MemoryHungry(nn.Module):
       gives all zeros.
 
     Outputs equal ``nn.Linear``'s with the same weights. Works on any device.
+
+    ``error``, if given, is raised instead of asking the allocator: an exception (raised as it is) or a
+    callable that makes one. Tests use it to raise every backend's out-of-memory error on any machine
+    (:func:`out_of_memory_errors`), and errors that are not about memory (:func:`not_memory_errors`).
     """
 
-    def __init__(self, limit: int, in_features: int = 8, out_features: int = 4, seed: int = 0):
+    def __init__(self, limit: int, in_features: int = 8, out_features: int = 4, seed: int = 0, error=None):
         super().__init__()
+        self.error = error
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.linear = nn.Linear(in_features, out_features)
@@ -128,6 +210,8 @@ class MemoryHungry(nn.Module):
         hidden = self.linear(x)
         if x.shape[0] > self.limit:
             self._failed.append(weakref.ref(hidden))
+            if self.error is not None:
+                raise self.error if isinstance(self.error, BaseException) else self.error()
             if x.device.type == "meta":
                 raise torch.OutOfMemoryError(
                     f"meta stand-in: a batch of {x.shape[0]} is over this model's limit of {self.limit}"

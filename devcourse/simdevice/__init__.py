@@ -29,6 +29,11 @@ It is built on PyTorch's extension point for out-of-tree devices
 tensor. It is a teaching and grading device, not a fast one: each operator
 costs tens of microseconds more than on the CPU.
 
+Whether ``torch.accelerator`` names the device is a setting of its own
+(:func:`show`, :func:`shown_as_accelerator`): a grader can turn the device
+on before a student's code runs and still let ``torch.accelerator`` answer as
+on the student's machine outside the checks that use the device.
+
 Nothing happens on import. ``enable()`` is the one explicit switch; it
 cannot be undone in a process (PyTorch allows one PrivateUse1 backend per
 process), calling it again with the same count does nothing, and it refuses,
@@ -55,34 +60,72 @@ new process. On a CPU-only machine nothing is lost.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 
-from devcourse.simdevice import _backend, _clock, _memory
+from devcourse.simdevice import _backend, _clock, _memory, _state
 from devcourse.simdevice._backend import SimDeviceError
 from devcourse.simdevice._state import NAME
 from devcourse.simdevice._tensor import SimTensor
 
 __all__ = [
     "NAME", "SimDeviceError", "SimTensor", "asynchronous", "device_count", "devices", "enable", "is_enabled",
-    "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats", "set_memory_budget",
+    "is_shown", "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats", "set_memory_budget", "show",
+    "shown_as_accelerator",
 ]
 
 
-def enable(count: int = 2, memory_budget: int | None = None) -> list[torch.device]:
+def enable(count: int = 2, memory_budget: int | None = None, shown: bool = True) -> list[torch.device]:
     """Turn on ``count`` simulated devices and return them (``[sim:0, sim:1, ...]``).
 
     ``memory_budget`` (bytes), if given, is set on every device (see
-    :func:`set_memory_budget`). Calling it again with the same count returns
-    the same devices; another count, or another PrivateUse1 backend already
-    registered in the process, raises :class:`SimDeviceError` and changes
-    nothing. Also switches off the autograd engine's device threads in the
-    calling thread (PrivateUse1's device guard reports one device).
+    :func:`set_memory_budget`). ``shown`` is :func:`show`'s setting from now
+    on: by default ``torch.accelerator`` names the simulated device. Calling it
+    again with the same count returns the same devices (and sets ``shown``);
+    another count, or another PrivateUse1 backend already registered in the
+    process, raises :class:`SimDeviceError` and changes nothing. Also switches
+    off the autograd engine's device threads in the calling thread
+    (PrivateUse1's device guard reports one device).
     """
     _backend.enable(count)
+    show(shown)
     if memory_budget is not None:
         for index in range(count):
             set_memory_budget(index, memory_budget)
     return devices()
+
+
+def show(shown: bool = True) -> None:
+    """Whether ``torch.accelerator`` names the simulated device from now on, in every thread.
+
+    Once on, the simulated device is PyTorch's accelerator. Hidden (``show(False)``),
+    ``torch.accelerator`` (``current_accelerator``, ``is_available``,
+    ``device_count``, the device-wide calls) and ``torch.get_device_module()``
+    answer as they would on this machine without it: on a machine without an
+    accelerator, ``None``, ``False``, 0, and the device-wide calls raise
+    PyTorch's "Cannot access accelerator device when none is available.".
+    Tensors and modules on ``sim:N`` work either way. A thread can override
+    the setting for a block with :func:`shown_as_accelerator`.
+    """
+    _state.state["shown"] = bool(shown)
+
+
+def is_shown() -> bool:
+    """Whether ``torch.accelerator`` names the simulated device in the calling thread (see :func:`show`)."""
+    return _state.shown()
+
+
+@contextlib.contextmanager
+def shown_as_accelerator(shown: bool = True) -> Iterator[None]:
+    """In the calling thread, for the block: ``torch.accelerator`` names the simulated device (or not, with
+    ``shown=False``), whatever :func:`show` says; nested blocks restore the outer one's setting."""
+    previous = _state.set_thread_shown(bool(shown))
+    try:
+        yield
+    finally:
+        _state.set_thread_shown(previous)
 
 
 def is_enabled() -> bool:

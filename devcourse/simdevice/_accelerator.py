@@ -41,9 +41,51 @@ from devcourse.simdevice._state import NAME
 _originals: dict[str, object] = {}
 
 
-def _on_sim() -> bool:
-    current = torch.accelerator.current_accelerator()
+def _registered() -> bool:
+    """Whether PyTorch's own choice of accelerator is the simulated device (it is, once the device is on)."""
+    current = torch._C._accelerator_getAccelerator()
     return current is not None and current.type == NAME
+
+
+def _on_sim() -> bool:
+    """Whether ``torch.accelerator`` answers for the simulated device in this thread: on, and shown."""
+    return _registered() and _state.shown()
+
+
+def _hidden() -> bool:
+    """Whether the simulated device is on but hidden in this thread: ``torch.accelerator`` answers as without it."""
+    return _registered() and not _state.shown()
+
+
+# The accelerators a build of PyTorch can have besides an out-of-tree one, in the order PyTorch's
+# ``at::getAccelerator`` (aten/src/ATen/DeviceAccelerator.cpp) checks them, each with "built in" and "available".
+_MACHINE = (
+    ("cuda", lambda: torch.backends.cuda.is_built(), lambda: torch.cuda.is_available()),
+    ("xpu", lambda: torch.xpu._is_compiled(), lambda: torch.xpu.is_available()),
+    ("mps", lambda: torch.backends.mps.is_built(), lambda: torch.backends.mps.is_available()),
+)
+_NONE_AVAILABLE = "Cannot access accelerator device when none is available."  # PyTorch's own words, CPU-only
+
+
+def machine_accelerator(check_available: bool = False) -> torch.device | None:
+    """The accelerator PyTorch would name without the simulated device: the build's (CUDA, XPU, MPS), or None."""
+    for name, built, available in _MACHINE:
+        if built():
+            return None if check_available and not available() else torch.device(name)
+    return None
+
+
+def _refuse_when_hidden() -> None:
+    """Raise what PyTorch raises on a machine without an accelerator, where the simulated device is hidden and the
+    machine has none (a machine with one: PyTorch's own functions answer)."""
+    if _hidden() and machine_accelerator() is None:
+        raise RuntimeError(_NONE_AVAILABLE)
+
+
+def current_accelerator(check_available: bool = False) -> torch.device | None:
+    if _hidden():
+        return machine_accelerator(check_available)
+    return _originals["current_accelerator"](check_available)
 
 
 def _device(device_index) -> torch.device:
@@ -59,6 +101,7 @@ def _device(device_index) -> torch.device:
 
 
 def synchronize(device=None, /) -> None:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["synchronize"](device)
     index = _device(device).index
@@ -68,6 +111,7 @@ def synchronize(device=None, /) -> None:
 
 
 def memory_stats(device_index=None, /) -> OrderedDict:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["memory_stats"](device_index)
     counters = _memory.of(_device(device_index))
@@ -78,6 +122,7 @@ def memory_stats(device_index=None, /) -> OrderedDict:
 
 
 def reset_peak_memory_stats(device_index=None, /) -> None:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["reset_peak_memory_stats"](device_index)
     counters = _memory.of(_device(device_index))
@@ -86,6 +131,7 @@ def reset_peak_memory_stats(device_index=None, /) -> None:
 
 
 def reset_accumulated_memory_stats(device_index=None, /) -> None:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["reset_accumulated_memory_stats"](device_index)
     _memory.of(_device(device_index))
@@ -93,12 +139,14 @@ def reset_accumulated_memory_stats(device_index=None, /) -> None:
 
 
 def empty_cache() -> None:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["empty_cache"]()
     return None
 
 
 def get_memory_info(device_index=None, /) -> tuple[int, int]:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["get_memory_info"](device_index)
     counters = _memory.of(_device(device_index))
@@ -109,6 +157,7 @@ def get_memory_info(device_index=None, /) -> tuple[int, int]:
 
 
 def current_stream(device=None, /) -> torch.Stream:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["current_stream"](device)
     index = _device(device).index
@@ -117,6 +166,7 @@ def current_stream(device=None, /) -> torch.Stream:
 
 
 def set_stream(stream, /) -> None:
+    _refuse_when_hidden()
     if not _on_sim() or stream.device.type != NAME:
         return _originals["set_stream"](stream)
     _streams.set_stream(stream)
@@ -124,12 +174,14 @@ def set_stream(stream, /) -> None:
 
 
 def current_device_index() -> int:
+    _refuse_when_hidden()
     if not _on_sim():
         return _originals["current_device_index"]()
     return _state.current_index()
 
 
 def set_device_index(device, /) -> None:
+    _refuse_when_hidden()
     if not _on_sim() or device is None:
         return _originals["set_device_index"](device)  # None raises there, as it does on every accelerator
     if isinstance(device, int) and device < 0:
@@ -142,6 +194,8 @@ class device_index(torch.accelerator.device_index):
     """``torch.accelerator.device_index``: on the simulated device it changes this thread's current device."""
 
     def __enter__(self) -> None:
+        if self.idx is not None:
+            _refuse_when_hidden()
         if not _on_sim():
             return super().__enter__()
         if self.idx is not None:
@@ -154,7 +208,16 @@ class device_index(torch.accelerator.device_index):
             _state.set_current_index(self.prev_idx)
 
 
+def get_device_module(device=None):
+    """``torch.get_device_module``: with no device, the module of the accelerator ``torch.accelerator`` names."""
+    if device is None and _hidden():
+        machine = machine_accelerator()
+        return _originals["get_device_module"](machine.type if machine is not None else "cpu")
+    return _originals["get_device_module"](device)
+
+
 _WRAPPERS = {
+    "current_accelerator": current_accelerator,
     "current_device_index": current_device_index, "set_device_index": set_device_index,
     "device_index": device_index,
     "synchronize": synchronize, "current_stream": current_stream, "set_stream": set_stream,
@@ -165,9 +228,14 @@ _WRAPPERS = {
 
 
 def install() -> None:
-    """Put the wrappers in ``torch.accelerator`` (and its ``memory`` module, whose other functions call them)."""
+    """Put the wrappers in ``torch.accelerator`` (and its ``memory`` module, whose other functions call them), and
+    ``torch.get_device_module``'s in ``torch``."""
     if _originals:
         return
+    _originals["get_device_module"] = torch.get_device_module
+    get_device_module.__doc__ = torch.get_device_module.__doc__
+    get_device_module.__wrapped__ = torch.get_device_module
+    torch.get_device_module = get_device_module
     for name, wrapper in _WRAPPERS.items():
         _originals[name] = getattr(torch.accelerator, name)
         if not isinstance(wrapper, type):

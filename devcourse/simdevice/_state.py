@@ -8,7 +8,7 @@ import threading
 import torch
 
 NAME = "sim"
-state: dict[str, object] = {"enabled": False, "count": 0}
+state: dict[str, object] = {"enabled": False, "count": 0, "shown": True}
 _current = threading.local()
 
 
@@ -21,6 +21,22 @@ def set_current_index(index: int) -> int:
     """Make ``sim:index`` this thread's current device (an index past the count raises); return the previous one."""
     previous = current_index()
     _current.index = resolve(index).index
+    return previous
+
+
+def shown() -> bool:
+    """Whether ``torch.accelerator`` names the simulated device in the calling thread (see ``simdevice.show``).
+
+    A thread's override (``simdevice.shown_as_accelerator``) comes first, then the process's setting.
+    """
+    override = getattr(_current, "shown", None)
+    return bool(state["shown"]) if override is None else override
+
+
+def set_thread_shown(value: bool | None) -> bool | None:
+    """Set (None: drop) the calling thread's override of :func:`shown`; return the previous override."""
+    previous = getattr(_current, "shown", None)
+    _current.shown = value
     return previous
 
 

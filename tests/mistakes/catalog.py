@@ -32,6 +32,132 @@ class Mistake:
 
 
 # ---------------------------------------------------------------------------------------------
+# 00_environment
+
+_LIST_DEVICES_HEAD = '''\
+def list_devices() -> list[torch.device]:
+    """Every device a tensor can be created on here: cpu, cuda:0, cuda:1, ..., then mps:0 if available."""
+'''
+
+_RESOLVE_HEAD = '''\
+def resolve_device(request: str = "auto") -> torch.device:
+    """The torch.device that `request` names, checked against this machine."""
+'''
+
+
+def _resolve(auto: str, mps: str = 'torch.device("mps", 0)') -> str:
+    """A resolve_device answer: `auto` is the body of the "auto" case, `mps` what "mps" becomes."""
+    return _RESOLVE_HEAD + auto + '''\
+    device = torch.device(request)
+    if device.type == "mps":
+        return ''' + mps + '''
+    if device.type != "cuda":
+        return device
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = 0 if device.index is None else device.index
+    if index >= count:
+        raise ValueError(f"{request!r}: no such GPU, this machine has {count} CUDA device(s)")
+    return torch.device("cuda", index)
+'''
+
+
+MISTAKES_00 = [
+    Mistake(
+        id="auto_device_is_cuda_or_cpu",
+        url="https://github.com/ludwig-ai/ludwig/pull/3072",
+        summary="get_torch_device() returned 'cuda' if torch.cuda.is_available() else 'cpu', so on a Mac "
+                "everything ran on the CPU; the pull request added an MPS branch.",
+        assignment="00_environment",
+        answer="resolve_device",
+        code=_resolve('''\
+    if request == "auto":
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+'''),
+        fix=_resolve('''\
+    if request == "auto":  # the accelerator PyTorch names, whichever it is
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+        if accelerator is None:
+            return torch.device("cpu")
+        return torch.device(accelerator.type, torch.accelerator.current_device_index())
+'''),
+    ),
+    Mistake(
+        id="mps_request_without_index",
+        url="https://github.com/qthequartermasterman/hypothesis-torch/pull/66",
+        summary="Generated torch.device('mps') as a device, but torch.device('mps') != torch.device('mps:0') "
+                "while tensors on either report mps:0, so device comparisons failed.",
+        assignment="00_environment",
+        answer="resolve_device",
+        code=_resolve('''\
+    if request == "auto":
+        return best_device()
+''', mps='torch.device("mps")'),
+    ),
+    Mistake(
+        id="auto_device_without_index",
+        url="https://github.com/pytorch/pytorch/pull/144796",
+        summary="Code built torch.device('mps') (or 'cuda') without an index where tensors report mps:0, and "
+                "devices that name the same GPU compared unequal until the index was filled in.",
+        assignment="00_environment",
+        answer="resolve_device",
+        code=_resolve('''\
+    if request == "auto":
+        return torch.device(best_device().type)  # the type is enough
+'''),
+    ),
+    Mistake(
+        id="device_list_knows_only_cuda",
+        url="https://github.com/nrflynn2/ml-drug-discovery/pull/28",
+        summary="get_device() only checked torch.cuda.is_available(), so MPS (and XPU) machines silently fell "
+                "back to the CPU; the fix asks torch.accelerator instead.",
+        assignment="00_environment",
+        answer="list_devices",
+        code=_LIST_DEVICES_HEAD + '''\
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return devices
+''',
+        fix=_LIST_DEVICES_HEAD + '''\
+    devices = [torch.device("cpu")]
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is not None:
+        devices += [torch.device(accelerator.type, i) for i in range(torch.accelerator.device_count())]
+    return devices
+'''),
+    Mistake(
+        id="device_list_mps_without_index",
+        url="https://github.com/SonySemiconductorSolutions/mct-model-optimization/issues/1483",
+        summary="The suggested device check returned torch.device('mps') without an index, which compares "
+                "unequal to the mps:0 that the Mac's tensors report.",
+        assignment="00_environment",
+        answer="list_devices",
+        code=_LIST_DEVICES_HEAD + '''\
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        devices.append(torch.device("mps"))
+    return devices
+''',
+    ),
+    Mistake(
+        id="device_list_from_accelerator_type",
+        url="https://github.com/pytorch/tutorials/issues/3876",
+        summary="The tutorial's suggested modern pattern takes torch.accelerator.current_accelerator().type, a "
+                "device type without an index, as the device: one device of that type, never cuda:1.",
+        assignment="00_environment",
+        answer="list_devices",
+        code=_LIST_DEVICES_HEAD + '''\
+    devices = [torch.device("cpu")]
+    if torch.accelerator.is_available():
+        devices.append(torch.device(torch.accelerator.current_accelerator().type))
+    return devices
+''',
+    ),
+]
+
+# ---------------------------------------------------------------------------------------------
 # 01_device_placement
 
 _MOVE_BATCH_HEAD = '''\
@@ -1077,6 +1203,104 @@ from torch.nn.modules.module import register_module_forward_hook
     return (time.perf_counter() - start) * 1000 / repeat
 ''',
     ),
+    Mistake(
+        id="scaler_update_skipped_with_the_step",
+        url="https://github.com/Haian-Jin/LVSM/pull/19",
+        summary="Skipped the optimizer step when the clipped gradient norm was too large or not finite, and "
+                "scaler.update() with it; the next unscale_() raised 'unscale_() has already been called on "
+                "this optimizer since the last update()'.",
+        assignment="06_mixed_precision",
+        answer="amp_step",
+        code=_AMP_STEP_HEAD + '''\
+    optimizer.zero_grad()
+    with torch.autocast(batch.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        loss = F.cross_entropy(model(batch), target)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if not torch.isfinite(norm):  # a bad step: skip it
+            return loss.detach()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+''',
+        fix=_AMP_STEP_HEAD + '''\
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=batch.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        loss = F.cross_entropy(model(batch), target)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)  # skips the step itself when the gradients hold inf or NaN
+    scaler.update()  # on every step, skipped or not: that is what lowers the scale
+    return loss.detach()
+''',
+    ),
+    Mistake(
+        id="event_elapsed_time_before_end_completed",
+        url="https://github.com/pytorch/pytorch/issues/85796",
+        summary="Timed a model with CUDA events but called start.elapsed_time(end) right after end.record(), "
+                "before the GPU had reached the end event, and got 'RuntimeError: CUDA error: device not ready'.",
+        assignment="06_mixed_precision",
+        answer="time_on_device",
+        code=_TIME_ON_DEVICE_HEAD + '''\
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    if device.type == "cpu":  # events keep no time on the CPU
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        return (time.perf_counter() - start) * 1000 / repeat
+    begin = torch.Event(device=device, enable_timing=True)
+    end = torch.Event(device=device, enable_timing=True)
+    begin.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    return begin.elapsed_time(end) / repeat
+''',
+        fix=_TIME_ON_DEVICE_HEAD + '''\
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    if device.type == "cpu":  # events keep no time on the CPU
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        return (time.perf_counter() - start) * 1000 / repeat
+    begin = torch.Event(device=device, enable_timing=True)
+    end = torch.Event(device=device, enable_timing=True)
+    begin.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    end.synchronize()  # wait until the device has passed the end event (pytorch/tutorials#3166)
+    return begin.elapsed_time(end) / repeat
+''',
+    ),
+    Mistake(
+        id="clipping_raises_on_overflow",
+        url="https://github.com/pytorch/pytorch/issues/46849",
+        summary="Asked for clip_grad_norm_ to raise when the gradient norm is not finite (error_if_nonfinite came "
+                "of it); under a GradScaler an overflowing step then raises instead of being skipped.",
+        assignment="06_mixed_precision",
+        answer="amp_step",
+        code=_AMP_STEP_HEAD + '''\
+    optimizer.zero_grad()
+    with torch.autocast(batch.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        loss = F.cross_entropy(model(batch), target)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm, error_if_nonfinite=True)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+''',
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -1249,6 +1473,84 @@ MISTAKES_07 = [
     dist.barrier()
 ''',
     ),
+    Mistake(
+        id="sampler_rank_from_local_rank",
+        url="https://github.com/vllm-project/speculators/pull/427",
+        summary="Passed local_rank instead of the global rank to the distributed batch sampler, so on two "
+                "nodes the processes with the same local rank got the same shard; one node hid it.",
+        assignment="07_multi_device_training",
+        answer="make_loader",
+        code=_make_loader('''\
+    sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(),
+                                 rank=int(os.environ["LOCAL_RANK"]), shuffle=True, seed=seed)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+''', '''\
+    loader.sampler.set_epoch(epoch)
+    return list(loader)
+'''),
+        fix=_make_loader('''\
+    sampler = DistributedSampler(dataset, num_replicas=int(os.environ["WORLD_SIZE"]),
+                                 rank=int(os.environ["RANK"]), shuffle=True, seed=seed)  # the global rank
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+''', '''\
+    loader.sampler.set_epoch(epoch)
+    return [batch for batch in loader]
+'''),
+    ),
+    Mistake(
+        id="sampler_replicas_from_processes_on_the_node",
+        url="https://github.com/jasperzhong/GNNFlow/pull/57",
+        summary="Sized the data sampler by the number of processes (GPUs) on this node rather than the world "
+                "size, which holds only on one node; the fix stopped using the local device count.",
+        assignment="07_multi_device_training",
+        answer="make_loader",
+        code=_make_loader('''\
+    sampler = DistributedSampler(dataset, num_replicas=int(os.environ["LOCAL_WORLD_SIZE"]),
+                                 rank=dist.get_rank() % int(os.environ["LOCAL_WORLD_SIZE"]),
+                                 shuffle=True, seed=seed)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+''', '''\
+    loader.sampler.set_epoch(epoch)
+    return list(loader)
+'''),
+    ),
+    Mistake(
+        id="checkpoint_saved_once_per_node",
+        url="https://github.com/pytorch/examples/issues/655",
+        summary="The ImageNet example saved when rank % ngpus_per_node == 0, which is true once per node, so "
+                "with two nodes two processes saved the checkpoint.",
+        assignment="07_multi_device_training",
+        answer="save_on_rank0",
+        code=_SAVE_RANK0_HEAD + '''\
+    if dist.get_rank() % int(os.environ["LOCAL_WORLD_SIZE"]) == 0:  # the first process of the node
+        torch.save(model.module.state_dict(), path)
+    dist.barrier()
+''',
+        fix=_SAVE_RANK0_HEAD + '''\
+    state = model.module.state_dict()  # every rank takes it; one writes it
+    if dist.get_rank(group=dist.group.WORLD) == 0:  # global rank 0 (pytorch/examples#1357)
+        torch.save(state, str(path))
+    dist.barrier()
+''',
+    ),
+    Mistake(
+        id="process_device_cuda_or_cpu",
+        url="https://github.com/McGill-NLP/llm2vec/pull/39",
+        summary="The code assumed the device was either 'cuda' or 'cpu'; with the 'mps' device it failed until "
+                "the pull request added support for devices other than those two.",
+        assignment="07_multi_device_training",
+        answer="setup_distributed",
+        code=_SETUP_HEAD + '''\
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), device
+''',
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -1273,10 +1575,11 @@ def load_for_inference(path, model_factory, device=None) -> nn.Module:
 
 
 def _load_for_inference(*, weights_only: bool = True, check_keys: bool = True, strict: bool = True,
-                        eval_mode: bool = True) -> str:
-    """A student's load_for_inference; each keyword switches one of the mistakes on."""
+                        eval_mode: bool = True, map_location: str = '"cpu"', resolve: str | None = None) -> str:
+    """A student's load_for_inference; each keyword switches one of the mistakes on (``resolve``: the code that
+    sets ``device``, ``map_location``: the expression torch.load is given)."""
     load = ('''\
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch.load(path, map_location=''' + map_location + ''', weights_only=True)
     except pickle.UnpicklingError as err:
         if "Weights only load failed" in str(err):
             raise UnsafeCheckpoint(f"{path.name} holds more than tensors: not loaded", []) from err
@@ -1297,10 +1600,13 @@ def _load_for_inference(*, weights_only: bool = True, check_keys: bool = True, s
     if wrong:
         raise KeyMismatch(f"{path.name} does not fit the model: {', '.join(wrong)}", [], [], wrong)
 ''' if check_keys else ''
+    resolve = resolve or '''\
+    device = best_device() if device is None else torch.device(device)
+'''
     return _LOAD_FOR_INFERENCE_HEAD + '''\
     import pickle
     path = Path(path)
-    device = best_device() if device is None else torch.device(device)
+''' + resolve + '''\
     if not path.is_file():
         raise CheckpointNotFound(f"{path} does not exist")
     if path.stat().st_size == 0:
@@ -1516,6 +1822,111 @@ MISTAKES_08 = [
         answer="load_for_inference",
         code=_load_for_inference(eval_mode=False),
     ),
+    Mistake(
+        id="oom_statements_end_with_a_period",
+        url="https://github.com/huggingface/accelerate/issues/4226",
+        summary="should_reduce_batch_size matched ' out of memory.' with a trailing period (and the CPU "
+                "allocator's words), so MPS's 'MPS backend out of memory (...' went unmatched and "
+                "find_executable_batch_size re-raised instead of lowering the batch size.",
+        assignment="08_portable_models_and_memory",
+        answer="predict_with_fallback",
+        code=_FALLBACK_HEAD + '''\
+    statements = (" out of memory.", "DefaultCPUAllocator: can't allocate memory",
+                  "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.")
+    chunk_size = chunk_size or batch.shape[0]
+    outputs, start = [], 0
+    with torch.no_grad():
+        while start < batch.shape[0]:
+            failed = None
+            try:
+                outputs.append(model(batch[start:start + chunk_size]))
+            except RuntimeError as err:
+                if chunk_size == 1 or not any(text in str(err) for text in statements):
+                    raise
+                failed = True
+            if failed:
+                chunk_size //= 2
+                continue
+            start += chunk_size
+    return torch.cat(outputs), chunk_size
+''',
+        fix=_FALLBACK_HEAD + '''\
+    rows = batch.shape[0]
+    size = chunk_size or rows
+    pieces = []
+    with torch.no_grad():
+        done = 0
+        while done < rows:
+            try:
+                pieces.append(model(batch[done:done + size]))
+                done += size
+                continue
+            except torch.OutOfMemoryError as err:  # CUDA and XPU
+                if size == 1:
+                    raise
+            except RuntimeError as err:  # the CPU allocator's and MPS's: a RuntimeError with its own words
+                if size == 1 or not is_out_of_memory(err):
+                    raise
+            size //= 2  # reached only after an out-of-memory error, outside the except blocks
+    return torch.cat(pieces), size
+''',
+    ),
+    Mistake(
+        id="oom_recognised_by_memory_words",
+        url="https://github.com/mberr/torch-max-mem/pull/15",
+        summary="Treated any RuntimeError whose text says 'out of memory' or names an allocator as out of "
+                "memory, reasoning that the words are a good indicator; reviewers worried about false positives.",
+        assignment="08_portable_models_and_memory",
+        answer="predict_with_fallback",
+        code=_FALLBACK_HEAD + '''\
+    chunk_size = chunk_size or batch.shape[0]
+    outputs, start = [], 0
+    with torch.no_grad():
+        while start < batch.shape[0]:
+            retry = False
+            try:
+                outputs.append(model(batch[start:start + chunk_size]))
+            except RuntimeError as err:
+                words = str(err).lower()
+                if chunk_size == 1 or not ("memory" in words or "alloc" in words):
+                    raise
+                retry = True
+            if retry:
+                chunk_size //= 2
+                continue
+            start += chunk_size
+    return torch.cat(outputs), chunk_size
+''',
+    ),
+    Mistake(
+        id="inference_default_device_cuda_or_cpu",
+        url="https://github.com/clementchadebec/benchmark_VAE/pull/151",
+        summary="The trainer chose 'cuda' if torch.cuda.is_available() else 'cpu', so on a Mac with MPS the "
+                "model stayed on the CPU; the pull request adds 'mps' when CUDA is missing.",
+        assignment="08_portable_models_and_memory",
+        answer="load_for_inference",
+        code=_load_for_inference(resolve='''\
+    if device is None:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(device)
+'''),
+        fix=_load_for_inference(resolve='''\
+    if device is None:  # the accelerator PyTorch names, with its current index; else the CPU
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+        device = ("cpu" if accelerator is None
+                  else torch.device(accelerator.type, torch.accelerator.current_device_index()))
+    device = torch.device(device)
+'''),
+    ),
+    Mistake(
+        id="float64_checkpoint_mapped_to_the_mac",
+        url="https://github.com/thu-ml/tianshou/pull/1237",
+        summary="Moved float64 tensors (made from NumPy arrays) straight to 'mps' and got 'TypeError: Cannot "
+                "convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64'.",
+        assignment="08_portable_models_and_memory",
+        answer="load_for_inference",
+        code=_load_for_inference(map_location="device"),
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -1642,7 +2053,70 @@ MISTAKES_09 = [
     return model
 ''',
     ),
+    Mistake(
+        id="sharded_model_moved_only_across_types",
+        url="https://github.com/kymatio/kymatio/pull/381",
+        summary="The 2D scattering checked that its inputs were CUDA tensors, not that they were on the same GPU, "
+                "so tensors on two GPUs got through; the fix compares the devices themselves.",
+        assignment="09_sharded_checkpoints",
+        answer="load_sharded",
+        code=_LOAD_SHARDED_HEAD + '''\
+    device = torch.device(device)
+    if next(model.parameters()).device.type != device.type:  # already on that kind of device: no move
+        model = model.to(device)
+    state = {"model": model.state_dict()}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=checkpoint_dir)
+    return model
+''',
+        fix=_LOAD_SHARDED_HEAD + '''\
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    model.to(torch.device(device))
+    state = {"model": {key: value.clone() for key, value in model.state_dict().items()}}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, storage_reader=dcp.FileSystemReader(str(checkpoint_dir)))
+    set_model_state_dict(model, state["model"])
+    return model
+''',
+    ),
+    Mistake(
+        id="sharded_checkpoint_loaded_without_strict_keys",
+        url="https://github.com/pytorch/pytorch/issues/148252",
+        summary="Loaded a distributed checkpoint into a state dict with keys the checkpoint does not have and "
+                "got 'Missing key in checkpoint state_dict'; dcp.load has no strict=False to skip them.",
+        assignment="09_sharded_checkpoints",
+        answer="load_sharded",
+        code=_LOAD_SHARDED_HEAD + '''\
+    model = model.to(device)
+    state = {"model": model.state_dict(), "optimizer": {}, "step": 0}  # everything the run saved
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=checkpoint_dir)
+    return model
+''',
+    ),
+    Mistake(
+        id="every_module_made_an_fsdp_unit",
+        url="https://github.com/meta-pytorch/torchtune/issues/1072",
+        summary="Asked what fully_shard on which modules means: each call makes one FSDP unit, so sharding "
+                "every submodule (each Linear, each norm) makes many small units instead of one per block.",
+        assignment="09_sharded_checkpoints",
+        answer="shard_model",
+        code=_SHARD_MODEL_HEAD + '''\
+    for module in list(model.modules())[::-1]:  # every module, leaves first, the root last
+        fully_shard(module)
+    return model
+''',
+        fix=_SHARD_MODEL_HEAD + '''\
+    for name, child in model.named_children():  # one unit per block...
+        fully_shard(child)
+    return fully_shard(model)  # ...then the root, which keeps what they left; fully_shard returns the module
+''',
+    ),
 ]
 
-MISTAKES: list[Mistake] = [*MISTAKES_01, *MISTAKES_02, *MISTAKES_03, *MISTAKES_04,
+MISTAKES: list[Mistake] = [*MISTAKES_00, *MISTAKES_01, *MISTAKES_02, *MISTAKES_03, *MISTAKES_04,
                            *MISTAKES_05, *MISTAKES_06, *MISTAKES_07, *MISTAKES_08, *MISTAKES_09]
