@@ -1,14 +1,12 @@
-"""A grading kernel as jupyter_client starts it: its command through the sandbox, its environment, its first cell."""
+"""A grading kernel as jupyter_client starts it: its environment and its first cell."""
 
 from __future__ import annotations
 
 import functools
 import os
-import sys
 from pathlib import Path
 
 from autograder.inside import guard, recorder
-from autograder.run import sandbox
 from autograder.run.watch import RUN_MARKER
 
 # IPython shows a frame of a library file through stack_data (whole statements, the executing node
@@ -33,21 +31,6 @@ def first_cell(recorder_name: str, guard_name: str) -> str:
 def source_of(module) -> str:
     """The source of a module of :mod:`autograder.inside`, as the grader sends it to a kernel."""
     return Path(module.__file__).read_text()
-
-
-def kernel_manager_class():
-    from jupyter_client.manager import AsyncKernelManager
-
-    class SandboxedKernelManager(AsyncKernelManager):
-        """Starts ``python -m ipykernel_launcher`` through the sandbox; talks over IPC sockets."""
-
-        spec_path: Path
-
-        def format_kernel_cmd(self, extra_arguments=None):
-            command = [sys.executable, "-m", "ipykernel_launcher", "-f", os.path.realpath(self.connection_file)]
-            return sandbox.wrap(command, self.spec_path)
-
-    return SandboxedKernelManager
 
 
 KERNEL_THREADS = "1"  # PyTorch's intra-op threads in every grading kernel, on every machine (see kernel_env)

@@ -476,31 +476,14 @@ def _be_runner(warm: bool, grader: int) -> int:
     os.environ.update(given["env"])
     job_file = given["job"]
     retitle([sys.executable, "-m", "autograder.run.runner", job_file, str(grader), *(["--warm"] if warm else [])])
-    from jupyter_client.provisioning import local_provisioner
-
     from autograder.run import runner
 
-    local_provisioner.launch_kernel = _launcher_from(templates, local_provisioner.launch_kernel)
     try:
-        runner.start(job_file, warm)
+        runner.start(job_file, warm, launchers=templates)
     finally:
         for template in templates:
             template.discard()
     return 0
-
-
-def _launcher_from(templates: list["_Template"], fresh):
-    """jupyter_client's ``launch_kernel`` for a forked runner: its next kernel from a launcher it forked."""
-    def launch_kernel(cmd, stdin=None, stdout=None, stderr=None, env=None, independent=False, cwd=None, **kw):
-        if not templates or stdin is not None or stdout is not None or stderr is not None or kw:
-            return fresh(cmd, stdin=stdin, stdout=stdout, stderr=stderr, env=env, independent=independent,
-                         cwd=cwd, **kw)
-        env = dict(os.environ if env is None else env)
-        if not independent:
-            env["JPY_PARENT_PID"] = str(os.getpid())
-        return templates.pop(0).start([os.path.expanduser(part) for part in cmd], env, cwd)
-
-    return launch_kernel
 
 
 class ForkedChild:
