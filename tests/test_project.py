@@ -192,3 +192,33 @@ def test_the_code_keeps_its_style_and_the_grader_its_layers(command):
     done = subprocess.run([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_importing_any_module_of_the_grader_or_the_course_changes_nothing(tmp_path):
+    """Every module of autograder and devcourse imported in a fresh process: no import made to fail, no
+    environment variable, signal handler, working folder or file of the checkout changed."""
+    import subprocess
+
+    script = r'''
+import os, pkgutil, signal, sys, importlib
+before = (dict(os.environ), {s: signal.getsignal(s) for s in signal.valid_signals() if s < signal.NSIG},
+          os.getcwd(), {k for k, v in sys.modules.items() if v is None})
+for package in ("autograder", "devcourse"):
+    module = importlib.import_module(package)
+    for info in pkgutil.walk_packages(module.__path__, package + "."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+after = (dict(os.environ), {s: signal.getsignal(s) for s in signal.valid_signals() if s < signal.NSIG},
+         os.getcwd(), {k for k, v in sys.modules.items() if v is None})
+for name, was, now in zip(("environment", "signal handlers", "working folder", "imports made to fail"), before, after):
+    assert was == now, (name, was, now)
+print("ok")
+'''
+    def files() -> list[str]:
+        skipped = {".git", ".venv", "__pycache__", ".grimp_cache"}
+        return sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if not skipped & set(p.parts))
+
+    listed = files()
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "ok", done.stderr[-3000:]
+    assert files() == listed
