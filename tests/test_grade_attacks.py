@@ -7,7 +7,7 @@ feedback alone must hold:
 * ``silencer`` has no answer: it prints every line of source it can reach and silences every
   error the kernel would show (the attack that earned 2 of 8 points when a test passed by
   printing a completion marker);
-* ``forger`` (the demo class's, see ``autograder.course.demo.FORGER``) has no answer either: its functions
+* ``forger`` (the demo class's, see ``autograder.course.forger.FORGER``) has no answer either: its functions
   return an object that absorbs every use, and a thread of its rewrites the kernel's recorder so
   that every check records True and every value comparison records the expected side the notebook
   pairs with the same expression elsewhere; its errors are silenced too (every test passes in the

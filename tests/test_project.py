@@ -222,3 +222,24 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "ok", done.stderr[-3000:]
     assert files() == listed
+
+
+# Sent whole into a kernel as one closure, so that nothing of them is left in the student's namespace.
+LONG_FUNCTIONS = {"autograder/inside/guard.py:install", "autograder/inside/recorder.py:install"}
+
+
+def test_the_graders_modules_are_small_and_its_functions_short():
+    """No module of the grader over 400 lines; no function over 80 but those that say why above."""
+    import ast
+
+    long_modules, long_functions = [], []
+    for path in sorted((ROOT / "autograder").rglob("*.py")):
+        name = str(path.relative_to(ROOT))
+        text = path.read_text()
+        if text.count("\n") > 400:
+            long_modules.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80 \
+                    and f"{name}:{node.name}" not in LONG_FUNCTIONS:
+                long_functions.append(f"{name}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert long_modules == [] and long_functions == [], (long_modules, long_functions)
