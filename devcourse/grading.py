@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterator, Literal
-from unittest import mock
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -185,12 +184,8 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
             raise RuntimeError(f"invalid device id {index}: {count} simulated CUDA devices")
         return f"{name} {index}"
 
-    with contextlib.ExitStack() as stack:
-        patch = stack.enter_context
-        patch(mock.patch.object(torch.cuda, "is_available", lambda: count > 0))
-        patch(mock.patch.object(torch.cuda, "device_count", lambda: count))
-        patch(mock.patch.object(torch.cuda, "current_device", lambda: 0))
-        patch(mock.patch.object(torch.cuda, "get_device_name", device_name))
+    with _replaced(torch.cuda, is_available=lambda: count > 0, device_count=lambda: count,
+                   current_device=lambda: 0, get_device_name=device_name):
         yield
 
 
@@ -206,8 +201,7 @@ def simulated_mps(available: bool = True) -> Iterator[None]:
 
     Introduced in 00_environment.
     """
-    with mock.patch.object(torch.backends.mps, "is_available", lambda: available), \
-            mock.patch.object(torch.backends.mps, "is_built", lambda: available):
+    with _replaced(torch.backends.mps, is_available=lambda: available, is_built=lambda: available):
         yield
 
 
@@ -241,8 +235,26 @@ def recorded_autocast() -> Iterator[list[tuple[str, torch.dtype | None, bool]]]:
     def exit_(self, *exc):
         return False if self.recorded_only else real_exit(self, *exc)
 
-    with mock.patch.multiple(cls, __init__=init, __enter__=enter, __exit__=exit_):
+    with _replaced(cls, __init__=init, __enter__=enter, __exit__=exit_):
         yield calls
+
+
+@contextlib.contextmanager
+def _replaced(owner: object, **attributes) -> Iterator[None]:
+    """``owner``'s ``attributes`` replaced for the block, then put back as they were. torch has no seam for
+    reporting another machine's devices, so the simulated machines stand in for its functions, as a test double."""
+    missing = object()
+    saved = {name: vars(owner).get(name, missing) for name in attributes}
+    for name, value in attributes.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:  # it was inherited: the owner's own goes, the inherited one shows again
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
 
 
 def _index_of(device: object) -> int:

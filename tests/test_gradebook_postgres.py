@@ -213,47 +213,39 @@ def test_a_course_directory_keeps_its_gradebook_in_postgresql(server, tmp_path):
         assert str(book.find_assignment(ASSIGNMENT).duedate) == "2026-09-07 17:00:00"
 
 
-def test_a_new_gradebook_gets_nbgraders_migration_head_without_starting_alembic(tmp_path):
-    """nbgrader stamps a new gradebook with what the ``alembic heads`` command prints; the grader reads it itself."""
-    import sqlite3
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_gradebook_made_ahead_is_nbgraders_own_without_starting_alembic(database, tmp_path, request):
+    """nbgrader stamps a new gradebook with what the ``alembic heads`` command prints; the grader makes it ahead,
+    with the head read in its own process, and nbgrader finds it made: it starts no command and stamps nothing."""
+    import subprocess
     from unittest import mock
 
     import nbgrader.api
-
-    from autograder.course.config import tool_env
-
-    with mock.patch.dict(os.environ, {"PATH": tool_env()["PATH"]}):
-        printed = nbgrader.api.get_alembic_version()  # nbgrader's way: the command
-    with grading_environment(), mock.patch("subprocess.check_output", side_effect=AssertionError("alembic started")):
-        with nbgrader.api.Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}"):
-            pass
-    with sqlite3.connect(tmp_path / "gradebook.db") as db:
-        assert list(db.execute("SELECT version_num FROM alembic_version")) == [(printed,)]
-
-
-@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_while_grading_nbgraders_gradebooks_of_one_url_share_one_engine(database, tmp_path, request):
-    """nbgrader makes an engine per gradebook, and SQLAlchemy compiled every query again for each: in the
-    grader's block the gradebooks of one URL share one, which serves on after a gradebook is closed."""
     import psycopg
-    from nbgrader.api import Gradebook
+    import sqlalchemy
+
+    from autograder.course.config import tools_on_path
+    from autograder.record.gradebook import ready_gradebook
 
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     if database == "postgresql":
         server = request.getfixturevalue("server")
         with psycopg.connect(server["url"].replace("/gradebook", "/postgres"), autocommit=True) as admin:
-            admin.execute("CREATE DATABASE engines")
-        url = server["url"].replace("/gradebook", "/engines")
-    with grading_environment():
-        with Gradebook(url) as first:
-            first.add_student("ada")
-            engine = first.engine
-        with Gradebook(url) as second:
-            assert second.engine is engine
-            assert [student.id for student in second.students] == ["ada"]
-    with Gradebook(url) as after:
-        assert after.engine is not engine, "outside the block, nbgrader's own way"
-        assert [student.id for student in after.students] == ["ada"]
+            admin.execute("CREATE DATABASE ahead")
+        url = server["url"].replace("/gradebook", "/ahead")
+    with tools_on_path():
+        printed = nbgrader.api.get_alembic_version()  # nbgrader's way: the command
+    ready_gradebook(url)
+    with mock.patch.object(subprocess, "check_output", side_effect=AssertionError("alembic started")):
+        with nbgrader.api.Gradebook(url) as book:
+            book.add_student("ada")
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as connection:
+        assert list(connection.execute(sqlalchemy.text("SELECT version_num FROM alembic_version"))) == [(printed,)]
+    engine.dispose()
+    ready_gradebook(url)  # made already: left as it is
+    with nbgrader.api.Gradebook(url) as book:
+        assert [student.id for student in book.students] == ["ada"]
 
 
 def test_unreachable_gradebook_is_a_clear_error_before_grading(tmp_path, capsys):
