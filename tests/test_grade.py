@@ -797,7 +797,8 @@ from autograder.prepare.job import strict_comparisons
 from autograder.inside import guard
 from autograder.run.kernel import source_of
 exec(source_of(guard))
-install("_guard_for_test")
+from autograder.course.profile import DeviceCourse
+install("_guard_for_test", **DeviceCourse.kernel.as_dict())
 
 class Lying(torch.Tensor):  # says yes to every comparison
     @classmethod
@@ -860,7 +861,8 @@ def test_the_canary_grades_each_assignment_that_has_submissions_and_its_referenc
 def test_the_key_of_a_reference_is_the_same_whichever_folder_the_grader_starts_in(tmp_path):
     """`make grade` starts in the repository's root, an instructor's own command may start elsewhere: the references
     kept on one day must serve the other (the root holds the course's metadata, found there a second time)."""
-    code = "from autograder.judge import reference; print(reference.this_machine())"
+    code = ("from autograder.judge import reference; "
+            "print(reference.this_machine('autograder.course.profile.DeviceCourse'))")
     root = Path(paths.ROOT)
     env = dict(os.environ, PYTHONPATH=str(root))
     keys = [subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,

@@ -13,7 +13,10 @@ import torch
 
 from autograder.inside import recorder
 from autograder.judge import compare
+from autograder.course.profile import DeviceCourse
 from autograder.prepare import probes
+
+PLAIN_TENSOR = DeviceCourse.kernel.plain_tensor  # the course's checks trust its simulated device's tensors
 
 TEST = '''"""name_of() names the device; ones_on() makes ones there."""
 from devcourse.grading import check_on_devices, assert_tensor
@@ -45,7 +48,7 @@ def run(source: str, answers: str, reference: bool) -> dict:
     """Run a test's probe after ``answers`` in a fresh namespace; return what the recorder published."""
     name = "_probe_" + secrets.token_hex(4)
     published = []
-    recorder.install(name, publish=published.append)
+    recorder.install(name, publish=published.append, plain_tensor=PLAIN_TENSOR)
     try:
         namespace = {"torch": torch}
         exec(answers, namespace)
@@ -149,7 +152,7 @@ def test_a_probe_that_stops_early_or_goes_on_fails(reference):
 
 def test_values_compare_as_they_do_in_the_kernel():
     enc = {}
-    recorder.install("_probe_enc", publish=lambda payload: enc.update(payload))
+    recorder.install("_probe_enc", publish=lambda payload: enc.update(payload), plain_tensor=PLAIN_TENSOR)
     try:
         rec = builtins.__dict__["_probe_enc"]
         rec.begin()
@@ -172,7 +175,7 @@ def test_values_compare_as_they_do_in_the_kernel():
 def encoded(value):
     """``value`` as the kernel's recorder encodes it."""
     out = {}
-    recorder.install("_probe_t", publish=lambda payload: out.update(payload))
+    recorder.install("_probe_t", publish=lambda payload: out.update(payload), plain_tensor=PLAIN_TENSOR)
     try:
         rec = builtins.__dict__["_probe_t"]
         rec.begin()

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 from autograder.course.demo import SUBMITTED
+from autograder.course.profile import DeviceCourse
 from autograder.run import watch, zygote
 from autograder.run.watch import RUN_MARKER, processes_of, tree_usage
 
@@ -242,7 +243,7 @@ def test_a_zygote_that_cannot_import_says_why(tmp_path):
     broken.mkdir()
     (broken / "numpy.py").write_text("raise ImportError('numpy is broken here')\n")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{broken}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    handle = zygote.Zygote(env, ROOT)
+    handle = zygote.Zygote(env, ROOT, DeviceCourse.kernel.packages)
     try:
         with pytest.raises(zygote.ZygoteUnavailable, match="numpy is broken here"):
             handle.spawn(tmp_path / "job.json", 1, False, dict(os.environ))

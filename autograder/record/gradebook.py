@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from autograder.course.config import config_of, tools_on_path
+from autograder.course.config import config_of, course_directory, tools_on_path
 from autograder.run import sandbox
 from autograder.settings import GRADEBOOK_ENV, Settings
 
@@ -42,14 +42,13 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
     overrides.CourseDirectory.source_directory = "source"
     overrides.CourseDirectory.release_directory = "release"
     overrides.CourseDirectory.submitted_directory = EXECUTED
-    overrides.CourseDirectory.db_url = db_url or config.CourseDirectory.db_url
+    overrides.CourseDirectory.db_url = db_url or course_directory(workdir).db_url
     # The notebooks arrive executed by the sandboxed runner: nbgrader must neither clear nor re-run them.
     overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                                   CheckCellMetadata]
     overrides.Autograde.autograde_preprocessors = [LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
     overrides.GenerateFeedback.exporter_class = "autograder.record.feedback.FeedbackExporter"
     config.merge(overrides)
-    ready_gradebook(overrides.CourseDirectory.db_url)
     return NbGraderAPI(config=config)
 
 
@@ -147,7 +146,7 @@ def gradebook_url(settings: Settings, workdir: Path) -> str:
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         return settings.db_url or os.environ[GRADEBOOK_ENV]
     if (Path(workdir) / "nbgrader_config.py").is_file():
-        return config_of(workdir).CourseDirectory.db_url
+        return course_directory(workdir).db_url
     return f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
 
 

@@ -20,11 +20,17 @@ from autograder.run.watch import RUN_MARKER
 TRACEBACK_SOURCE = "__import__('IPython.core.ultratb').core.ultratb.FAST_THRESHOLD = -1\n"
 
 
-def first_cell(recorder_name: str, guard_name: str) -> str:
+def first_cell(recorder_name: str, guard_name: str, kernel: dict) -> str:
     """What a grading kernel runs first: frames shown raw, then the recorder and the guard installed under the
-    run's names (the recorder first, so that the guard's snapshot holds it and puts it back before each test)."""
-    return (TRACEBACK_SOURCE + source_of(recorder) + f"\ninstall({recorder_name!r})\ndel install\n"
-            + source_of(guard) + f"\ninstall({guard_name!r})\ndel install\n")
+    run's names (the recorder first, so that the guard's snapshot holds it and puts it back before each test),
+    the guard with what the course's kernels import and run first (``kernel``: the job's ``KernelSetup``)."""
+    setup = {key: kernel.get(key) or default for key, default in (("packages", ()), ("setup", ""),
+                                                                   ("plain_tensor", ""))}
+    return (TRACEBACK_SOURCE + source_of(recorder)
+            + f"\ninstall({recorder_name!r}, plain_tensor={setup['plain_tensor']!r})\ndel install\n"
+            + source_of(guard)
+            + f"\ninstall({guard_name!r}, packages={tuple(setup['packages'])!r}, setup={setup['setup']!r}, "
+              f"plain_tensor={setup['plain_tensor']!r})\ndel install\n")
 
 
 @functools.cache

@@ -94,7 +94,8 @@ class Session:
         if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox
             os.makedirs(self.home, exist_ok=True)
         self.killed, self.finished = threading.Event(), threading.Event()
-        self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"]))
+        self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"],
+                                                          job.get("kernel", {})))
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
         self.client = NotebookClient(self.nb, km=self.km, timeout=job["cell_timeout_s"], allow_errors=True,
                                      kernel_name=KERNEL, store_widget_state=False, interrupt_on_timeout=False,

@@ -124,12 +124,13 @@ class Zygote:
     :meth:`close`.
 
     ``env`` is the kernel's environment (the zygote's and every runner's until it has its job), or a function
-    that gives it when the zygote starts; ``cwd`` its folder. The last lines the zygote printed are kept
-    (``output``) and quoted when it fails.
+    that gives it when the zygote starts; ``cwd`` its folder; ``packages`` what the course's kernels import
+    (:class:`autograder.course.profile.KernelSetup`), which the zygote imports ahead. The last lines the zygote
+    printed are kept (``output``) and quoted when it fails.
     """
 
-    def __init__(self, env, cwd: Path):
-        self.env, self.cwd = env, cwd
+    def __init__(self, env, cwd: Path, packages: tuple[str, ...] = ()):
+        self.env, self.cwd, self.packages = env, cwd, tuple(packages)
         self.output: collections.deque[str] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
         self.started = self.closed = False
@@ -160,7 +161,7 @@ class Zygote:
             try:
                 self.process = subprocess.Popen(
                     [sys.executable, "-m", "autograder.run.zygote_process", str(theirs.fileno()), str(os.getpid()),
-                     "-" * TITLE_ROOM],
+                     json.dumps(self.packages), "-" * TITLE_ROOM],
                     pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
             except OSError as error:

@@ -29,8 +29,9 @@ _PRELOADED: set[str] = set()  # the modules in the zygote once it has imported w
 _LAUNCHER_ONLY = ("resource",)  # imported on the way to a kernel (the launcher's limits); not by a fresh kernel
 
 
-def preload() -> None:
-    """Import what every grading kernel imports before a submission's first cell, and nothing of the grader's."""
+def preload(packages: list[str]) -> None:
+    """Import what every grading kernel imports before a submission's first cell (ipykernel, IPython and the
+    course's kernel ``packages``, as the guard imports them), and nothing of the grader's."""
     import importlib
     import pkgutil
 
@@ -40,17 +41,14 @@ def preload() -> None:
     import ipykernel.kernelapp  # noqa: F401
     import ipykernel.zmqshell  # noqa: F401
     import IPython  # noqa: F401
-    import numpy  # noqa: F401
-    import torch
-    import torch.nn  # noqa: F401
-    import torch.testing  # noqa: F401
-    from torch._subclasses import fake_tensor  # noqa: F401
 
-    import devcourse
-
-    for info in pkgutil.iter_modules(devcourse.__path__):
-        importlib.import_module(f"devcourse.{info.name}")
-    if torch.cuda.is_initialized() or _in_bad_fork_for_cuda():
+    for package in packages:
+        module = importlib.import_module(package.removesuffix(".*"))
+        if package.endswith(".*"):
+            for info in pkgutil.iter_modules(module.__path__):
+                importlib.import_module(f"{module.__name__}.{info.name}")
+    torch = sys.modules.get("torch")
+    if torch is not None and (torch.cuda.is_initialized() or _in_bad_fork_for_cuda()):
         raise RuntimeError("CUDA was started while importing; a kernel forked from here could not use it")
     _PRELOADED.update(sys.modules)
 
@@ -67,7 +65,7 @@ def _in_bad_fork_for_cuda() -> bool:
     return os.waitstatus_to_exitcode(status) != 0
 
 
-def serve(sock_fd: int, grader: int) -> None:
+def serve(sock_fd: int, grader: int, packages: list[str]) -> None:
     """The zygote's loop: fork a runner when asked, pass on signals to runners, report each runner's end."""
     _STARTED_WITH.update({signum: handler for signum in _SIGNALS if (handler := signal.getsignal(signum)) is not None})
     # A runner handles these three, so its kernel starts with Python's defaults for them, whatever the grader
@@ -80,7 +78,7 @@ def serve(sock_fd: int, grader: int) -> None:
     sock = socket.socket(fileno=sock_fd)
     _FRESH_PATH[:] = sys.path[1:]
     try:
-        preload()
+        preload(packages)
     except BaseException as error:  # noqa: BLE001 - the grader starts its runners fresh, and says why
         sock.send(json.dumps({"failed": f"{type(error).__name__}: {error}"}).encode())
         return
@@ -356,11 +354,12 @@ def run_kernel_here(command: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or not (sys.argv[1].isdigit() and sys.argv[2].isdigit()):
-        sys.exit("usage: python -m autograder.run.zygote_process SOCKET_FD GRADER_PID ROOM (started by the grader)")
+    if len(sys.argv) != 5 or not (sys.argv[1].isdigit() and sys.argv[2].isdigit()):
+        sys.exit("usage: python -m autograder.run.zygote_process SOCKET_FD GRADER_PID PACKAGES_JSON ROOM "
+                 "(started by the grader)")
     skip_unused_imports()
     retitle([sys.executable, "-m", "autograder.run.zygote_process", sys.argv[1], sys.argv[2]])
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]))
     # Without the interpreter's teardown of torch, numpy and IPython (about 0.5 s, which the grader waits
     # for when it closes the zygote): nothing of the zygote's needs it, as for the runners it forks.
     sys.stdout.flush()
