@@ -215,7 +215,8 @@ for name, was, now in zip(("environment", "signal handlers", "working folder", "
 print("ok")
 '''
     def files() -> list[str]:
-        skipped = {".git", ".venv", "__pycache__", ".grimp_cache"}
+        # build/ and the tools' caches are where other tests, running beside this one, write
+        skipped = {".git", ".venv", "__pycache__", ".grimp_cache", ".ruff_cache", ".pytest_cache", "build"}
         return sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if not skipped & set(p.parts))
 
     listed = files()

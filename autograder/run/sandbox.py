@@ -95,7 +95,7 @@ class Isolation:
                      f"{by_linux}), " if max_processes else "")
             lines += [
                 "network: enforced, loopback only (network namespace)",
-                "files: enforced, own working copy only; Python environment and devcourse read-only "
+                "files: enforced, own working copy only; the Python environment and the course's packages read-only "
                 f"(mount namespace, {who})",
                 f"processes: enforced, {count}all killed with the kernel (PID namespace)",
             ]

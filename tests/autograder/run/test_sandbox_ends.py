@@ -76,7 +76,7 @@ def _start(spec_path: Path, mark: str) -> tuple[subprocess.Popen, int, int, int]
     """
     count = 4 if json.loads(spec_path.read_text())["namespaces"] else 3
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(spec_path), KERNEL, mark], stdout=subprocess.PIPE,
-                              text=True, cwd=Path(__file__).resolve().parents[1])
+                              text=True, cwd=Path(__file__).resolve().parents[3])
     launcher = int(parent.stdout.readline())
     deadline = time.monotonic() + 30
     while len(marked(mark)) < count and time.monotonic() < deadline:

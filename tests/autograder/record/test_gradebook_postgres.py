@@ -7,9 +7,7 @@ over TCP as several graders would use it, and stops it afterwards.
 """
 
 import csv
-import glob
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support.servers import PASSWORD, free_port
 
 from autograder.cli import grade
 from autograder.course import demo
@@ -33,91 +32,7 @@ from autograder.settings import GRADEBOOK_ENV
 
 ASSIGNMENT = "00_environment"
 STUDENTS = {"grader_a": ["ada", "grace"], "grader_b": ["linus", "margaret"]}
-PASSWORD = "s3cret-for-the-test"
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _server_binaries() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    if not found:
-        pytest.fail("PostgreSQL is not installed: `make postgres` installs Debian's postgresql package "
-                    "(make test does it first).")
-    return Path(found[-1]).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    """A PostgreSQL cluster of our own; yields the URL of an empty ``gradebook`` database."""
-    binaries = _server_binaries()
-    # Not under pytest's temporary folder: that one is private to the user running the tests.
-    with tempfile.TemporaryDirectory(prefix="course-postgres-") as folder:
-        yield from _cluster(binaries, Path(folder))
-
-
-def _cluster(binaries: Path, home: Path):
-    """Initialise a cluster in ``home`` and run its server; yields its URL and port, stops it afterwards.
-
-    The server is a child of this process (no ``pg_ctl``, which detaches it) and gets SIGINT, a fast
-    shutdown, when this process ends, however it ends: a test run that is killed leaves no server behind.
-    """
-    data, sockets, log = home / "data", home / "sockets", home / "server.log"
-    sockets.mkdir()
-    (home / "pw").write_text(PASSWORD + "\n")
-    # PostgreSQL refuses to run as root; Debian's package creates the `postgres` user for it.
-    as_user: list[str] = []
-    user = None
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        home.chmod(0o755)
-        for path in [home, sockets, home / "pw"]:  # the server writes its data and log next to them
-            os.chown(path, user.pw_uid, user.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-
-    def run(*command: str) -> None:
-        done = subprocess.run([*as_user, *command], capture_output=True, text=True, cwd=home)
-        assert done.returncode == 0, f"{command[0]} failed:\n{done.stdout}\n{done.stderr}\n" + \
-            (log.read_text() if log.exists() else "")
-
-    port = _free_port()
-    run(str(binaries / "initdb"), "-D", str(data), "-U", "grader", f"--pwfile={home / 'pw'}",
-        "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync")
-    with open(log, "w") as handle:
-        if user:
-            os.chown(log, user.pw_uid, user.pw_gid)
-        server = subprocess.Popen(
-            sandbox.tethered([str(binaries / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
-                              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], signal.SIGINT,
-                             uid=user.pw_uid if user else None, gid=user.pw_gid if user else None),
-            cwd=home, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        import psycopg
-
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, f"postgres exited with {server.returncode}:\n{log.read_text()}"
-            try:
-                admin = psycopg.connect(host="127.0.0.1", port=port, user="grader", password=PASSWORD,
-                                        dbname="postgres", autocommit=True, connect_timeout=5)
-                break
-            except psycopg.OperationalError:
-                assert time.monotonic() < deadline, f"postgres did not answer within 60 s:\n{log.read_text()}"
-                time.sleep(0.2)
-        with admin:
-            admin.execute("CREATE DATABASE gradebook")
-        yield {"url": f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook", "port": port, "pid": server.pid}
-    finally:
-        server.send_signal(signal.SIGINT)  # fast shutdown: ends the sessions, writes nothing more
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _class_of(students: list[str], folder: Path, rename: dict[str, str] | None = None) -> Path:
@@ -249,7 +164,7 @@ def test_a_gradebook_made_ahead_is_nbgraders_own_without_starting_alembic(databa
 
 
 def test_unreachable_gradebook_is_a_clear_error_before_grading(tmp_path, capsys):
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     url = f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook"
     submitted = _class_of(["ada"], tmp_path / "submitted")
     with pytest.raises(SystemExit) as stop:
@@ -293,9 +208,9 @@ def test_the_server_stops_when_the_test_process_is_killed():
     child_code = f'''
 import os, signal, sys
 from pathlib import Path
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_gradebook_postgres import _cluster, _server_binaries
-cluster = _cluster(_server_binaries(), Path(sys.argv[1]))  # kept: a generator dropped would stop the server
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from support.servers import postgres_binaries, postgres_cluster
+cluster = postgres_cluster(postgres_binaries(), Path(sys.argv[1]))  # kept: a generator dropped would stop the server
 info = next(cluster)
 print(info["pid"], info["port"], flush=True)
 os.kill(os.getpid(), signal.SIGKILL)

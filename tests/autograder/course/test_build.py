@@ -2,7 +2,7 @@
 
 That every solution passes every test, hidden ones included, is proven by
 nbval running ``solutions/`` (a failing test is a cell that raises) and by the
-grader giving the demo student ``ada`` full marks (``tests/test_grade.py``);
+grader giving the demo student ``ada`` full marks (``tests/autograder/batch/test_grade.py``);
 ``make both-ways`` runs nbgrader's own validate on them too. Here: the
 student versions pass none.
 """

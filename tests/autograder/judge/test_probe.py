@@ -11,9 +11,9 @@ import secrets
 import pytest
 import torch
 
+from autograder.course.profile import DeviceCourse
 from autograder.inside import recorder
 from autograder.judge import compare
-from autograder.course.profile import DeviceCourse
 from autograder.prepare import probes
 
 PLAIN_TENSOR = DeviceCourse.kernel.plain_tensor  # the course's checks trust its simulated device's tensors

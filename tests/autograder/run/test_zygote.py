@@ -26,7 +26,7 @@ from autograder.course.profile import DeviceCourse
 from autograder.run import watch, zygote
 from autograder.run.watch import RUN_MARKER, processes_of, tree_usage
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ASSIGNMENT = "00_environment"
 pytestmark = pytest.mark.skipif(zygote.usable() != "", reason=f"no zygote here: {zygote.usable()}")
 

@@ -432,7 +432,7 @@ def test_every_layer_the_course_uses_trains_on_sim1_as_on_the_cpu():
 
 def test_the_process_survives_hundreds_of_random_operators():
     result = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "tests/simdevice_fuzz.py", "0", "400"],
+        [sys.executable, "-X", "faulthandler", "tests/simdevice/simdevice_fuzz.py", "0", "400"],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, f"crashed after: {result.stdout.splitlines()[-1:]}\n{result.stderr[-2000:]}"

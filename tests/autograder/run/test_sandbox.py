@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from autograder.course.profile import DeviceCourse
 from autograder.run import sandbox
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Runs inside the sandbox and reports what it finds, as JSON on its last line.
 LOOK_AROUND = r'''
@@ -58,7 +59,8 @@ def _look_around(user_namespace: bool) -> dict:
         assert str(ROOT / "tests") in sys.path
         hide = [str(ROOT), str(folder)]
         spec = sandbox.Spec(workdir=str(work), namespaces=True, user_namespace=user_namespace,
-                            hide=hide, read_only=sandbox.python_paths(hide), read_write=[str(work)])
+                            hide=hide, read_only=sandbox.python_paths(hide, DeviceCourse().package_folders()),
+                            read_write=[str(work)])
         if spec.as_nobody:
             folder.chmod(0o755)
             os.chown(work, sandbox.NOBODY, sandbox.NOBODY)

@@ -36,8 +36,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, _free_port, _tail, stop_lab
-from test_grade import _table_dump  # every row of every table of a folder's gradebook.db
+from support.gradebooks import table_dump
+from support.lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, stop_lab
+from support.servers import free_port, tail
 
 from autograder.course.config import course_config
 from autograder.course.demo import SUBMITTED
@@ -197,7 +198,7 @@ def review_in_formgrader(term: Term, body: str) -> dict[str, float]:
     failed test. Return each student's raw score after it."""
     lines = body.strip().splitlines()
     assert lines[-1] == "jupyter lab", "the formgrader block ends with the command that starts JupyterLab"
-    port, token = _free_port(), secrets.token_hex(24)
+    port, token = free_port(), secrets.token_hex(24)
     flags = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
              f"--IdentityProvider.token={token}"] + (["--allow-root"] if os.geteuid() == 0 else [])
     script = term.script("\n".join(lines[:-1] + ["exec jupyter lab " + " ".join(flags)]))
@@ -210,12 +211,12 @@ def review_in_formgrader(term: Term, body: str) -> dict[str, float]:
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert server.poll() is None, f"JupyterLab exited:\n{_tail(log_path)}"
+            assert server.poll() is None, f"JupyterLab exited:\n{tail(log_path)}"
             try:
                 urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5).read()
                 break
             except OSError:
-                assert time.monotonic() < deadline, f"JupyterLab did not answer within 60 s:\n{_tail(log_path)}"
+                assert time.monotonic() < deadline, f"JupyterLab did not answer within 60 s:\n{tail(log_path)}"
                 time.sleep(0.2)
         scores = []
         for student, points in WRITTEN_SCORES.items():  # formgrader lists them as needing manual grading
@@ -280,7 +281,7 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
         elif "autograder grade" in body:
             if not grading_runs:  # the first grading judges by the references made ahead: no canary runs
                 assert references_ahead and f"not made again: {ASSIGNMENT}/{ASSIGNMENT}" in output, output
-            grading_runs.append((_table_dump(course), sorted(
+            grading_runs.append((table_dump(course), sorted(
                 (p, p.read_bytes()) for p in (course / "feedback").rglob("*.html"))))
             rows = {r["student"]: r for r in csv_rows(course / "scores.csv") if r["assignment"] == ASSIGNMENT}
             assert (rows["alice"]["score"], rows["bob"]["score"]) == ("8", "5"), rows

@@ -29,7 +29,7 @@ from autograder.record.state import STATE, read_state
 from autograder.run import cgroups
 from autograder.run.watch import RUN_MARKER, processes_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ASSIGNMENT = "00_environment"
 
 WAITING_ANSWER = '''\

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support.gradebooks import table_dump
 from traitlets.utils.importstring import import_item
 
 from autograder.cli import grade
@@ -371,26 +372,6 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
     assert 'href="#1.-Reproduce-the-error"' in grace and 'id="1.-Reproduce-the-error"' in grace
 
 
-def _table_dump(workdir) -> dict[str, list[tuple]]:
-    """Every row of every table of the work folder's gradebook, sorted."""
-    return _gradebook_dump(f"sqlite:///{workdir / 'gradebook.db'}")
-
-
-def _gradebook_dump(url: str) -> dict[str, list[tuple]]:
-    """Every row of every table of the gradebook at ``url`` (SQLite or PostgreSQL), sorted."""
-    from sqlalchemy import MetaData, create_engine, select
-
-    engine = create_engine(url)
-    try:
-        tables = MetaData()
-        tables.reflect(engine)
-        with engine.connect() as db:
-            return {name: sorted((tuple(row) for row in db.execute(select(table))), key=repr)
-                    for name, table in tables.tables.items()}
-    finally:
-        engine.dispose()
-
-
 def _pair_rows(workdir) -> dict[tuple[str, str], list[tuple]]:
     """Each (student, assignment)'s grades and comments, by cell, without the rows' ids."""
     query = """SELECT sa.student_id, a.name, nb.name, bc.name, g.auto_score, g.manual_score, g.needs_manual_grade,
@@ -408,12 +389,12 @@ def _pair_rows(workdir) -> dict[tuple[str, str], list[tuple]]:
 
 def test_grading_again_grades_nothing_and_a_regrade_replaces_only_its_own_rows(run):
     workdir, rows = run
-    before, pairs = _table_dump(workdir), _pair_rows(workdir)
+    before, pairs = table_dump(workdir), _pair_rows(workdir)
     feedback = {p: p.read_bytes() for p in (workdir / "feedback").rglob("*.html")}
     started = time.monotonic()
     assert grade.main(["--workdir", str(workdir), "--quiet"]) == 0
     assert time.monotonic() - started < 60, "the second run graded again"
-    assert _table_dump(workdir) == before, "grading again changed the gradebook"
+    assert table_dump(workdir) == before, "grading again changed the gradebook"
     with (workdir / "scores.csv").open() as handle:
         again = {(row["student"], row["assignment"]): row for row in csv.DictReader(handle)}
     assert {k: r["score"] for k, r in again.items()} == {k: r["score"] for k, r in rows.items()}
@@ -873,8 +854,8 @@ def test_the_key_of_a_reference_is_the_same_whichever_folder_the_grader_starts_i
 def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path):
     """A reference the work folder keeps from an older run (another solution, grader or machine) is not called ready.
 
-    The real run that records what it checked is played in tests/test_term.py (``--canary all`` before any
-    submission).
+    The real run that records what it checked is played in tests/autograder/cli/test_term.py (``--canary all``
+    before any submission).
     """
     from autograder.judge.reference import REFERENCES
     from autograder.record.state import write_state

@@ -4,7 +4,7 @@ One cluster for the module. The demo class's 00_environment is graded through
 it while a worker is killed (SIGKILL) in the middle of a student's job: its
 job runs again on the other worker, every submission is graded once, with the
 scores ``make grade`` gives on this machine's cores (``expected_scores.csv``,
-which ``tests/test_grade.py`` checks against the local pool), into a gradebook
+which ``tests/autograder/batch/test_grade.py`` checks against the local pool), into a gradebook
 on a real PostgreSQL server, as docs/cluster.md tells a cluster's grader to
 keep it. Then what a cluster cannot grade with: a worker whose Python lacks
 the course (the only one that offers the GPU resource, with ``--gpu-jobs``),
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_browser import _free_port, stop_lab  # a server's free port; SIGTERM, then its group's SIGKILL
-from test_grade import _gradebook_dump  # every table of a gradebook, rows sorted
-from test_gradebook_postgres import server  # noqa: F401 - the fixture: a PostgreSQL server of the module's own
+from support.gradebooks import gradebook_dump
+from support.lab import stop_lab
+from support.servers import free_port
 
 from autograder.cli import grade
 from autograder.course import demo
@@ -85,7 +85,7 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def gradebook(server):  # noqa: F811 - the fixture imported above, which pytest passes in
+def gradebook(server):
     """The URL of an empty gradebook database on the module's PostgreSQL server."""
     return server["url"]
 
@@ -148,7 +148,7 @@ def test_a_class_graded_on_the_cluster_survives_a_killed_worker_with_the_local_p
     assert sorted(r["student"] for r in rows) == sorted(STUDENTS), "a submission is missing or counted twice"
     expected = _expected()
     assert {r["student"]: r["score"] for r in rows} == {s: expected[s] for s in STUDENTS}
-    tables = _gradebook_dump(gradebook)
+    tables = gradebook_dump(gradebook)
     graded_ones = [s for s in STUDENTS if expected[s]]  # not oscar's, which was never graded
     assert len(tables["submitted_assignment"]) == len(graded_ones) < len(STUDENTS)
     # one grade per graded cell of each submission: the job that ran twice wrote its grades once
@@ -230,7 +230,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
 
     shutil.copytree(DEMO_CLASS / "ada" / ASSIGNMENT, tmp_path / "submitted" / "ada" / ASSIGNMENT)
     earlier = graded[0] / "work"
-    before = _gradebook_dump(gradebook)
+    before = gradebook_dump(gradebook)
     started: dict[str, subprocess.Popen] = {"bare": bare()}
     try:
         with Client(address, timeout=30, set_as_default=False) as client:
@@ -277,7 +277,7 @@ def test_a_worker_without_the_course_stops_grading_with_the_reason(cluster, grad
     assert regraded == 2, second
     assert second.startswith("grading stopped: the Dask cluster") and "-ada-" in second, second
     assert "ModuleNotFoundError" in second and f"Not graded: ada/{ASSIGNMENT}" in second, second
-    assert _gradebook_dump(gradebook) == before, "the stopped regrade changed the gradebook"
+    assert gradebook_dump(gradebook) == before, "the stopped regrade changed the gradebook"
 
 
 def test_a_worker_that_cannot_build_the_sandbox_stops_grading_with_the_reason(cluster, tmp_path, capsys):
@@ -449,7 +449,7 @@ def test_workers_that_keep_dying_in_a_job_stop_grading_with_the_reason(cluster, 
 def test_a_scheduler_that_does_not_answer_is_a_clear_error_within_seconds_and_nothing_is_written(tmp_path, capsys):
     work = tmp_path / "work"
     started = time.monotonic()
-    code = grade.main(["--scheduler", f"tcp://127.0.0.1:{_free_port()}", "--workdir", str(work), "--quiet"])
+    code = grade.main(["--scheduler", f"tcp://127.0.0.1:{free_port()}", "--workdir", str(work), "--quiet"])
     assert code == 2 and time.monotonic() - started < 10
     assert "no Dask scheduler answered at tcp://127.0.0.1:" in capsys.readouterr().err
     assert not work.exists(), "a work folder was written"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-COURSE = Path(__file__).resolve().parent / "fixtures" / "stats101"
+ROOT = Path(__file__).resolve().parents[3]
+COURSE = Path(__file__).resolve().parents[2] / "fixtures" / "stats101"
 ASSIGNMENT = "ps1"
 
 
