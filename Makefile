@@ -103,7 +103,7 @@ test: $(READY) browser postgres slurm
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 mistakes: $(READY)
-	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/test_mistakes.py
+	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/mistakes/test_mistakes.py
 
 course: $(READY)
 	$(BIN)/python -m autograder build course

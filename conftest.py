@@ -41,17 +41,18 @@ _real_stderr = None  # standard error before any test's output is captured (see 
 
 # The files that take longest (minutes each on two cores), longest first.
 LONGEST_FIRST = [
-    "tests/test_mistakes.py",
-    "tests/test_grade.py",
-    "tests/test_pipeline.py",
-    "tests/test_browser.py",
-    "tests/test_grade_attacks.py",
+    "tests/mistakes/test_mistakes.py",
+    "tests/autograder/batch/test_grade.py",
+    "tests/autograder/course/test_build.py",
+    "tests/devcourse/test_browser.py",
+    "tests/autograder/batch/test_grade_attacks.py",
     "solutions/07_multi_device_training/07_multi_device_training.ipynb",
-    "tests/test_term.py",
-    "tests/test_grade_stopped.py",
+    "tests/autograder/cli/test_term.py",
+    "tests/autograder/batch/test_grade_stopped.py",
     "tests/test_project.py",
-    "tests/test_gradebook_postgres.py",
-    "tests/test_cluster.py",
+    "tests/autograder/record/test_gradebook_postgres.py",
+    "tests/autograder/run/test_cluster.py",
+    "tests/autograder/cli/test_other_course.py",
 ]
 
 

@@ -69,6 +69,9 @@ class Settings:
     # the local pool forks runners and kernels from one process with torch imported (Linux, with namespaces)
     zygote: bool = True
     gpu_jobs: bool = False  # on a Dask cluster, each job asks for the resource GPU=1
+    # the course's grading profile, a CourseProfile's import string ("": the plain one; None: the one the course's
+    # nbgrader_config.py names, autograder.course.profile)
+    profile: str | None = None
 
     @property
     def on_cluster(self) -> bool:

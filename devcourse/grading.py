@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterator, Literal
-from unittest import mock
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -296,14 +295,14 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context
-        patch(mock.patch.object(torch.cuda, "is_available", lambda: count > 0))
-        patch(mock.patch.object(torch.cuda, "device_count", lambda: count))
-        patch(mock.patch.object(torch.cuda, "current_device", lambda: 0))
-        patch(mock.patch.object(torch.cuda, "get_device_name", device_name))
+        patch(_replaced(torch.cuda, is_available=lambda: count > 0))
+        patch(_replaced(torch.cuda, device_count=lambda: count))
+        patch(_replaced(torch.cuda, current_device=lambda: 0))
+        patch(_replaced(torch.cuda, get_device_name=device_name))
         patch(_cuda_generators(count))
         if count > 0:  # a machine with CUDA GPUs: its accelerator is CUDA, and it is no Mac
-            patch(mock.patch.object(torch.backends.mps, "is_available", lambda: False))
-            patch(mock.patch.object(torch.backends.mps, "is_built", lambda: False))
+            patch(_replaced(torch.backends.mps, is_available=lambda: False))
+            patch(_replaced(torch.backends.mps, is_built=lambda: False))
             patch(_accelerator_of_machine("cuda", count))
         elif _machine_accelerator_type() == "cuda":  # a CUDA build that sees no GPU
             patch(_accelerator_of_machine("cuda", 0))
@@ -343,7 +342,7 @@ def _cuda_generators(count: int) -> Iterator[None]:
             for name, function in (("get_rng_state", get_rng_state), ("set_rng_state", set_rng_state),
                                    ("get_rng_state_all", get_rng_state_all), ("set_rng_state_all", set_rng_state_all)):
                 if count > 0 or name != "get_rng_state":  # without a GPU, PyTorch's own refuses
-                    stack.enter_context(mock.patch.object(module, name, function))
+                    stack.enter_context(_replaced(module, **{name: function}))
         yield
 
 
@@ -363,11 +362,11 @@ def simulated_mps(available: bool = True) -> Iterator[None]:
     """
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context
-        patch(mock.patch.object(torch.backends.mps, "is_available", lambda: available))
-        patch(mock.patch.object(torch.backends.mps, "is_built", lambda: available))
+        patch(_replaced(torch.backends.mps, is_available=lambda: available))
+        patch(_replaced(torch.backends.mps, is_built=lambda: available))
         if available:  # a Mac: MPS is its accelerator, with one device, and it has no CUDA
-            patch(mock.patch.object(torch.cuda, "is_available", lambda: False))
-            patch(mock.patch.object(torch.cuda, "device_count", lambda: 0))
+            patch(_replaced(torch.cuda, is_available=lambda: False))
+            patch(_replaced(torch.cuda, device_count=lambda: 0))
             patch(_accelerator_of_machine("mps", 1))
         elif _machine_accelerator_type() == "mps":  # a Mac whose MPS is unavailable (a macOS too old, say)
             patch(_accelerator_of_machine("mps", 0))
@@ -420,11 +419,11 @@ def _accelerator_of_machine(kind: str | None, count: int) -> Iterator[None]:
         patch = stack.enter_context
         if simdevice.is_enabled():
             patch(simdevice.shown_as_accelerator(False))
-        patch(mock.patch.object(torch.accelerator, "current_accelerator", current_accelerator))
-        patch(mock.patch.object(torch.accelerator, "is_available", lambda: kind is not None and count > 0))
-        patch(mock.patch.object(torch.accelerator, "device_count", lambda: count if kind is not None else 0))
-        patch(mock.patch.object(torch.accelerator, "current_device_index", current_device_index))
-        patch(mock.patch.object(torch, "get_device_module", get_device_module))
+        patch(_replaced(torch.accelerator, current_accelerator=current_accelerator))
+        patch(_replaced(torch.accelerator, is_available=lambda: kind is not None and count > 0))
+        patch(_replaced(torch.accelerator, device_count=lambda: count if kind is not None else 0))
+        patch(_replaced(torch.accelerator, current_device_index=current_device_index))
+        patch(_replaced(torch, get_device_module=get_device_module))
         yield
 
 
@@ -458,8 +457,26 @@ def recorded_autocast() -> Iterator[list[tuple[str, torch.dtype | None, bool]]]:
     def exit_(self, *exc):
         return False if self.recorded_only else real_exit(self, *exc)
 
-    with mock.patch.multiple(cls, __init__=init, __enter__=enter, __exit__=exit_):
+    with _replaced(cls, __init__=init, __enter__=enter, __exit__=exit_):
         yield calls
+
+
+@contextlib.contextmanager
+def _replaced(owner: object, **attributes) -> Iterator[None]:
+    """``owner``'s ``attributes`` replaced for the block, then put back as they were. torch has no seam for
+    reporting another machine's devices, so the simulated machines stand in for its functions, as a test double."""
+    missing = object()
+    saved = {name: vars(owner).get(name, missing) for name in attributes}
+    for name, value in attributes.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:  # it was inherited: the owner's own goes, the inherited one shows again
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
 
 
 def _index_of(device: object) -> int:

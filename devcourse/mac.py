@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import re
 from typing import Iterator
-from unittest import mock
 
 import torch
 from torch import nn
@@ -172,7 +171,7 @@ def simulated_mac() -> Iterator[torch.device]:
     Turns the simulated device on (hidden from ``torch.accelerator``) if it is off. Works on any machine
     where the simulated device can be turned on, that is one without CUDA.
     """
-    from devcourse.grading import simulated_devices, simulated_mps
+    from devcourse.grading import _replaced, simulated_devices, simulated_mps
 
     simulated_devices()
     real_module_to, real_load = nn.Module.to, torch.load
@@ -193,10 +192,10 @@ def simulated_mac() -> Iterator[torch.device]:
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context
         patch(simulated_mps())
-        patch(mock.patch.object(nn.Module, "to", module_to))
-        patch(mock.patch.object(torch, "load", load))
-        patch(mock.patch.object(torch.accelerator, "synchronize", lambda device=None, /: None))
-        patch(mock.patch.object(torch.mps, "synchronize", lambda: None))
-        patch(mock.patch.object(torch.mps, "empty_cache", lambda: None))
+        patch(_replaced(nn.Module, to=module_to))
+        patch(_replaced(torch, load=load))
+        patch(_replaced(torch.accelerator, synchronize=lambda device=None, /: None))
+        patch(_replaced(torch.mps, synchronize=lambda: None))
+        patch(_replaced(torch.mps, empty_cache=lambda: None))
         patch(_MacMode())
         yield stand_in()

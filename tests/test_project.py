@@ -192,3 +192,55 @@ def test_the_code_keeps_its_style_and_the_grader_its_layers(command):
     done = subprocess.run([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_importing_any_module_of_the_grader_or_the_course_changes_nothing(tmp_path):
+    """Every module of autograder and devcourse imported in a fresh process: no import made to fail, no
+    environment variable, signal handler, working folder or file of the checkout changed."""
+    import subprocess
+
+    script = r'''
+import os, pkgutil, signal, sys, importlib
+before = (dict(os.environ), {s: signal.getsignal(s) for s in signal.valid_signals() if s < signal.NSIG},
+          os.getcwd(), {k for k, v in sys.modules.items() if v is None})
+for package in ("autograder", "devcourse"):
+    module = importlib.import_module(package)
+    for info in pkgutil.walk_packages(module.__path__, package + "."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+after = (dict(os.environ), {s: signal.getsignal(s) for s in signal.valid_signals() if s < signal.NSIG},
+         os.getcwd(), {k for k, v in sys.modules.items() if v is None})
+for name, was, now in zip(("environment", "signal handlers", "working folder", "imports made to fail"), before, after):
+    assert was == now, (name, was, now)
+print("ok")
+'''
+    def files() -> list[str]:
+        # build/ and the tools' caches are where other tests, running beside this one, write
+        skipped = {".git", ".venv", "__pycache__", ".grimp_cache", ".ruff_cache", ".pytest_cache", "build"}
+        return sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if not skipped & set(p.parts))
+
+    listed = files()
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "ok", done.stderr[-3000:]
+    assert files() == listed
+
+
+# Sent whole into a kernel as one closure, so that nothing of them is left in the student's namespace.
+LONG_FUNCTIONS = {"autograder/inside/guard.py:install", "autograder/inside/recorder.py:install"}
+
+
+def test_the_graders_modules_are_small_and_its_functions_short():
+    """No module of the grader over 400 lines; no function over 80 but those that say why above."""
+    import ast
+
+    long_modules, long_functions = [], []
+    for path in sorted((ROOT / "autograder").rglob("*.py")):
+        name = str(path.relative_to(ROOT))
+        text = path.read_text()
+        if text.count("\n") > 400:
+            long_modules.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80 \
+                    and f"{name}:{node.name}" not in LONG_FUNCTIONS:
+                long_functions.append(f"{name}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert long_modules == [] and long_functions == [], (long_modules, long_functions)

@@ -20,6 +20,7 @@ its sandbox, :class:`GradingStopped` says what was graded and what not, and the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from autograder.batch.stop import INTERRUPTS, ChoiceError, GradingStopped
 from autograder.batch.workdir import open_workdir
 from autograder.course.directory import is_course_dir
 from autograder.course.paths import DEMO_CLASS, WORKDIR, demo_due
+from autograder.course.profile import profile_name_of
 from autograder.record.gradebook import GradebookLock, gradebook_url, grading_environment
 from autograder.run.executors import ClusterError, executor_for
 from autograder.run.ipc import ipc_folder
@@ -53,6 +55,8 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR,
     """
     settings = settings or Settings()
     workdir = Path(workdir).resolve()
+    if settings.profile is None:  # before the executor: its zygote imports what the profile's kernels import
+        settings = dataclasses.replace(settings, profile=profile_name_of(workdir))
     intake = Path(submitted).resolve() if submitted is not None else None
     if intake is None and not is_course_dir(workdir):
         raise ChoiceError(f"{workdir} is not a course directory: name the submissions folder")

@@ -13,14 +13,14 @@ import nbformat
 from autograder.batch.stop import INTERRUPTS, ChoiceError, GradingStopped
 from autograder.batch.workdir import SUBMISSION_FILES, discard, has_earlier, submitted_notebook
 from autograder.course.cells import grade_ids_of, hidden_test_lines
-from autograder.course.config import config_of
+from autograder.course.config import answer_stubs, course_directory
 from autograder.judge import reference
 from autograder.judge.verdict import judge
 from autograder.prepare.job import Job, course_imports
 from autograder.prepare.submission import SubmissionError, fingerprint, read_submission
 from autograder.record.feedback import page_notes
 from autograder.record.feedback_worker import FeedbackApart
-from autograder.record.gradebook import EXECUTED, GradebookLock, failure_of, nbgrader_api
+from autograder.record.gradebook import EXECUTED, GradebookLock, failure_of, nbgrader_api, ready_gradebook
 from autograder.record.marks import flag_for_review
 from autograder.record.report import Progress
 from autograder.record.state import EARLIER, journal_pair, write_state
@@ -40,8 +40,10 @@ class ClassRun:
                  state: dict, executor: Executor):
         self.workdir, self.db_url, self.settings, self.lock = workdir, db_url, settings, lock
         self.state, self.executor, self.ipc_root = state, executor, ipc_root
+        with lock.held():
+            ready_gradebook(db_url)
         self.api = nbgrader_api(workdir, db_url)
-        self.course_id = config_of(workdir).CourseDirectory.course_id
+        self.course_id = course_directory(workdir).course_id
         self.submitted = workdir / "submitted"
         self.notes: dict[Pair, list[str]] = {}
         self.earlier: set[Pair] = set()  # graded by an earlier run, unchanged since
@@ -75,7 +77,7 @@ class ClassRun:
         self.hidden = {a: set().union(*(hidden_test_lines(nb) for nb in nbs.values())) for a, nbs in sources}
         imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources}
         self.run = RunContext(settings, sandbox.isolation_of(settings), "_grader_" + secrets.token_hex(8),
-                              self.ipc_root, imports, cgroups.find(), self.executor)
+                              self.ipc_root, imports, cgroups.find(), self.executor, answer_stubs(self.workdir))
         cgroups.sweep(self.run.cgroups)  # what runners killed outright left behind
 
     def _record_due(self, due: dict[str, str]) -> None:

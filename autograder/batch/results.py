@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from autograder.batch.classrun import ClassRun
-from autograder.course.profile import devices_text
+from autograder.course.cells import max_points
+from autograder.course.profile import profile_named
 from autograder.record.marks import hand_graded_points_left
 from autograder.settings import Result
-from devcourse.validation import total_points
 
 
 def results(run: ClassRun) -> list[Result]:
     """One Result per student and assignment, in order; the pairs this run did not grade say why."""
     from nbgrader.api import Gradebook
 
-    devices = devices_text()
+    devices = profile_named(run.settings.profile).devices()
     with Gradebook(run.db_url, run.course_id) as gradebook:
         return [_result(run, gradebook, student, name, devices) for student in run.students for name in run.names]
 
@@ -22,8 +22,8 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
     from nbgrader.api import MissingEntry
 
     state = run.state
-    # nbgrader's maximum (every grade cell's points), also of an assignment it has not generated
-    max_score = sum(total_points(nb) for nb in run.sources[name].values())
+    # nbgrader's maximum, also of an assignment it has not generated
+    max_score = sum(max_points(nb) for nb in run.sources[name].values())
     pair, key = (student, name), f"{student}/{name}"
     notes = list(run.notes.get(pair, []))
     jobs = run.jobs.get(pair, [])

@@ -16,7 +16,7 @@ Checks, in order (``--only`` picks some):
   real Dask scheduler with ``--gpu-jobs``, by a worker started with ``--gpu 0``
   beside one without the GPU resource: every job must run on the GPU worker,
   whose runners see only its GPU, with the expected scores;
-* ``mistakes``: ``tests/test_mistakes.py`` with every round of the catalog
+* ``mistakes``: ``tests/mistakes/test_mistakes.py`` with every round of the catalog
   (``make mistakes``), so each public mistake is graded with CUDA in the device
   matrix: every mistake must lose points on its exercise (the test's bar) and
   every correct fix keep them all.
@@ -52,7 +52,7 @@ GPU_REPORT = ROOT / "docs" / "gpu-report.md"
 DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
 WORKDIR = ROOT / "build" / "gpu-check"
 STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading", "cluster", "mistakes")
-MISTAKES_TESTS = ROOT / "tests" / "test_mistakes.py"
+MISTAKES_TESTS = ROOT / "tests" / "mistakes" / "test_mistakes.py"
 CLUSTER_ASSIGNMENTS = ("01_device_placement", "07_multi_device_training")
 
 

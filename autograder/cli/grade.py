@@ -18,8 +18,8 @@ from pathlib import Path
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
 from autograder.course.config import gradebook_problem, shown_url
 from autograder.course.directory import CourseError, is_course_dir, parse_due
-from autograder.course.paths import DEMO_CLASS, WORKDIR
-from autograder.course.profile import devices_text
+from autograder.course.paths import DEMO_CLASS, WORKDIR, checkout
+from autograder.course.profile import ProfileError, profile_name_of, profile_named
 from autograder.judge.reference import CACHE_ENV, REFERENCES, CanaryFailed
 from autograder.record.gradebook import gradebook_url
 from autograder.record.report import format_table, write_csv, write_histogram
@@ -204,6 +204,8 @@ def _check(args, options: argparse.ArgumentParser) -> int | None:
             options.error(f"{args.course} is not a course directory (no nbgrader_config.py): make one with "
                           "nbgrader quickstart, or python -m autograder course init")
         args.workdir = args.course
+    elif checkout() is None:  # --submitted alone grades this course's solutions, which only its checkout has
+        options.error("name the course to grade: --course DIR, an nbgrader course directory (nbgrader quickstart)")
     elif args.submitted is None:
         args.submitted = DEMO_CLASS
     if args.submitted is not None and not args.submitted.is_dir():
@@ -214,9 +216,11 @@ def _check(args, options: argparse.ArgumentParser) -> int | None:
 def _settings(args, options: argparse.ArgumentParser) -> Settings:
     try:
         due = parse_due(args.due) if args.due else None
-    except CourseError as error:
+        profile = profile_name_of(args.workdir)
+        profile_named(profile)  # a profile that cannot be used stops here, in one line
+    except (CourseError, ProfileError) as error:
         options.error(str(error))
-    return Settings(jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
+    return Settings(profile=profile, jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                     memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
                     max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
                     feedback_apart={"auto": None, "yes": True, "no": False}[args.feedback_apart],
@@ -230,12 +234,14 @@ def _settings(args, options: argparse.ArgumentParser) -> Settings:
 def _header(args, settings: Settings, db_url: str) -> list[str]:
     """What the run says before it starts: what is graded where, the devices, the limits, the references."""
     isolation = sandbox.isolation_of(settings)
+    devices = profile_named(settings.profile).devices()
     where = (f"on the Dask scheduler at {settings.scheduler}" if settings.scheduler else
              f"on a Dask cluster of {settings.dask_local} local worker(s)" if settings.dask_local else
              f"with {settings.jobs} notebook(s) at a time")
     header = [f"Grading {args.submitted or args.course / 'submitted'} {where}.",
               f"Gradebook: {shown_url(db_url)}",
-              f"Devices every submission is checked on: {devices_text()}", "Limits on each submission:",
+              *([f"Devices every submission is checked on: {devices}"] if devices else []),
+              "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
                                                              settings.cell_timeout_s,
                                                              0 if settings.keep_work else settings.disk_mib,

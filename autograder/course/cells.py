@@ -34,6 +34,12 @@ def test_id(cell) -> str | None:
     return nbgrader_meta(cell).get("grade_id") if is_test(cell) else None
 
 
+def max_points(nb: nbformat.NotebookNode) -> float:
+    """A notebook's maximum score as nbgrader counts it: the points of every graded cell and task."""
+    return sum(float(nbgrader_meta(cell).get("points", 0)) for cell in nb.cells
+               if nbgrader_meta(cell).get("grade") or nbgrader_meta(cell).get("task"))
+
+
 def grade_ids_of(nb: nbformat.NotebookNode) -> set[str]:
     return {nbgrader_meta(c)["grade_id"] for c in nb.cells if nbgrader_meta(c).get("grade_id")}
 

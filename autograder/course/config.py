@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from autograder.course.paths import ROOT
+from autograder.course.paths import ROOT, checkout
 
 
 def tool_env() -> dict[str, str]:
@@ -38,9 +38,13 @@ def tools_on_path():
 
 
 def course_config():
-    """The course's nbgrader settings, read from ``nbgrader_config.py`` (a traitlets ``Config``)."""
+    """This course's nbgrader settings, read from its checkout's ``nbgrader_config.py`` (a traitlets ``Config``);
+    none (nbgrader's defaults) for a grader installed without the checkout."""
+    from traitlets.config import Config
     from traitlets.config.loader import PyFileConfigLoader
 
+    if checkout() is None:
+        return Config()
     return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
 
 
@@ -52,6 +56,30 @@ def config_of(workdir: Path):
     if (Path(workdir) / "nbgrader_config.py").is_file():
         return PyFileConfigLoader("nbgrader_config.py", path=str(Path(workdir).resolve())).load_config()
     return course_config()
+
+
+# What nbgrader's ClearSolutions writes into an answer cell by default: the code stub, then the text stub.
+DEFAULT_STUBS = ("# YOUR CODE HERE\nraise NotImplementedError()", "YOUR ANSWER HERE")
+
+
+def answer_stubs(workdir: Path) -> tuple[str, str]:
+    """What nbgrader writes into the student versions' answer cells, as the work folder's course sets it."""
+    from nbgrader.preprocessors import ClearSolutions
+
+    clear = ClearSolutions(config=config_of(workdir))
+    return clear.code_stub.get("python", DEFAULT_STUBS[0]), clear.text_stub
+
+
+def course_directory(workdir: Path):
+    """nbgrader's ``CourseDirectory`` of a work folder: its settings (:func:`config_of`), rooted there, with
+    nbgrader's defaults for what they leave out (a course id of "", a gradebook ``gradebook.db`` in the folder).
+    A course directory's own ``root`` setting wins, as nbgrader has it."""
+    from nbgrader.coursedir import CourseDirectory
+
+    config = config_of(workdir)
+    own_root = (Path(workdir) / "nbgrader_config.py").is_file() and "root" in config.get("CourseDirectory", {})
+    return CourseDirectory(config=config) if own_root else CourseDirectory(config=config,
+                                                                            root=str(Path(workdir).resolve()))
 
 
 def shown_url(url: str) -> str:

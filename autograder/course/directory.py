@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autograder.course.build import copy_solutions
-from autograder.course.config import config_of, course_config, gradebook_problem, tools_on_path
+from autograder.course.config import config_of, course_config, course_directory, gradebook_problem, tools_on_path
 from autograder.course.paths import assignments
 
 CONFIG = "nbgrader_config.py"
@@ -100,13 +100,12 @@ def set_due(folder: Path, due: dict[str, str], db_url: str | None = None) -> Non
     from nbgrader.api import Gradebook
     from nbgrader.utils import parse_utc
 
-    config = config_of(folder)
+    settings = course_directory(folder)
     known = {p.name for p in (Path(folder) / "source").iterdir() if p.is_dir()}
     unknown = sorted(set(due) - known)
     if unknown:
         raise CourseError(f"no assignment named {', '.join(unknown)} in {folder}/source")
-    with tools_on_path(), Gradebook(db_url or config.CourseDirectory.db_url,
-                                          config.CourseDirectory.course_id) as gradebook:
+    with tools_on_path(), Gradebook(db_url or settings.db_url, settings.course_id) as gradebook:
         for name, when in due.items():
             gradebook.update_or_create_assignment(name, duedate=parse_utc(when))
 

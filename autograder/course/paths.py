@@ -10,7 +10,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding the autograder package: the checkout, or site-packages
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
 STUDENTS_GUIDE = ROOT / "docs" / "students.md"
@@ -19,6 +19,12 @@ WORKDIR = ROOT / "build" / "grade"
 
 # A copy an LMS or a browser renamed: ``00_environment (1).ipynb``, ``00_environment-1.ipynb``.
 RENAMED = re.compile(r"^(?P<stem>.+?)(?: \(\d+\)|-\d+)$")
+
+
+def checkout() -> Path | None:
+    """This course's checkout, where the grader runs from one (its solutions and nbgrader_config.py beside the
+    package); None for a grader installed from a wheel."""
+    return ROOT if (ROOT / "solutions").is_dir() and (ROOT / "nbgrader_config.py").is_file() else None
 
 
 def assignments() -> list[str]:

@@ -1,10 +1,86 @@
-"""What is this course's own in grading: the devices each submission is checked on."""
+"""What a course adds to grading, learnt in one place: the profile its ``nbgrader_config.py`` names.
+
+Any nbgrader course is graded with the plain :class:`CourseProfile`, which adds nothing. A course whose notebooks
+and tests rely on helpers of their own names a subclass (``c.Grader.profile = "package.module.Class"``), as this
+course names :class:`DeviceCourse`: the packages its kernels import before the first cell (which the guard puts
+back before each test, the zygote imports ahead and the sandbox shows), what its kernels run before the student's
+code, and the devices each submission is checked on.
+"""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
-def devices_text() -> str:
-    from devcourse.grading import device_matrix
+from autograder.course.config import config_of
 
-    labels = {"": "", "sim": " (simulated)"}
-    return " ".join(f"{entry.device}{labels.get(entry.stand_in, '')}" for entry in device_matrix("tensor"))
+
+@dataclass(frozen=True)
+class KernelSetup:
+    """What a grading kernel is given before the first cell, as the job file carries it to the runner."""
+
+    packages: tuple[str, ...] = ()  # imported first; "name.*": the package and each of its modules
+    setup: str = ""  # "module.function" called after the imports, before the guard's snapshot
+    plain_tensor: str = ""  # "module.function": whether a tensor is one the checks trust (default: exact types)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class CourseProfile:
+    """The plain profile: a course whose notebooks need nothing but Python and what they import themselves."""
+
+    kernel = KernelSetup()
+
+    def devices(self) -> str:
+        """What the report says each submission is checked on; "" says nothing."""
+        return ""
+
+    def course_packages(self) -> list[str]:
+        """The course's own packages among the kernel's (``name.*``): their code is part of a reference's key, and
+        the sandbox shows their folders where they lie outside the Python environment (an editable install)."""
+        return [name.removesuffix(".*") for name in self.kernel.packages if name.endswith(".*")]
+
+    def package_folders(self) -> list[Path]:
+        """The folders of :meth:`course_packages`."""
+        return [Path(importlib.import_module(name).__file__).resolve().parent for name in self.course_packages()]
+
+
+class DeviceCourse(CourseProfile):
+    """This course: its kernels import torch and ``devcourse``, and every check runs on the device matrix
+    (the CPU, and CUDA or the simulated accelerator), turned on before the student's code runs."""
+
+    kernel = KernelSetup(packages=("numpy", "torch", "torch.nn", "torch.testing", "torch._subclasses.fake_tensor",
+                                   "devcourse.*"),
+                         setup="devcourse.grading.device_matrix", plain_tensor="devcourse.grading.is_plain_tensor")
+
+    def devices(self) -> str:
+        from devcourse.grading import device_matrix
+
+        labels = {"": "", "sim": " (simulated)"}
+        return " ".join(f"{entry.device}{labels.get(entry.stand_in, '')}" for entry in device_matrix("tensor"))
+
+
+class ProfileError(Exception):
+    """A profile named in a course's configuration that cannot be used; the message says why."""
+
+
+def profile_named(name: str) -> CourseProfile:
+    """The profile of the class ``name`` (``package.module.Class``); the plain one for ``""``."""
+    if not name:
+        return CourseProfile()
+    module, _, attribute = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ProfileError(f"the course's grading profile {name!r} cannot be imported: {error}") from None
+    if not (isinstance(found, type) and issubclass(found, CourseProfile)):
+        raise ProfileError(f"the course's grading profile {name!r} is not a CourseProfile")
+    return found()
+
+
+def profile_name_of(workdir: Path) -> str:
+    """The profile a course's ``nbgrader_config.py`` names (``c.Grader.profile``); "" where it names none."""
+    value = config_of(workdir).get("Grader", {}).get("profile", "")
+    return value if isinstance(value, str) else ""

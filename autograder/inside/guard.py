@@ -5,12 +5,12 @@ of a submission runs, then calls :func:`install` with a name chosen for that
 run. Before every test cell it calls that name, which puts back, as they were
 before any student code ran:
 
-* every attribute of the modules of ``torch``, ``devcourse``, ``IPython``,
-  ``ipykernel``, ``numpy`` and ``builtins`` (``torch.allclose``,
-  ``torch.testing.assert_close``, ``isinstance``, the course's assertion
-  helpers ...) and their entries in ``sys.modules``;
-* the methods of ``torch.Tensor``, ``nn.Module`` and its subclasses, the
-  course's own classes, and IPython's shell (``showtraceback``,
+* every attribute of the modules of ``IPython``, ``ipykernel``, ``builtins``
+  and the packages the course's kernels import (for this course ``torch``,
+  ``numpy`` and ``devcourse``: ``torch.allclose``, ``isinstance``, the
+  course's assertion helpers ...) and their entries in ``sys.modules``;
+* the methods of ``torch.Tensor``, ``nn.Module`` and its subclasses (where
+  torch is imported), the course's own classes, and IPython's shell (``showtraceback``,
   ``run_cell``, custom exception handlers, input and AST transformers,
   event callbacks);
 * ``sys.stdout``/``stderr``, ``sys.excepthook``/``displayhook``, and no
@@ -22,8 +22,8 @@ list, tuple, set or dict) whose class brings an ``==`` of its own that did
 not exist before student code ran: an object whose ``__eq__`` always says
 True proves nothing. Likewise ``torch.equal``, ``torch.allclose``,
 ``torch.isclose`` and ``torch.testing.assert_close`` in a test become
-``NAME.equal`` ... which refuse a tensor of any subclass but the simulated
-device's (in the arguments, or in their lists and dicts) and compare with
+``NAME.equal`` ... which refuse a tensor of any subclass but those the course
+trusts (in the arguments, or in their lists and dicts) and compare with
 ``__torch_function__`` overrides off.
 
 It runs inside the student's process, so it raises the bar rather than
@@ -33,7 +33,9 @@ code, and runs the kernel in :mod:`autograder.run.sandbox`.
 """
 
 
-def install(name):  # noqa: C901 - one closure keeps the snapshot out of every namespace
+def install(name, packages=(), setup="", plain_tensor=""):  # noqa: C901 - one closure: nothing of it in any namespace
+    """``packages``, ``setup``, ``plain_tensor``: what the course's kernels import and run first, and how its checks
+    tell a trusted tensor (:class:`autograder.course.profile.KernelSetup`)."""
     import builtins
     import importlib
     import pkgutil
@@ -41,31 +43,35 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
     import threading
 
     import IPython
-    import numpy  # noqa: F401 - imported so that its modules are in the snapshot
-    import torch
-    import torch.nn
-    import torch.testing
-    from torch._subclasses.fake_tensor import FakeTensor
 
-    import devcourse
+    course = []  # the course's own packages: every class they define is restored too
+    for package in packages:
+        module = importlib.import_module(package.removesuffix(".*"))
+        if package.endswith(".*"):
+            course.append(module.__name__)
+            for info in pkgutil.iter_modules(module.__path__):
+                importlib.import_module(f"{module.__name__}.{info.name}")
+    if setup:  # before the snapshot, so that what it changes (torch, turned on devices) is part of what is restored
+        module, _, function = setup.rpartition(".")
+        getattr(importlib.import_module(module), function)()
+    torch = sys.modules.get("torch")
 
-    for info in pkgutil.iter_modules(devcourse.__path__):
-        importlib.import_module(f"devcourse.{info.name}")
-    # Turn on the simulated devices the matrix needs before the snapshot, so
-    # that what turning them on adds to torch is part of what is restored.
-    importlib.import_module("devcourse.grading").device_matrix()
-
-    roots = ("torch", "devcourse", "IPython", "ipykernel", "numpy", "builtins", "unittest")
+    roots = {"IPython", "ipykernel", "builtins", "unittest", *(p.split(".")[0] for p in packages)}
     modules = {key: module for key, module in sys.modules.items()
                if module is not None and key.split(".")[0] in roots}
     module_dicts = {key: (module, dict(vars(module))) for key, module in modules.items()}
 
-    classes = {torch.Tensor, torch._C.TensorBase, torch.nn.Module, torch.nn.Parameter, FakeTensor}
-    classes.update(c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module))
+    classes = set()
+    if torch is not None:
+        classes.update({torch.Tensor, torch._C.TensorBase, torch.nn.Module, torch.nn.Parameter})
+        classes.update(c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module))
+        fake = sys.modules.get("torch._subclasses.fake_tensor")
+        if fake is not None:
+            classes.add(fake.FakeTensor)
     for key, module in modules.items():
-        if key.startswith("devcourse"):
+        if key.split(".")[0] in course:
             classes.update(c for c in vars(module).values()
-                           if isinstance(c, type) and c.__module__.startswith("devcourse"))
+                           if isinstance(c, type) and c.__module__.split(".")[0] in course)
     shell = IPython.get_ipython()
     if shell is not None:
         classes.update(type(shell).__mro__[:-1])
@@ -125,10 +131,15 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
             raise AssertionError("a value compared by the test has a class with its own == or !=: not trusted")
         return left != right
 
-    from devcourse.grading import is_plain_tensor
+    if plain_tensor:
+        module, _, function = plain_tensor.rpartition(".")
+        is_plain_tensor = getattr(importlib.import_module(module), function)
+    else:
+        def is_plain_tensor(value):
+            return type(value) in (torch.Tensor, torch.nn.Parameter)
 
     def untrusted_tensor(value, depth=0):
-        """A tensor of a subclass (other than the simulated device's) anywhere in ``value``, or None."""
+        """A tensor of a subclass (other than those the course trusts) anywhere in ``value``, or None."""
         if isinstance(value, torch.Tensor):
             return None if is_plain_tensor(value) else value
         if depth < 20 and isinstance(value, dict):
@@ -149,8 +160,11 @@ def install(name):  # noqa: C901 - one closure keeps the snapshot out of every n
                 return function(*args, **kwargs)
         return checked
 
-    tensor_checks = {"equal": tensor_check(torch.equal), "allclose": tensor_check(torch.allclose),
-                     "isclose": tensor_check(torch.isclose), "assert_close": tensor_check(torch.testing.assert_close)}
+    tensor_checks = {}
+    if torch is not None:  # torch's own checks as they were; a test of a course without torch has none to call
+        tensor_checks = {"equal": tensor_check(torch.equal), "allclose": tensor_check(torch.allclose),
+                         "isclose": tensor_check(torch.isclose),
+                         "assert_close": tensor_check(importlib.import_module("torch.testing").assert_close)}
 
     def restore():
         for key, (module, saved) in module_dicts.items():

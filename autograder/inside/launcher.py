@@ -1,27 +1,13 @@
 """The inside half of the sandbox: the launcher, the namespace's init and the kernel's start.
 
-It needs only the standard library: it runs as a script, with ``python -I``,
-before the kernel exists. What it is given and what it enforces:
-:mod:`autograder.run.sandbox`.
-
-A kernel never outlives the grading that started it. The sandbox is three
-processes: the *launcher* (this script, started by the runner), which enters
-the namespaces itself (``unshare(2)``, no util-linux ``unshare``, which
-ignores SIGTERM) and forks the namespace's *init*, which forks the *kernel*.
-On Linux each asks the kernel for a parent-death signal (``PR_SET_PDEATHSIG``),
-so the chain holds whatever ends the grader, SIGKILL included: the runner
-dies with the grader, the launcher with the runner, the init with the
-launcher, and when the init of a PID namespace ends, Linux kills every
-process in it. SIGTERM or SIGHUP to the launcher, the init or the kernel ends
-the whole sandbox too. Without namespaces the launcher forks the kernel into
-a process group of its own and kills that group when it is told to end or
-its parent dies.
-
-``python autograder/inside/launcher.py SPEC.json PARENT_PID -- COMMAND...`` is the launcher
-(it needs only the standard library): :func:`autograder.run.sandbox.wrap` puts it in the kernel's command line.
-``python autograder/inside/launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...`` only ties
-``COMMAND`` to ``PARENT_PID`` and runs it in its place (:func:`autograder.run.sandbox.tethered`); servers
-that tests start use it.
+It runs as a script with ``python -I``, before the kernel exists, so it is one file of the standard library alone
+(what it is given and enforces: :mod:`autograder.run.sandbox`). The sandbox is three processes, each ended with its
+parent by a parent-death signal on Linux: the *launcher* (started by the runner) enters the namespaces itself
+(``unshare(2)``) and forks the namespace's *init*, which forks the *kernel*; when the init of a PID namespace
+ends, Linux kills every process in it. Without namespaces the launcher forks the kernel into a process group of
+its own and kills that group when it is told to end or its parent dies. ``launcher.py SPEC.json PARENT_PID --
+COMMAND...`` is the launcher (:func:`autograder.run.sandbox.wrap`); ``launcher.py --tether PARENT_PID SIGNAL
+[--as UID:GID] -- COMMAND...`` only ties ``COMMAND`` to ``PARENT_PID`` and runs it in its place (``tethered``).
 """
 
 from __future__ import annotations
@@ -50,13 +36,8 @@ SYSTEM = {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev",
 
 def per_namespace_pid_max() -> bool:
     """Whether this Linux keeps a ``pid_max`` per PID namespace (6.14 and later), so a sandbox can have its own."""
-    if sys.platform != "linux":
-        return False
-    try:
-        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (6, 14)
+    release = re.match(r"(\d+)\.(\d+)", os.uname().release) if sys.platform == "linux" else None
+    return bool(release) and (int(release[1]), int(release[2])) >= (6, 14)
 
 
 def _tether(args: list[str]) -> None:

@@ -59,7 +59,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import is_test, nbgrader_meta
-from autograder.course.profile import devices_text
+from autograder.course.profile import profile_named
 from autograder.judge.compare import self_check
 from autograder.judge.verdict import judge, observations_of
 from autograder.prepare.job import Job
@@ -78,14 +78,13 @@ class CanaryFailed(RuntimeError):
     """The instructor's solution did not pass in the grading sandbox; the message's first line says why."""
 
 
-@lru_cache(maxsize=1)
-def _installed() -> str:
-    """A hash of the grader's and devcourse's code and of every installed package's version (read once)."""
-    import devcourse
-
+@lru_cache(maxsize=4)
+def _installed(profile: str) -> str:
+    """A hash of the grader's code, the code of the course's packages (those of its grading ``profile``) and every
+    installed package's version (read once)."""
     digest = hashlib.sha256()
-    for package in (sys.modules["autograder"], devcourse):
-        digest.update(fingerprint(Path(package.__file__).parent, recursive=True, suffix=".py").encode())
+    for folder in (Path(__file__).resolve().parents[1], *profile_named(profile).package_folders()):
+        digest.update(fingerprint(folder, recursive=True, suffix=".py").encode())
     # Each name and version once: Python finds the course's own metadata (devcourse.egg-info) a second time when
     # the grader runs from the repository's root, whose folder is then first on the path; a key that counted it
     # twice would change with the folder the grader is started from, and the canary run again for nothing.
@@ -94,11 +93,12 @@ def _installed() -> str:
     return digest.hexdigest()
 
 
-def this_machine() -> str:
+def this_machine(profile: str = "") -> str:
     """The part of every key that is the same for a whole run: code, Python, packages, machine, devices."""
-    parts = [_installed(), sys.version, sys.executable, platform.platform(), platform.machine(), str(os.cpu_count()),
+    parts = [_installed(profile), sys.version, sys.executable, platform.platform(), platform.machine(),
+             str(os.cpu_count()),
              str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
-             os.environ.get("CUDA_VISIBLE_DEVICES", "-"), devices_text()]
+             os.environ.get("CUDA_VISIBLE_DEVICES", "-"), profile_named(profile).devices()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -154,7 +154,7 @@ def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path
     fresh = run.settings.rerun_canary
     pending = Pending(workdir, None if problem else cache, run)
     todo = []
-    machine = this_machine()
+    machine = this_machine(run.settings.profile or "")
     try:
         for name, notebook, source in notebooks:
             key = reference_key(name, notebook, workdir / "source" / name, run, machine)

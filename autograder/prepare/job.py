@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.course.config import DEFAULT_STUBS
 from autograder.course.cells import is_answer, is_test, nbgrader_meta, visible_source
 from autograder.prepare.probes import notebook_probes
 from autograder.prepare.scan import ipython_free, scan
@@ -135,14 +136,16 @@ def _located(tree: ast.AST) -> list[ast.AST]:
 
 
 def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
-            guard_name: str, imports: str, reference: bool = False) -> dict:
+            guard_name: str, imports: str, reference: bool = False,
+            stubs: tuple[str, str] = DEFAULT_STUBS) -> dict:
     """Write the job's assembled notebook, working copy and what its verdict needs; return what the runner runs
     (the names of the guard and the recorder in the kernel, and each test's probe).
 
     ``imports`` are the source's import lines (:func:`course_imports`); ``reference`` makes the instructor's
-    probes, which record the expected sides too (the canary's run).
+    probes, which record the expected sides too (the canary's run); ``stubs``, what an answer cell the student
+    deleted gets (:func:`~autograder.prepare.submission.assemble`).
     """
-    nb = assemble(source, submitted)
+    nb = assemble(source, submitted, stubs)
     course_cells = {c.get("id") for c in source.cells if not is_answer(c)}
     student_cells = [c for c in nb.cells if c.cell_type == "code" and (is_answer(c) or not nbgrader_meta(c))
                      and c.get("id") not in course_cells]

@@ -29,7 +29,7 @@ passes only when the submission's code produced, on the test's inputs (the hidde
 included), values equal to what the solution's expected values say. What it does not
 guarantee: a check (a True/False condition) can be faked by code that tampers with the kernel;
 every test of the course therefore has at least one value comparison among its hidden checks
-(``tests/test_probe.py`` proves it on the references of every notebook). And where the inputs
+(``tests/autograder/judge/test_probe.py`` proves it on the references of every notebook). And where the inputs
 themselves hold the answer (a checkpoint file whose tensors the student must load), producing
 the answer from them is the exercise.
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from functools import lru_cache
 from pathlib import Path
 
 import nbformat
 
 from autograder.course.cells import grade_ids_of, is_answer, nbgrader_meta
-from autograder.course.config import course_config
+from autograder.course.config import DEFAULT_STUBS
 
 
 class SubmissionError(Exception):
@@ -41,8 +40,11 @@ def read_submission(path: Path, own: set[str], other_sources: dict[str, set[str]
     return nb
 
 
-def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The notebook to grade: the source's cells, with the student's answers and added cells put in."""
+def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode,
+             stubs: tuple[str, str] = DEFAULT_STUBS) -> nbformat.NotebookNode:
+    """The notebook to grade: the source's cells, with the student's answers and added cells put in; an answer
+    cell the student deleted gets nbgrader's stub (``stubs``: the code stub and the text stub,
+    :func:`autograder.course.config.answer_stubs`)."""
     answers = {nbgrader_meta(c)["grade_id"]: c for c in submitted.cells
                if is_answer(c) and nbgrader_meta(c).get("grade_id")}
     source_ids = {c.get("id") for c in source.cells}
@@ -63,7 +65,7 @@ def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode) ->
         if is_answer(cell):
             mine = answers.get(grade_id)
             new = nbformat.from_dict(dict(cell))
-            new.source = mine.source if mine is not None else _stub(cell)
+            new.source = mine.source if mine is not None else stubs[0 if cell.cell_type == "code" else 1]
             cells.append(new)
         else:
             cells.append(nbformat.from_dict(dict(cell)))
@@ -73,18 +75,6 @@ def assemble(source: nbformat.NotebookNode, submitted: nbformat.NotebookNode) ->
             cell.outputs, cell.execution_count = [], None
     out.cells = cells
     return out
-
-
-def _stub(cell) -> str:
-    """What nbgrader writes into a student version's answer cell (nbgrader_config.py's stubs)."""
-    code, text = _stubs()
-    return code if cell.cell_type == "code" else text
-
-
-@lru_cache(maxsize=1)
-def _stubs() -> tuple[str, str]:
-    stubs = course_config().ClearSolutions
-    return stubs.code_stub["python"], stubs.text_stub
 
 
 def fingerprint(root: Path, recursive: bool = False, suffix: str = "") -> str:

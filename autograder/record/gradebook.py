@@ -13,9 +13,8 @@ import os
 import warnings
 from pathlib import Path
 from typing import Iterator
-from unittest import mock
 
-from autograder.course.config import config_of, tool_env
+from autograder.course.config import config_of, course_directory, tools_on_path
 from autograder.run import sandbox
 from autograder.settings import GRADEBOOK_ENV, Settings
 
@@ -43,7 +42,7 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
     overrides.CourseDirectory.source_directory = "source"
     overrides.CourseDirectory.release_directory = "release"
     overrides.CourseDirectory.submitted_directory = EXECUTED
-    overrides.CourseDirectory.db_url = db_url or config.CourseDirectory.db_url
+    overrides.CourseDirectory.db_url = db_url or course_directory(workdir).db_url
     # The notebooks arrive executed by the sandboxed runner: nbgrader must neither clear nor re-run them.
     overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                                   CheckCellMetadata]
@@ -55,49 +54,49 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
 
 @contextlib.contextmanager
 def grading_environment() -> Iterator[None]:
-    """nbgrader runs ``alembic`` by name, warns on every submission, and opens a new database engine for
-    every gradebook it opens; all three for this block only.
-
-    A new gradebook is stamped with the head of nbgrader's migrations, which
-    nbgrader finds by starting the ``alembic heads`` command (about 2 s); here it
-    is read in this process, once (:func:`alembic_head`). Each of nbgrader's
-    ``Gradebook`` objects makes its own SQLAlchemy engine, and an engine keeps the
-    SQL it compiled to itself: nbgrader's autograde compiled each of its queries
-    again for every submission (a quarter of its time). In the block, the
-    gradebooks of one URL share one engine (closing a gradebook still returns its
-    connections), disposed of at the block's end.
-    """
-    from sqlalchemy import create_engine
+    """For the block: nbgrader finds ``alembic`` (it starts it by name) and its warning on every submission
+    (SQLAlchemy's, of nbgrader's own sessions) is not shown."""
     from sqlalchemy.exc import SAWarning
 
-    engines: dict = {}
+    with tools_on_path(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=SAWarning)
+        yield
 
-    def shared_engine(url, **options):
-        key = (str(url), repr(sorted(options.items())))
-        if key not in engines:
-            engines[key] = create_engine(url, **options)
-        return engines[key]
 
+def ready_gradebook(db_url: str) -> None:
+    """Make the gradebook at ``db_url`` as nbgrader's ``Gradebook`` makes a new one (its tables, stamped with the
+    head of its migrations), unless it has tables already.
+
+    nbgrader reads that head by starting the ``alembic heads`` command (about 2 s); here it is read in this
+    process (:func:`alembic_head`). nbgrader offers no way to give it: made ahead, the gradebook is one nbgrader
+    finds made.
+    """
+    import sqlalchemy
+    from nbgrader.api import Base
+
+    engine = sqlalchemy.create_engine(db_url)
     try:
-        with mock.patch.dict(os.environ, {"PATH": tool_env()["PATH"]}), warnings.catch_warnings(), \
-                mock.patch("nbgrader.api.get_alembic_version", alembic_head), \
-                mock.patch("nbgrader.api.create_engine", shared_engine):
-            warnings.filterwarnings("ignore", category=SAWarning)
-            yield
+        if sqlalchemy.inspect(engine).get_table_names():
+            return
+        Base.metadata.create_all(bind=engine)
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            connection.execute(sqlalchemy.text("INSERT INTO alembic_version (version_num) VALUES (:head)"),
+                               {"head": alembic_head()})
     finally:
-        for engine in engines.values():
-            engine.dispose()
+        engine.dispose()
 
 
 @functools.lru_cache(maxsize=1)
 def alembic_head() -> str:
     """The head revision of nbgrader's gradebook migrations: what ``alembic heads`` prints, without its process."""
+    import nbgrader
     from alembic.config import Config
     from alembic.script import ScriptDirectory
-    from nbgrader.dbutil import _temp_alembic_ini
 
-    with _temp_alembic_ini("sqlite://") as ini:
-        return ScriptDirectory.from_config(Config(ini)).get_current_head()
+    config = Config()
+    config.set_main_option("script_location", str(Path(nbgrader.__file__).parent / "alembic"))
+    return ScriptDirectory.from_config(config).get_current_head()
 
 
 class GradebookLock:
@@ -147,7 +146,7 @@ def gradebook_url(settings: Settings, workdir: Path) -> str:
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         return settings.db_url or os.environ[GRADEBOOK_ENV]
     if (Path(workdir) / "nbgrader_config.py").is_file():
-        return config_of(workdir).CourseDirectory.db_url
+        return course_directory(workdir).db_url
     return f"sqlite:///{Path(workdir).resolve() / 'gradebook.db'}"
 
 

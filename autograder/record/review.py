@@ -26,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.course.config import config_of
+from autograder.course.config import course_directory
 from autograder.judge.reference import reference_of
 from autograder.judge.verdict import judge
 from autograder.prepare.job import Job
@@ -75,7 +75,7 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
         outcome = nbgrader_api(workdir, db_url).autograde(assignment, student, force=True, create=True)
     if not outcome["success"]:
         raise ReviewError(f"nbgrader could not grade {pair}: " + failure_of(outcome))
-    with Gradebook(db_url, config_of(workdir).CourseDirectory.course_id) as gradebook:
+    with Gradebook(db_url, course_directory(workdir).course_id) as gradebook:
         score = gradebook.find_submission(assignment, student).score
     _decide(workdir, state, pair, "released", f"{score:g}", "withheld, then released after review", db_url)
     return score
@@ -94,7 +94,7 @@ def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, no
     """Record the decision in state.json, scores.csv and the gradebook (formgrader no longer lists it as to grade)."""
     student, assignment = pair.split("/", 1)
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
-        mark_review(db_url, config_of(workdir).CourseDirectory.course_id, (student, assignment),
+        mark_review(db_url, course_directory(workdir).course_id, (student, assignment),
                     {notebook: f"Score {note}." for notebook in state["withheld"][pair]}, needs_manual_grade=False)
     state.setdefault("reviewed", {})[pair] = decision
     state["withheld"].pop(pair)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.course.paths import ROOT
+from autograder.course.config import DEFAULT_STUBS
+from autograder.course.paths import checkout
+from autograder.course.profile import profile_named
 from autograder.prepare.job import Job, prepare
 from autograder.run import cgroups, sandbox
 from autograder.settings import Settings
@@ -31,17 +33,25 @@ class RunContext:
     imports: dict[str, dict[str, str]]  # assignment -> notebook -> the source's import lines (course_imports)
     cgroups: cgroups.Cgroups = cgroups.Cgroups(0, reason="not asked for")  # where each sandbox gets a cgroup
     executor: object = None  # where the jobs run: the autograder.run.executors.Executor the batch made
+    stubs: tuple[str, str] = DEFAULT_STUBS  # what nbgrader writes into an answer cell (course.config.answer_stubs)
+
+
+def hidden_checkout() -> list[str]:
+    """The course's checkout, where the grader runs from one: hidden from every kernel (solutions, hidden tests)."""
+    found = checkout()
+    return [str(found)] if found is not None else []
 
 
 def ready(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
           run: RunContext, reference: bool = False) -> Path:
     """Prepare ``job`` (:func:`autograder.prepare.job.prepare`) and write its job file for this run; return it.
 
-    The kernel does not see the course's checkout, the work folder, or the folder of submissions.
+    The kernel does not see the course's checkout (where the grader runs from one), the work folder, or the
+    folder of submissions.
     """
     description = prepare(job, source, submitted, submitted_dir, run.guard_name,
-                          run.imports[job.assignment][job.notebook], reference)
-    hide = [str(ROOT), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
+                          run.imports[job.assignment][job.notebook], reference, run.stubs)
+    hide = [*hidden_checkout(), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
     _place(job.folder, description, run.settings, run.isolation, run.ipc_root, hide, run.cgroups)
     return job.folder / "job.json"
 
@@ -51,21 +61,25 @@ def _place(folder: Path, description: dict, settings: Settings, isolation: sandb
     """Write ``folder/job.json``: ``description`` with this machine's paths, limits and sandbox for the job.
 
     The sandbox hides ``hide`` and brings back this Python's folders, none of them inside ``hide``
-    but the environment and ``devcourse`` (:func:`autograder.run.sandbox.python_paths`).
+    but the environment and the course's packages (:func:`autograder.run.sandbox.python_paths`). The kernel is
+    set up as the course's grading profile says (:class:`autograder.course.profile.KernelSetup`).
     """
+    profile = profile_named(settings.profile or "")
     work = folder / "work"
     ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
     spec = sandbox.Spec(
         workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
         user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
         disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
-        hide=hide, read_only=sandbox.python_paths(hide), read_write=[str(work), str(ipc)])
+        hide=hide, read_only=sandbox.python_paths(hide, profile.package_folders()),
+        read_write=[str(work), str(ipc)])
     description.update({
         "notebook_in": str(folder / "in.ipynb"), "notebook_out": str(folder / "out.ipynb"),
         "status_out": str(folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
         "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
         "observations_out": str(folder / "observations.json"), "probes_log": str(folder / "probes.log"),
         "sandbox": spec.__dict__, "cgroups": {"version": groups.version, "parents": groups.parents},
+        "kernel": profile.kernel.as_dict(),
     })
     if spec.as_nobody:
         for path in (work, ipc, *work.rglob("*")):
@@ -84,4 +98,5 @@ def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]
     kept = {key: description[key] for key in ("guard_name", "recorder_name", "probes")}
     groups = cgroups.find()  # decided once per process, on a worker as on a grader
     cgroups.sweep(groups)
-    _place(job_file.parent, kept, settings, sandbox.isolation_of(settings), ipc_root, [str(ROOT), *hide], groups)
+    _place(job_file.parent, kept, settings, sandbox.isolation_of(settings), ipc_root, [*hidden_checkout(), *hide],
+           groups)

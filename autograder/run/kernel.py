@@ -1,14 +1,12 @@
-"""A grading kernel as jupyter_client starts it: its command through the sandbox, its environment, its first cell."""
+"""A grading kernel as jupyter_client starts it: its environment and its first cell."""
 
 from __future__ import annotations
 
 import functools
 import os
-import sys
 from pathlib import Path
 
 from autograder.inside import guard, recorder
-from autograder.run import sandbox
 from autograder.run.watch import RUN_MARKER
 
 # IPython shows a frame of a library file through stack_data (whole statements, the executing node
@@ -22,32 +20,23 @@ from autograder.run.watch import RUN_MARKER
 TRACEBACK_SOURCE = "__import__('IPython.core.ultratb').core.ultratb.FAST_THRESHOLD = -1\n"
 
 
-def first_cell(recorder_name: str, guard_name: str) -> str:
+def first_cell(recorder_name: str, guard_name: str, kernel: dict) -> str:
     """What a grading kernel runs first: frames shown raw, then the recorder and the guard installed under the
-    run's names (the recorder first, so that the guard's snapshot holds it and puts it back before each test)."""
-    return (TRACEBACK_SOURCE + source_of(recorder) + f"\ninstall({recorder_name!r})\ndel install\n"
-            + source_of(guard) + f"\ninstall({guard_name!r})\ndel install\n")
+    run's names (the recorder first, so that the guard's snapshot holds it and puts it back before each test),
+    the guard with what the course's kernels import and run first (``kernel``: the job's ``KernelSetup``)."""
+    setup = {key: kernel.get(key) or default for key, default in (("packages", ()), ("setup", ""),
+                                                                   ("plain_tensor", ""))}
+    return (TRACEBACK_SOURCE + source_of(recorder)
+            + f"\ninstall({recorder_name!r}, plain_tensor={setup['plain_tensor']!r})\ndel install\n"
+            + source_of(guard)
+            + f"\ninstall({guard_name!r}, packages={tuple(setup['packages'])!r}, setup={setup['setup']!r}, "
+              f"plain_tensor={setup['plain_tensor']!r})\ndel install\n")
 
 
 @functools.cache
 def source_of(module) -> str:
     """The source of a module of :mod:`autograder.inside`, as the grader sends it to a kernel."""
     return Path(module.__file__).read_text()
-
-
-def kernel_manager_class():
-    from jupyter_client.manager import AsyncKernelManager
-
-    class SandboxedKernelManager(AsyncKernelManager):
-        """Starts ``python -m ipykernel_launcher`` through the sandbox; talks over IPC sockets."""
-
-        spec_path: Path
-
-        def format_kernel_cmd(self, extra_arguments=None):
-            command = [sys.executable, "-m", "ipykernel_launcher", "-f", os.path.realpath(self.connection_file)]
-            return sandbox.wrap(command, self.spec_path)
-
-    return SandboxedKernelManager
 
 
 KERNEL_THREADS = "1"  # PyTorch's intra-op threads in every grading kernel, on every machine (see kernel_env)

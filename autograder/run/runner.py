@@ -49,7 +49,8 @@ import nbformat
 from autograder.course.cells import test_id
 from autograder.inside import launcher
 from autograder.run import cgroups, sandbox
-from autograder.run.kernel import first_cell, kernel_env, kernel_manager_class
+from autograder.run.kernel import first_cell, kernel_env
+from autograder.run.provisioner import KERNEL, kernel_specs
 from autograder.run.watch import disk_used_mib, seal_ipc, tree_usage
 
 # What the recorder publishes a probe's events as (autograder.inside.recorder writes the same type).
@@ -63,7 +64,10 @@ class Session:
     ``status`` is the notebook's status: the first limit a session reaches is its ``stopped``.
     """
 
-    def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str):
+    def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str, launchers: list | None = None):
+        """``launchers``: the kernel launchers a forked runner made ahead (:mod:`autograder.run.zygote`), each taken
+        by the first kernel that starts."""
+        from jupyter_client.manager import AsyncKernelManager
         from nbclient import NotebookClient
 
         self.job, self.status = job, status
@@ -77,10 +81,12 @@ class Session:
             except OSError as error:
                 status["cgroup"] = f"no cgroup: {error}"
         self.spec = spec
-        ipc = Path(job["ipc_dir"])
-        self.km = kernel_manager_class()(transport="ipc", ip=str(ipc / prefix),
-                                          connection_file=str(ipc / f"{prefix}-kernel.json"))
-        self.km.spec_path = spec.write(ipc / f"{prefix}-sandbox.json")
+        ipc = Path(os.path.realpath(job["ipc_dir"]))  # the path the kernel sees inside the sandbox too
+        specs = kernel_specs(Path(job["notebook_in"]).parent / f"{prefix}-kernelspec",
+                             spec.write(ipc / f"{prefix}-sandbox.json"))
+        self.km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=specs, transport="ipc",
+                                     ip=str(ipc / prefix), connection_file=str(ipc / f"{prefix}-kernel.json"))
+        self.km.launchers = launchers  # what the provisioner starts the kernel from, if anything
         self.km.write_connection_file()
         if spec.as_nobody:
             os.chown(self.km.connection_file, spec.uid, spec.gid)
@@ -88,10 +94,11 @@ class Session:
         if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox
             os.makedirs(self.home, exist_ok=True)
         self.killed, self.finished = threading.Event(), threading.Event()
-        self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"]))
+        self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"],
+                                                          job.get("kernel", {})))
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
         self.client = NotebookClient(self.nb, km=self.km, timeout=job["cell_timeout_s"], allow_errors=True,
-                                     kernel_name="python3", store_widget_state=False, interrupt_on_timeout=False,
+                                     kernel_name=KERNEL, store_widget_state=False, interrupt_on_timeout=False,
                                      record_timing=False, startup_timeout=120)
 
     def kill(self, reason: str) -> None:
@@ -234,7 +241,7 @@ class Cancelled(Exception):
     """A warm runner's job was taken back before it began (the run stopped): it writes nothing."""
 
 
-def run(job: dict, go=None) -> dict | None:
+def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
     """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a limit,
     a dead kernel), in a fresh one that runs the cells before the stop again, output unseen, so that the
     tests passed before it keep their points.
@@ -271,7 +278,7 @@ def run(job: dict, go=None) -> dict | None:
         watchdog.start()
     shown, observations = None, {}
     try:
-        now["session"] = first = Session(job, spec, status, "k")
+        now["session"] = first = Session(job, spec, status, "k", launchers)
         with first.started():
             status["start_s"] = round(time.monotonic() - started, 2)
             if go is not None:
@@ -290,7 +297,7 @@ def run(job: dict, go=None) -> dict | None:
         wanted = passed_tests(nb.cells[:status["cell"]]) if status["cell"] is not None else []
         if wanted and not now["ending"]:
             again = {"stopped": "", "probe": None}
-            now["session"] = second = Session(job, spec, again, "k2")
+            now["session"] = second = Session(job, spec, again, "k2", launchers)
             cells = [nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
                      for c in nb.cells[:status["cell"]]]
             with second.started():
@@ -326,9 +333,9 @@ def _go_from_stdin() -> bool:
     return sys.stdin.readline().strip() == "go"
 
 
-def start(job_file: str, warm: bool) -> None:
+def start(job_file: str, warm: bool, launchers: list | None = None) -> None:
     """Run the job of ``job_file``; a warm runner waits for ``go`` on standard input first."""
-    run(json.loads(Path(job_file).read_text()), go=_go_from_stdin if warm else None)
+    run(json.loads(Path(job_file).read_text()), go=_go_from_stdin if warm else None, launchers=launchers)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ class Isolation:
                      f"{by_linux}), " if max_processes else "")
             lines += [
                 "network: enforced, loopback only (network namespace)",
-                "files: enforced, own working copy only; Python environment and devcourse read-only "
+                "files: enforced, own working copy only; the Python environment and the course's packages read-only "
                 f"(mount namespace, {who})",
                 f"processes: enforced, {count}all killed with the kernel (PID namespace)",
             ]
@@ -183,18 +183,16 @@ class Spec:
         return path
 
 
-def python_paths(hide: Iterable[str] = ()) -> list[str]:
+def python_paths(hide: Iterable[str] = (), packages: Iterable[Path] = ()) -> list[str]:
     """The folders this Python imports from (environment, site-packages, editable installs).
 
     A folder on ``sys.path`` inside one of ``hide`` is left out unless it is this Python's
-    environment or the ``devcourse`` package: ``python -m`` puts the folder it was started in on
-    ``sys.path``, pytest the course's ``tests/``, an instructor's ``PYTHONPATH`` what it names, and
+    environment or one of the course's ``packages`` (its grading profile's): ``python -m`` puts the folder it was
+    started in on ``sys.path``, pytest the course's ``tests/``, an instructor's ``PYTHONPATH`` what it names, and
     binding one of them back into the sandbox would show the kernel what hiding hid (hidden tests,
     solutions, other students' work).
     """
-    import devcourse
-
-    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, Path(devcourse.__file__).resolve().parent)]
+    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, *packages)]
     on_path = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
     hidden = [os.path.realpath(p) for p in hide]
     return sorted(p for p in on_path.union(needed) if not launcher._under(p, hidden) or launcher._under(p, needed))

@@ -53,7 +53,7 @@ def worker_zygote(settings: Settings) -> Zygote | None:
         return None
     with _WORKER_ZYGOTE_LOCK:
         if not _WORKER_ZYGOTE:
-            _WORKER_ZYGOTE.append(new_zygote())
+            _WORKER_ZYGOTE.append(new_zygote(settings))
             atexit.register(_WORKER_ZYGOTE[0].close)
         return _WORKER_ZYGOTE[0]
 

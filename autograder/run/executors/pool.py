@@ -11,6 +11,7 @@ from pathlib import Path
 
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
+from autograder.course.profile import profile_named
 from autograder.run import sandbox
 from autograder.run.cgroups import usable_cores
 from autograder.run.executors.base import Executor
@@ -32,7 +33,7 @@ class LocalPool(Executor):
 
     def __init__(self, settings: Settings, runners=RUNNERS):
         self.settings, self.runners = settings, runners
-        self.zygote = None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote()
+        self.zygote = None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote(settings)
         if self.zygote is not None:
             self.zygote.start()  # its imports (torch's 2 s) run while the grader sets the run up
         self.jobs = self.local_cores = max(1, settings.jobs or usable_cores())
@@ -123,10 +124,11 @@ def no_zygote(settings: Settings) -> str:
     return zygote_usable()
 
 
-def new_zygote() -> Zygote:
+def new_zygote(settings: Settings) -> Zygote:
     """A zygote with the kernel's environment as it is when its first runner starts (a runner's, started
-    fresh then, would have that environment)."""
-    return Zygote(lambda: kernel_env("/tmp/home", tool_env()), ROOT)
+    fresh then, would have that environment), importing what the course's kernels import."""
+    return Zygote(lambda: kernel_env("/tmp/home", tool_env()), ROOT,
+                  profile_named(settings.profile or "").kernel.packages)
 
 
 _EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's LocalPool
@@ -142,7 +144,7 @@ def start_zygote_early(settings: Settings) -> None:
     """
     if settings.on_cluster or no_zygote(settings) or _EARLY:
         return
-    zygote = new_zygote()
+    zygote = new_zygote(settings)
     zygote.start()
     atexit.register(zygote.close)
     _EARLY.append(zygote)

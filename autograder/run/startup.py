@@ -1,0 +1,20 @@
+"""What every process of the grader does first: leave unimported what none of them uses.
+
+Each process of the grader (the grader, its runners, the zygote, the feedback process) imports nbformat, whose
+jsonschema builds a parser for the IRI string format at import when ``rfc3987-syntax`` is installed (JupyterLab's
+jupyter-events asks for it): about 1 s of processor time on every start, for a format that no notebook, gradebook
+or job file uses. jsonschema skips that format when the module cannot be imported (a ``None`` in
+``sys.modules``, Python's own way to make an import fail). A kernel forked from the zygote is given its imports
+back (:mod:`autograder.run.zygote_process`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+SKIPPED_IMPORTS = ("rfc3987_syntax",)
+
+
+def skip_unused_imports() -> None:
+    """Make :data:`SKIPPED_IMPORTS` fail to import in this process, where nothing imported them yet."""
+    sys.modules.update({name: None for name in SKIPPED_IMPORTS if name not in sys.modules})

@@ -1,0 +1,108 @@
+"""The grader installed from a wheel, with no checkout around it, grades a small nbgrader course of another's.
+
+The course (``tests/fixtures/stats101``) is as ``nbgrader quickstart`` lays one out: an ``nbgrader_config.py``
+holding only its course id, one assignment of two notebooks with plain ``assert`` tests (hidden ones too) and a
+written answer graded by hand, and three students' submissions. It names no grading profile: no ``devcourse``, no
+torch in its kernels. Its scores and maximums are plain ``nbgrader autograde``'s, run on a copy beside it.
+"""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+COURSE = Path(__file__).resolve().parents[2] / "fixtures" / "stats101"
+ASSIGNMENT = "ps1"
+
+
+def _run(command: list, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A new virtual environment with the project's wheel installed (not editable), and the packages it needs
+    from this environment's site-packages; its python."""
+    place = tmp_path_factory.mktemp("installed")
+    source = place / "source"  # what the wheel is built from, out of the checkout (a build writes beside it)
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("autograder", "devcourse"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(place / "dist"), str(source)], cwd=place)
+    _run([sys.executable, "-m", "venv", str(place / "venv")], cwd=place)
+    python = place / "venv" / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                     cwd=place).stdout.strip())
+    # What the wheel needs (nbgrader, Jupyter ...) from this environment, behind the wheel's own packages; this
+    # environment's editable install of the checkout is not taken along (a folder a .pth file names is not read
+    # for .pth files of its own).
+    (site / "needs.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    [wheel] = (place / "dist").glob("*.whl")
+    _run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], cwd=place)
+    return python
+
+
+def _environment(python: Path) -> dict:
+    """The environment of a program run by the installed grader: its bin first on PATH, and the data files of
+    Jupyter (nbconvert's templates) of the environment its packages come from."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "JUPYTER"))}
+    return dict(env, PATH=str(python.parent) + os.pathsep + env["PATH"],
+                JUPYTER_PATH=str(Path(sys.prefix) / "share" / "jupyter"))
+
+
+def _plain_nbgrader(course: Path) -> dict[str, tuple[float, float]]:
+    """student -> (score, maximum) of plain nbgrader's generate_assignment, autograde and export."""
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    for step in (["generate_assignment", ASSIGNMENT], ["autograde", ASSIGNMENT], ["export"]):
+        _run([sys.executable, "-m", "nbgrader", *step, "--log-level=WARN"], cwd=course, env=env)
+    with open(course / "grades.csv", newline="") as handle:
+        return {r["student_id"]: (float(r["score"]), float(r["max_score"])) for r in csv.DictReader(handle)}
+
+
+def test_the_installed_grader_grades_another_course_as_plain_nbgrader_does(installed, tmp_path):
+    plain, graded = tmp_path / "plain", tmp_path / "graded"
+    for course in (plain, graded):
+        shutil.copytree(COURSE / "course", course)
+        shutil.copytree(COURSE / "submissions", course / "submitted")
+    expected = _plain_nbgrader(plain)
+    assert expected == {"alice": (5, 6), "bob": (3, 6), "carol": (4, 6)}, expected
+    env = _environment(installed)
+    done = _run([str(installed), "-m", "autograder", "grade", "--course", str(graded), "--jobs", "2", "--quiet"],
+                cwd=tmp_path, env=env)
+    with open(graded / "scores.csv", newline="") as handle:
+        rows = {r["student"]: r for r in csv.DictReader(handle)}
+    assert {student: (float(r["score"]), float(r["max_score"])) for student, r in rows.items()} == expected, done.stdout
+    assert "Devices every submission is checked on" not in done.stdout  # the plain profile: nothing to say
+    assert "1 points of written answers to grade by hand" in rows["alice"]["note"]
+    for student in expected:
+        page = graded / "feedback" / student / ASSIGNMENT / "problem2.html"
+        assert page.is_file() and "### BEGIN HIDDEN TESTS" not in page.read_text(), student
+    assert (graded / "reference" / ASSIGNMENT / "problem1.json").is_file(), "the instructor's solution ran first"
+    assert "Limits on each submission" in (graded / "report.txt").read_text()
+    where = _run([str(installed), "-c", "import autograder; print(autograder.__file__)"], cwd=tmp_path, env=env)
+    assert str(installed.parent.parent) in where.stdout, "the grader came from the wheel, not the checkout"
+
+
+def test_bad_input_is_one_line_and_writes_nothing(installed, tmp_path):
+    env = _environment(installed)
+    cases = {
+        "not a course": ["grade", "--course", str(tmp_path / "nothing-here")],
+        "no course named": ["grade"],
+        "unknown verb": ["frobnicate"],
+    }
+    for case, arguments in cases.items():
+        done = subprocess.run([str(installed), "-m", "autograder", *arguments], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, (case, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and done.stderr.strip(), (case, done.stderr)
+    assert list(tmp_path.iterdir()) == [], "nothing written"

@@ -1,0 +1,1 @@
+"""What several tests share: servers of their own (JupyterLab, PostgreSQL), free ports."""
