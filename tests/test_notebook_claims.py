@@ -1,4 +1,4 @@
-"""Claims of the notebooks that a line-by-line audit found false (issue 55), each checked against PyTorch 2.13.
+"""Claims of the notebooks that a line-by-line audit found false, each checked against PyTorch 2.13.
 
 Each test checks the fact itself (in PyTorch, or in the installed library's source) and that the solution
 notebook says it that way: the false wording is gone, and where a CPU can show the fact, a cell shows it and

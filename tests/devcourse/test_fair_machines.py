@@ -1,4 +1,4 @@
-"""The machines a check can stand for, and the errors it can raise, as PyTorch has them (issue 55, items 2-6).
+"""The machines a check can stand for, and the errors it can raise, as PyTorch has them.
 
 * a Mac (``devcourse.mac``, ``device_matrix(mac=True)``): MPS's device names, one device, no float64, MPS's
   out-of-memory errors, each text as PyTorch's source writes it;

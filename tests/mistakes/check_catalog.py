@@ -45,7 +45,7 @@ ROOT = HERE.parents[1]
 SOLUTIONS = ROOT / "solutions"
 CELL_TIMEOUT = 300
 MIN_MISTAKES = 54
-MAX_PER_ANSWER = 7  # issue 55 asked for more real mistakes on the same AMP, OOM and loading exercises
+MAX_PER_ANSWER = 7  # the AMP, out-of-memory and loading exercises each have many real mistakes
 MIN_ASSIGNMENTS = 6
 HOSTS = ("github.com", "discuss.pytorch.org", "stackoverflow.com")
 
