@@ -8,6 +8,10 @@ CELL_TIMEOUT_S = 60.0
 
 TIME_LIMIT_S = 600.0
 
+# The limits above count processor time (a busy machine slows a cell, not its count); wall time is
+# allowed this many times as much, for code that waits and so uses none.
+WALL_PER_PROCESSOR_S = 4
+
 MEMORY_LIMIT_MIB = 4096
 
 GRADEBOOK_ENV = "COURSE_GRADEBOOK_URL"

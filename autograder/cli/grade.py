@@ -37,6 +37,7 @@ from autograder.settings import (
     MAX_PROCESSES,
     MEMORY_LIMIT_MIB,
     TIME_LIMIT_S,
+    WALL_PER_PROCESSOR_S,
     Settings,
 )
 
@@ -83,9 +84,11 @@ def _limits(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=usable_cores(),
                         help="notebooks graded at once (default: one per core this process may use, here %(default)s)")
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, metavar="SECONDS",
-                        help="wall-time limit of one cell (default: %(default)g)")
+                        help="processor-time limit of one cell, all its processes together (default: %(default)g; "
+                             f"wall time: {WALL_PER_PROCESSOR_S}x as much)")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, metavar="SECONDS",
-                        help="wall-time limit of one notebook (default: %(default)g)")
+                        help="processor-time limit of one notebook (default: %(default)g; wall time: "
+                             f"{WALL_PER_PROCESSOR_S}x as much)")
     parser.add_argument("--memory-limit-mib", type=int, default=MEMORY_LIMIT_MIB, metavar="MIB",
                         help="memory limit of every process of a submission, 0 for none (default: %(default)s)")
     parser.add_argument("--disk-limit-mib", type=int, default=DISK_LIMIT_MIB, metavar="MIB",

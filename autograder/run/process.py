@@ -15,7 +15,7 @@ from pathlib import Path
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
 from autograder.run.zygote import ZygoteUnavailable
-from autograder.settings import Settings
+from autograder.settings import WALL_PER_PROCESSOR_S, Settings
 
 
 class Runners:
@@ -104,7 +104,7 @@ def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings,
                     process.stdin.write("go\n" if go else "")
                     process.stdin.close()
             try:
-                process.wait(timeout=settings.time_limit_s + 120)
+                process.wait(timeout=settings.time_limit_s * WALL_PER_PROCESSOR_S + 120)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

@@ -5,9 +5,10 @@ for every submission. It runs outside the sandbox, like nbgrader's executor:
 it starts the kernel through :func:`autograder.run.sandbox.wrap`, has the
 sandbox seal the kernel's IPC folder once its sockets exist
 (:func:`seal_ipc`), installs :mod:`autograder.inside.guard` in it, runs the cells
-one by one with a per-cell and a per-notebook wall-time limit, and limits on
-the kernel and every process it started together: memory and the number of
-processes and threads (:func:`tree_usage`, checked four times a second: the
+one by one with limits on the kernel and every process it started together:
+processor time per cell and per notebook (a busy machine slows a cell without
+counting against it; wall time is bounded too, for code that waits), memory
+and the number of processes and threads (checked four times a second: the
 first time one is over, the whole sandbox is ended); it notes when the
 sandbox's disk was full (:func:`disk_used_mib`). Once every cell has run
 (phase A), it keeps a copy of the notebook as it was then, the only output
@@ -51,7 +52,8 @@ from autograder.inside import launcher
 from autograder.run import cgroups, sandbox
 from autograder.run.kernel import first_cell, kernel_env
 from autograder.run.provisioner import KERNEL, kernel_specs
-from autograder.run.watch import disk_used_mib, seal_ipc, tree_usage
+from autograder.run.watch import cpu_counted, disk_used_mib, seal_ipc, tree_cpu_s, tree_usage
+from autograder.settings import WALL_PER_PROCESSOR_S
 
 # What the recorder publishes a probe's events as (autograder.inside.recorder writes the same type).
 MIME = "application/vnd.course.probe+json"
@@ -64,13 +66,16 @@ class Session:
     ``status`` is the notebook's status: the first limit a session reaches is its ``stopped``.
     """
 
-    def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str, launchers: list | None = None):
+    def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str, launchers: list | None = None,
+                 cpu_before_s: float = 0.0):
         """``launchers``: the kernel launchers a forked runner made ahead (:mod:`autograder.run.zygote`), each taken
-        by the first kernel that starts."""
+        by the first kernel that starts; ``cpu_before_s``: the notebook's processor time in kernels before this."""
         from jupyter_client.manager import AsyncKernelManager
         from nbclient import NotebookClient
 
         self.job, self.status = job, status
+        self.cpu_before_s, self.cpu_s = cpu_before_s, 0.0  # the processor time of this session's sandbox
+        self.cpu_at_cell: float | None = None  # ... when the running cell began
         self.group = None
         found = job.get("cgroups") or {}
         if found.get("version"):
@@ -97,7 +102,7 @@ class Session:
         self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"],
                                                           job.get("kernel", {})))
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
-        self.client = NotebookClient(self.nb, km=self.km, timeout=job["cell_timeout_s"], allow_errors=True,
+        self.client = NotebookClient(self.nb, km=self.km, timeout=wall_limit(job["cell_timeout_s"]), allow_errors=True,
                                      kernel_name=KERNEL, store_widget_state=False, interrupt_on_timeout=False,
                                      record_timing=False, startup_timeout=120)
 
@@ -140,13 +145,37 @@ class Session:
             return self._process_limit("Linux refused more")
         return self._out_of_memory()
 
+    @property
+    def notebook_cpu_s(self) -> float:
+        """The notebook's processor time so far, this session's included."""
+        return self.cpu_before_s + self.cpu_s
+
+    def count_from_here(self) -> None:
+        """The notebook's processor time counts from now on (what starting the kernel took is left out)."""
+        process = getattr(self.km.provisioner, "process", None)
+        self.cpu_before_s = -(tree_cpu_s(process.pid) or 0.0) if process is not None else 0.0
+
+    def _processor_time(self, pid: int) -> str | None:
+        """The note of the processor-time limit this sandbox reached, if one was: the running cell's or the
+        notebook's."""
+        used = tree_cpu_s(pid)
+        if used is None:
+            return None
+        self.cpu_s = used
+        started, job = self.cpu_at_cell, self.job
+        if started is not None and used - started > job["cell_timeout_s"]:
+            return f"time limit of {job['cell_timeout_s']:g} s of processor time per cell"
+        if self.notebook_cpu_s > job["time_limit_s"]:
+            return f"time limit of {job['time_limit_s']:g} s of processor time per notebook"
+        return None
+
     def _watch(self) -> None:
         spec = self.spec
         while not self.finished.wait(0.25):
             process = getattr(self.km.provisioner, "process", None) if self.km.provisioner else None
             if process is None or self.killed.is_set():
                 continue
-            over = self._over()
+            over = self._over() or self._processor_time(process.pid)
             if over:
                 self.kill(over)
                 return
@@ -189,14 +218,18 @@ class Session:
 
         if self.killed.is_set():
             return False
+        process = getattr(self.km.provisioner, "process", None)
+        self.cpu_at_cell = tree_cpu_s(process.pid) if process is not None else None
         try:
             self.client.execute_cell(cell, index, store_history=store_history)
         except CellTimeoutError:
-            self.kill(f"time limit of {self.job['cell_timeout_s']:g} s per cell")
+            self.kill(f"time limit of {self.client.timeout:g} s of wall time per cell")
             return False
         except DeadKernelError:
             self._died()
             return False
+        finally:
+            self.cpu_at_cell = None
         over = self._over()  # the cell that reached a limit is where the notebook stops, however quick it was
         if over:
             self.kill(over)
@@ -229,6 +262,12 @@ class Session:
             if not done:
                 return
         self.status["probe"] = None
+
+
+def wall_limit(processor_s: float) -> float:
+    """The wall time a cell or a notebook is given beside its limit of ``processor_s`` of processor time: more, for
+    code that waits, where the processor time is counted (Linux); the same where it is not."""
+    return processor_s * WALL_PER_PROCESSOR_S if cpu_counted() else processor_s
 
 
 def passed_tests(cells: list) -> list[str]:
@@ -272,8 +311,8 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
         signal.signal(signum, lambda number, _frame: end(f"grading was stopped ({signal.Signals(number).name})"))
-    watchdog = threading.Timer(job["time_limit_s"], end,
-                               args=(f"time limit of {job['time_limit_s']:g} s per notebook",))
+    wall_s = wall_limit(job["time_limit_s"])
+    watchdog = threading.Timer(wall_s, end, args=(f"time limit of {wall_s:g} s of wall time per notebook",))
     if go is None:
         watchdog.start()
     shown, observations = None, {}
@@ -287,6 +326,7 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
                 now["before_go"] = False
                 started = time.monotonic()
                 watchdog.start()
+            first.count_from_here()
             began = time.monotonic()
             status["cell"] = first.cells(nb.cells)
             status["cells_s"] = round(time.monotonic() - began, 2)
@@ -297,7 +337,7 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
         wanted = passed_tests(nb.cells[:status["cell"]]) if status["cell"] is not None else []
         if wanted and not now["ending"]:
             again = {"stopped": "", "probe": None}
-            now["session"] = second = Session(job, spec, again, "k2", launchers)
+            now["session"] = second = Session(job, spec, again, "k2", launchers, cpu_before_s=first.notebook_cpu_s)
             cells = [nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
                      for c in nb.cells[:status["cell"]]]
             with second.started():

@@ -52,7 +52,7 @@ from typing import Iterable
 
 from autograder.inside import launcher
 from autograder.inside.launcher import per_namespace_pid_max
-from autograder.settings import DISK_LIMIT_MIB, MAX_PROCESSES, Settings
+from autograder.settings import DISK_LIMIT_MIB, MAX_PROCESSES, WALL_PER_PROCESSOR_S, Settings
 
 LAUNCHER = os.path.realpath(launcher.__file__)
 
@@ -77,7 +77,9 @@ class Isolation:
         memory = (f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes together "
                   f"(watched by the grader, Linux){by_linux}" if memory_mib else "off (--memory-limit-mib 0)")
         lines = [
-            f"wall time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook (kernel killed)",
+            f"processor time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook, all of a "
+            f"submission's processes together (kernel killed); wall time {WALL_PER_PROCESSOR_S}x as much, for code "
+            "that waits",
             f"memory: enforced, {memory}",
         ]
         file_limit = f"each file at most {FILE_LIMIT_MIB} MiB (RLIMIT_FSIZE)"

@@ -1,4 +1,4 @@
-"""A submission's processes seen from outside its sandbox: their memory and count, the disk it filled, its IPC.
+"""A submission's processes seen from outside its sandbox: memory, count, processor time, the disk it filled, its IPC.
 
 Read from ``/proc`` on Linux; elsewhere (macOS) the sums read 0 and the sandbox's limits per process hold alone.
 """
@@ -77,6 +77,34 @@ def tree_usage(root: int, uncounted: int = 0) -> tuple[float, int]:
             elif line.startswith("Threads:"):
                 tasks += int(line.split()[1])
     return total_kib / 1024, tasks
+
+
+def tree_cpu_s(root: int) -> float | None:
+    """Processor time that process ``root`` and all its descendants have used, in seconds (user and system, with
+    what the children each one reaped had used); None where /proc does not show ``root`` (it ended; not Linux).
+
+    A process that ends counts once its parent reaps it: in a sandbox with namespaces its init reaps every orphan.
+    """
+    children = _children if _children_listed() else _children_from_stat()
+    total, todo, seen_root = 0, [root], False
+    while todo:
+        pid = todo.pop()
+        fields = _stat(pid)
+        if not fields:
+            continue
+        seen_root = seen_root or pid == root
+        total += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime, in clock ticks
+        todo += children(pid)
+    return total / _TICKS if seen_root else None
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_counted() -> bool:
+    """Whether this machine shows a process's processor time in /proc (Linux), which the grader's limits count."""
+    return tree_cpu_s(os.getpid()) is not None
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,77 @@
+"""A busy machine changes no score: the limits per cell count processor time, which other work does not slow.
+
+Another course's assignment (``tests/fixtures/stats101``, graded plainly: no torch in its kernels, so it is quick)
+is graded while processes that never stop keep every core this test may use five times over. ``busy`` hands in
+alice's answers behind a cell that uses 1 s of processor time, which takes several times that in wall time here;
+``looper`` hands in alice's answers and a cell that never ends. With a limit of 4 s per cell, busy keeps alice's
+score (a limit of wall time stopped it) and looper is stopped, as on an idle machine.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+COURSE = Path(__file__).resolve().parents[2] / "fixtures" / "stats101"
+ASSIGNMENT = "ps1"
+CELL_LIMIT_S = 4
+BUSY = '''\
+import time
+_wall, _cpu = time.monotonic(), time.process_time()
+while time.process_time() - _cpu < 1.0:  # 1 s of processor time, however busy the machine is
+    pass
+print(json.dumps({"wall_s": time.monotonic() - _wall}))
+'''
+
+
+def _hand_in(course: Path, student: str, first_cell: str) -> None:
+    """alice's submission for ``student``, with ``first_cell`` as the first cell of problem1."""
+    folder = course / "submitted" / student / ASSIGNMENT
+    shutil.copytree(course / "submitted" / "alice" / ASSIGNMENT, folder)
+    path = folder / "problem1.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import json\n" + first_cell))
+    nbformat.write(nb, path)
+
+
+def _spinners() -> list[subprocess.Popen]:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    # each in a session of its own, as other users' work is: Linux shares the processor between sessions first
+    # (autogroups), and the grader's kernels run in sessions of their own
+    return [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"], start_new_session=True)
+            for _ in range(5 * cores)]
+
+
+def test_a_busy_machine_changes_no_score_and_still_stops_a_loop(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(COURSE / "course", course)
+    shutil.copytree(COURSE / "submissions" / "alice", course / "submitted" / "alice")
+    _hand_in(course, "busy", BUSY)
+    _hand_in(course, "looper", "while True:\n    pass\n")
+    spinners = _spinners()
+    try:
+        done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--course", str(course), "--jobs", "2",
+                               "--cell-timeout", str(CELL_LIMIT_S), "--quiet"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(course / "scores.csv", newline="") as handle:
+        rows = {r["student"]: r for r in csv.DictReader(handle)}
+    executed = nbformat.read(course / "executed" / "busy" / ASSIGNMENT / "problem1.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for o in executed.cells[0].outputs if o.output_type == "stream")
+    assert printed, (executed.cells[0].outputs, rows["busy"]["note"])
+    wall_s = json.loads(printed)["wall_s"]
+    # the load did what it is for: the cell took longer than its limit in wall time, which stopped it before
+    assert wall_s > CELL_LIMIT_S, f"the machine was not busy enough: {wall_s:.1f} s"
+    assert rows["busy"]["score"] == rows["alice"]["score"] == "5", (rows["busy"], rows["alice"])
+    assert "time limit" not in rows["busy"]["note"], rows["busy"]["note"]
+    # stopped by a limit: its processor time's, or under a load this heavy the wall time's (4x as much)
+    assert "problem1: stopped, time limit of" in rows["looper"]["note"], rows["looper"]
