@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
+from autograder.cli.guide import guide, shown
 from autograder.course.config import gradebook_problem, shown_url
 from autograder.course.directory import CourseError, is_course_dir, parse_due
 from autograder.course.paths import DEMO_CLASS, WORKDIR, checkout
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grading was stopped by {signal.Signals(INTERRUPTS.received).name} before any student was graded",
               file=sys.stderr, flush=True)
         return 128 + INTERRUPTS.received
-    _report(results, args.workdir.resolve(), settings, header, time.monotonic() - started)
+    _report(results, args.workdir.resolve(), settings, header, time.monotonic() - started,
+            demo=args.submitted == DEMO_CLASS)
     return 0
 
 
@@ -261,17 +263,20 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
     return header
 
 
-def _report(results, workdir: Path, settings: Settings, header: list[str], seconds: float) -> None:
+def _report(results, workdir: Path, settings: Settings, header: list[str], seconds: float,
+            demo: bool = False) -> None:
     if not results:  # no submissions yet: a run that made the references ahead (--canary all) says so
         print(references_text(workdir, settings), flush=True)
         return
-    table = format_table(results)
+    results_shown = shown(results, settings.assignments, settings.students)
+    table = format_table(results_shown)
     write_csv(results, workdir / "scores.csv")
     write_histogram(results, workdir / "scores.png")
     footer = (f"Graded in {seconds:.0f} s. Written to {workdir}: scores.csv, scores.png, report.txt"
               + (", feedback/" if settings.feedback else ""))
     (workdir / "report.txt").write_text("\n".join([*header, "", table, "", footer]) + "\n")
-    print("\n" + table + "\n\n" + footer)
+    after = guide(results_shown, workdir, demo=demo, whole_class=not settings.assignments and not settings.students)
+    print("\n".join(["", table, "", footer, *after]))
 
 
 def references_text(workdir: Path, settings: Settings) -> str:

@@ -150,7 +150,7 @@ ROSTER.update({
             '''),
         },
     },
-    # Loops forever in one answer: the cell's wall-time limit stops the notebook there.
+    # Loops forever in one answer: the cell's time limit stops the notebook there.
     "tony": {
         "02_cross_device_errors": {
             "*": SOLUTION,
@@ -297,6 +297,22 @@ LATE_HOURS = {("grace", "02_cross_device_errors"): 26}
 ROSTER["trudy"] = {"02_cross_device_errors": {"*": STUB}}
 ROSTER["forger"] = {name: {"*": FORGED} for name in assignments()}
 ROSTER["oscar"] = {"00_environment": {"*": SOLUTION}, "01_device_placement": {"*": SOLUTION}}
+# Who each demo student is, in one line: what the grader's output says of them.
+WHO = {
+    "ada": "hands in the instructor's solution everywhere: full marks but the written answers, graded by hand",
+    "linus": "hands in the quicker notebooks untouched: no marks",
+    "margaret": "hands in 00 only, with a typo that raises NameError in one answer",
+    "grace": "partly right: the mistakes of someone who learnt from blog posts; one notebook late",
+    "hal": "crashes its kernel after two correct answers: keeps what it earned before",
+    "tony": "loops forever in one answer: the time limit stops the notebook there",
+    "mia": "keeps a 12 GiB cache in one answer: the memory limit stops that cell",
+    "mallory": "wrong answers, and patches what the tests use: the score is withheld for review",
+    "eve": "looks for the hidden tests, the gradebook and the others' work on disk: finds none",
+    "forger": "answers nothing and forges the grader's records: earns nothing",
+    "trudy": "replaces the tests with `pass` and deletes one: they are put back",
+    "oscar": "hands in a broken file and another assignment's notebook: each said, not graded",
+}
+
 TAMPER = {
     ("trudy", "02_cross_device_errors"): _edit_tests,
     ("oscar", "00_environment"): _corrupt,

@@ -1,0 +1,42 @@
+"""What grade prints after its table: only what was chosen, who the demo students are, what to open next."""
+
+from autograder.cli.guide import HOW_TO_READ, guide, shown
+from autograder.course.paths import DEMO_CLASS
+from autograder.course.roster import WHO
+from autograder.settings import Result
+
+
+def _results() -> list[Result]:
+    return [Result("ada", "00", 8, 10), Result("ada", "01", 8, 8),
+            Result("mallory", "00", None, 10, note="withheld", withheld=True),
+            Result("mallory", "01", 0, 8),
+            Result("tony", "00", None, 10, note="not submitted"), Result("tony", "02", 3, 7)]
+
+
+def test_the_table_shows_the_assignments_chosen_and_the_students_who_handed_any_in():
+    table = shown(_results(), ("00", "01"), ())
+    assert {(r.student, r.assignment) for r in table} == {("ada", "00"), ("ada", "01"), ("mallory", "00"),
+                                                         ("mallory", "01")}
+    assert shown(_results(), (), ()) == _results(), "nothing chosen: the whole class, every row"
+    assert {r.student for r in shown(_results(), (), ("tony",))} == {"tony"}
+
+
+def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path):
+    page = tmp_path / "feedback" / "ada" / "00" / "00.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html></html>")
+    table = shown(_results(), ("00", "01"), ())
+    lines = guide(table, tmp_path, demo=True, whole_class=False)
+    text = "\n".join(lines)
+    assert HOW_TO_READ in lines
+    assert f"  ada: {WHO['ada']}" in lines and f"  mallory: {WHO['mallory']}" in lines
+    assert "tony:" not in text, "a student the table does not show is not explained"
+    assert f"open {page}" in text
+    assert "python -m autograder review mallory/00 --release" in text
+    assert "make grade ALL=1" in text
+    plain = "\n".join(guide(table, tmp_path, demo=False, whole_class=True))
+    assert "demo class" not in plain and "ALL=1" not in plain and f"open {page}" in plain
+
+
+def test_every_demo_student_is_explained():
+    assert sorted(WHO) == sorted(p.name for p in DEMO_CLASS.iterdir() if p.is_dir())
