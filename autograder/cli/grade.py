@@ -239,13 +239,16 @@ def _settings(args, options: argparse.ArgumentParser) -> Settings:
 def _header(args, settings: Settings, db_url: str) -> list[str]:
     """What the run says before it starts: what is graded where, the devices, the limits, the references."""
     isolation = sandbox.isolation_of(settings)
-    devices = profile_named(settings.profile).devices()
+    profile = profile_named(settings.profile)
+    devices, not_checked = profile.devices(), profile.not_checked()
     where = (f"on the Dask scheduler at {settings.scheduler}" if settings.scheduler else
              f"on a Dask cluster of {settings.dask_local} local worker(s)" if settings.dask_local else
              f"with {settings.jobs} notebook(s) at a time")
     header = [f"Grading {args.submitted or args.course / 'submitted'} {where}.",
               f"Gradebook: {shown_url(db_url)}",
               *([f"Devices every submission is checked on: {devices}"] if devices else []),
+              *(f"Not checked on this machine (the checks that ask for it say so in their output): {machine}"
+                for machine in not_checked),
               "Limits on each submission:",
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
                                                              settings.cell_timeout_s,

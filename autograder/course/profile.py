@@ -37,6 +37,10 @@ class CourseProfile:
         """What the report says each submission is checked on; "" says nothing."""
         return ""
 
+    def not_checked(self) -> list[str]:
+        """The machines some checks ask for that this machine cannot stand for, each with why (the report says)."""
+        return []
+
     def course_packages(self) -> list[str]:
         """The course's own packages among the kernel's (``name.*``): their code is part of a reference's key, and
         the sandbox shows their folders where they lie outside the Python environment (an editable install)."""
@@ -60,6 +64,11 @@ class DeviceCourse(CourseProfile):
 
         labels = {"": "", "sim": " (simulated)"}
         return " ".join(f"{entry.device}{labels.get(entry.stand_in, '')}" for entry in device_matrix("tensor"))
+
+    def not_checked(self) -> list[str]:
+        from devcourse.grading import not_checked_here
+
+        return not_checked_here(mac=True)
 
 
 class ProfileError(Exception):

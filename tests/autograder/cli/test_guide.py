@@ -40,3 +40,23 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
 
 def test_every_demo_student_is_explained():
     assert sorted(WHO) == sorted(p.name for p in DEMO_CLASS.iterdir() if p.is_dir())
+
+
+def test_the_header_names_a_machine_the_checks_ask_for_that_this_one_cannot_stand_for(monkeypatch, tmp_path):
+    """On a CUDA machine the simulated Mac cannot be turned on: the run says so before it starts (and report.txt
+    keeps it), instead of passing those checks over in silence."""
+    import argparse
+
+    import torch
+
+    from autograder.cli import grade
+    from autograder.settings import Settings
+
+    args = argparse.Namespace(submitted=DEMO_CLASS, course=None)
+    settings = Settings(jobs=1, profile="autograder.course.profile.DeviceCourse")
+    here = grade._header(args, settings, f"sqlite:///{tmp_path}/gradebook.db")
+    assert not any(line.startswith("Not checked on this machine") for line in here), "a CPU machine stands for a Mac"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    on_cuda = grade._header(args, settings, f"sqlite:///{tmp_path}/gradebook.db")
+    assert any(line.startswith("Not checked on this machine") and "a Mac (MPS)" in line for line in on_cuda), on_cuda
