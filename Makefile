@@ -1,4 +1,4 @@
-# Quickstart: make lab (students) | make grade (instructors) | make test (everyone, and CI)
+# Quickstart: make lab (students) | make grade (instructors) | make docs (the site) | make test (contributors, and CI)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -9,7 +9,7 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels slurm-check slurm
+.PHONY: help install docs browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels slurm-check slurm
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
@@ -17,7 +17,8 @@ help:
 	@echo "make course-dir DIR=...  a course directory for a term: nbgrader's layout, assignments released, a gradebook"
 	@echo "                [EXCHANGE=folder] [DB_URL=postgresql://...] [DUE='00_environment=2026-09-07 17:00 UTC']"
 	@echo "make export-grades  the last grading's scores: nbgrader's CSV, and Canvas's and Moodle's import CSVs"
-	@echo "make test       the whole test suite (what CI runs)"
+	@echo "make docs       the documentation site, lessons included, into build/site (strict: a warning fails it)"
+	@echo "make test       contributors: the whole test suite (what CI runs); installs chromium, postgresql, slurm"
 	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 7 minutes)"
 	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
 	@echo "make postgres   install Debian's postgresql for the gradebook test, if it is missing"
@@ -77,6 +78,11 @@ export-grades: $(READY)
 	for lms in canvas moodle; do \
 	  $(BIN)/python -m nbgrader export --exporter=autograder.plugins.lms.LmsExportPlugin --LmsExportPlugin.lms=$$lms \
 	    --CourseDirectory.db_url=$(GRADEBOOK) --to=$(GRADES_DIR)/grades-$$lms.csv || exit 1; done
+
+# The documentation site (mkdocs.yml): docs/ and the lessons (tools/lessons.py) into build/site.
+# --strict: a warning (a broken link or anchor, a missing page, a notebook that does not parse) fails it.
+docs: $(READY)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 # Some tests need Debian packages: the browser tests drive Debian's Chromium through
 # Playwright, which downloads no browser of its own (CHROMIUM=/path/to/chromium uses
