@@ -1,8 +1,8 @@
 """Start a student's kernel in a sandbox: its own working copy, no network, limits.
 
 The kernel provisioner (:mod:`autograder.run.provisioner`) starts every kernel of a runner through :func:`wrap`;
-this machine allows, and :class:`Isolation` says which limits hold, so the report can say so. How the sandbox
-is built from the inside: :mod:`autograder.inside.launcher`.
+:func:`probe` finds what this machine allows, and :class:`Isolation` says which limits hold, so the report can
+say so. How the sandbox is built from the inside: :mod:`autograder.inside.launcher`.
 """
 
 from __future__ import annotations
