@@ -1,22 +1,9 @@
 """python -m autograder slurm-check: grade part of the demo class on Slurm, through dask-jobqueue.
 
-Run it on a Slurm login node, from the course's checkout, before grading a
-class there: it sets up workers the way ``docs/cluster.md`` does (a
-``dask_jobqueue.SLURMCluster`` whose jobs run the course's Python from this
-checkout), asks Slurm for ``--jobs`` jobs of one worker each, grades one
-assignment of the demo class (``--assignment``, 01 by default) through them,
-and says whether every job ran on those workers with the scores
-``autograder/demo_class/expected_scores.csv`` holds. It exits 0 when all of
-that held, 1 when something did not, 2 when it could not start.
-
-``--gpu``: each Slurm job asks for one GPU (``--gres=gpu:1``), each worker
-offers the Dask resource ``GPU=1``, the grading runs with ``--gpu-jobs``, and
-the check reports the ``CUDA_VISIBLE_DEVICES`` that a process of each worker
-sees (Slurm sets it from the GPU it allocated).
-
-Without ``sbatch`` on the PATH, or without the ``dask_jobqueue`` package, it
-says so and submits nothing; ``--print-job-script`` prints the batch script
-it would submit and exits. Nothing here needs a GPU unless ``--gpu`` is given.
+Run on a Slurm login node before grading a class there, :func:`check` sets up workers as ``docs/cluster.md``
+does, grades one assignment of the demo class through them and says whether every job ran there with the
+expected scores. Without ``sbatch`` or ``dask_jobqueue`` it says so and submits nothing; it needs a GPU only
+with ``--gpu``.
 """
 
 from __future__ import annotations
@@ -148,7 +135,15 @@ def job_logs(log_directory: Path, ids: set[str]) -> str:
 
 def check(args) -> int:
     """Ask Slurm for the workers, grade the assignment through them, say whether all went as it should; the exit
-    code (``args``: what ``python -m autograder slurm-check`` was given)."""
+    code (``args``: what ``python -m autograder slurm-check`` was given).
+
+    The workers are a ``dask_jobqueue.SLURMCluster`` whose jobs run this checkout's Python, ``--jobs`` jobs of
+    one worker each; the assignment is ``--assignment`` (01 by default), the scores those of
+    ``autograder/demo_class/expected_scores.csv``. Exit 0 when all held, 1 when something did not, 2 when it
+    could not start. With ``--gpu`` each job asks for one GPU (``--gres=gpu:1``), each worker offers the Dask
+    resource ``GPU=1``, grading runs with ``--gpu-jobs``, and the report shows each worker's
+    ``CUDA_VISIBLE_DEVICES``.
+    """
     options = cluster_options(args.queue, args.account, args.walltime, args.memory, args.gpu, args.workdir / "logs",
                               args.scheduler_interface)
     if args.print_job_script:
