@@ -51,8 +51,8 @@ class RememberedHighlight(Highlight2HTML):
     """nbconvert's ``highlight_code`` filter, remembering what it made.
 
     A class's pages have most cells in common (the instructor's text, demos and tests): each source is
-    highlighted once per process, for the first page that shows it (pygments took about two fifths of a
-    page's time). The HTML depends only on the source, its language (and a cell's ``magics_language``)
+    highlighted once per process, for the first page that shows it (pygments is the costly part of a page).
+    The HTML depends only on the source, its language (and a cell's ``magics_language``)
     and the formatter's options, which the key holds.
     """
 
