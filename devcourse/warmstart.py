@@ -243,7 +243,7 @@ class WarmStarter:
 # The server in use, as (its environment's key, the server or None if it failed), under "server". A dict changed
 # in place, never a global rebound: the grader's guard puts every attribute of the course's modules back as it
 # was before each test, which would set a rebound global back to None and leave its server running, unused, while
-# the next run starts another (each holds ~190 MiB of the submission's memory, and costs a torch import).
+# the next run starts another (each holds torch in the submission's memory, and costs a torch import).
 _CURRENT: dict[str, tuple[str, WarmStarter | None]] = {}
 _CURRENT_LOCK = threading.Lock()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from autograder.inside import launcher
 from devcourse.warmstart import TITLE_ROOM, ForkedProcess
 
-READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they take
+READY_TIMEOUT_S = 120.0  # the zygote's imports, with room to spare on a busy machine
 FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
 LAUNCHER = os.path.realpath(launcher.__file__)
 _MESSAGE = 1 << 20
