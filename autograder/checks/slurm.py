@@ -1,9 +1,9 @@
 """python -m autograder slurm-check: grade part of the demo class on Slurm, through dask-jobqueue.
 
-Run on a Slurm login node before grading a class there, :func:`check` sets up workers as ``docs/cluster.md``
-does, grades one assignment of the demo class through them and says whether every job ran there with the
-expected scores. Without ``sbatch`` or ``dask_jobqueue`` it says so and submits nothing; it needs a GPU only
-with ``--gpu``.
+Run on a Slurm login node before grading a class there, :func:`check` asks for ``--jobs`` workers as
+``docs/cluster.md`` sets them up, grades ``--assignment`` (01) of the demo class through them and exits 0 when
+every job ran there with the scores of ``expected_scores.csv``, 1 when not, 2 when it could not start. Without
+``sbatch`` or ``dask_jobqueue`` it says so and submits nothing; it needs a GPU only with ``--gpu``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def cluster_options(queue: str | None, account: str | None, walltime: str, memor
     """The ``SLURMCluster`` parameters: one single-threaded worker per Slurm job, this checkout's Python.
 
     The names are dask-jobqueue's since 0.8 (``job_extra_directives``, ``worker_extra_args``,
-    ``job_script_prologue``). With ``gpu`` each job asks Slurm for one GPU and its worker offers ``GPU=1``.
+    ``job_script_prologue``). With ``gpu`` each job asks Slurm for one GPU (``--gres=gpu:1``) and its worker
+    offers ``GPU=1``; :func:`check` then grades with ``--gpu-jobs`` and shows each worker's ``CUDA_VISIBLE_DEVICES``.
     ``scheduler_interface`` (``ib0``, say) is the login node's network interface the scheduler listens on,
     for a login node whose default address the compute nodes do not reach.
     """
@@ -135,15 +136,7 @@ def job_logs(log_directory: Path, ids: set[str]) -> str:
 
 def check(args) -> int:
     """Ask Slurm for the workers, grade the assignment through them, say whether all went as it should; the exit
-    code (``args``: what ``python -m autograder slurm-check`` was given).
-
-    The workers are a ``dask_jobqueue.SLURMCluster`` whose jobs run this checkout's Python, ``--jobs`` jobs of
-    one worker each; the assignment is ``--assignment`` (01 by default), the scores those of
-    ``autograder/demo_class/expected_scores.csv``. Exit 0 when all held, 1 when something did not, 2 when it
-    could not start. With ``--gpu`` each job asks for one GPU (``--gres=gpu:1``), each worker offers the Dask
-    resource ``GPU=1``, grading runs with ``--gpu-jobs``, and the report shows each worker's
-    ``CUDA_VISIBLE_DEVICES``.
-    """
+    code (``args``: what ``python -m autograder slurm-check`` was given)."""
     options = cluster_options(args.queue, args.account, args.walltime, args.memory, args.gpu, args.workdir / "logs",
                               args.scheduler_interface)
     if args.print_job_script:

@@ -37,7 +37,10 @@ MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more i
 class Session:
     """One kernel in its own sandbox, watched four times a second for the submission's limits.
 
-    ``status`` is the notebook's status: the first limit a session reaches is its ``stopped``.
+    ``status`` is the notebook's status: the first limit a session reaches is its ``stopped``. Limits hold on
+    the kernel and every process it started together: processor time per cell and per notebook (wall time
+    bounded too, for code that waits), memory, processes and threads; the first time one is over, the whole
+    sandbox is ended.
     """
 
     def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str, launchers: list | None = None,
@@ -264,14 +267,9 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
     runner is told to end while it starts or waits, when the job is taken back: then nothing is
     written and None is returned. The limits per notebook count from its return,
     ``status["seconds"]`` too; ``status["start_s"]`` is what starting took, ``cells_s`` and
-    ``probes_s`` what phase A and the probes of phase B took in the first kernel.
-
-    Limits hold on the kernel and every process it started together: processor time per cell and per
-    notebook (wall time bounded too, for code that waits), memory, processes and threads; the first time one
-    is over, the whole sandbox is ended. After phase A a copy of the notebook is kept, the only output anyone
-    is shown; phase B's output is never shown, only what each probe recorded. Written: the executed notebook,
-    ``observations.json`` and a status file. Cells and probes not run record nothing, so their tests earn
-    nothing.
+    ``probes_s`` what phase A and the probes of phase B took in the first kernel. Written: the notebook as
+    phase A left it (the only output shown), what each probe recorded (``observations.json``) and a status
+    file; cells and probes not run record nothing, so their tests earn nothing.
     """
     from nbclient.exceptions import DeadKernelError
 
