@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """``devcourse.best_device`` and ``devcourse.accelerator_or_simulated``, imported at first use.
 
-    They live in :mod:`devcourse.devices`, which imports torch (over a second); a program that only
+    They live in :mod:`devcourse.devices`, which imports torch; a program that only
     needs another module of the package (the autograder needs :mod:`devcourse.warmstart` and
     :mod:`devcourse.validation`, neither of which uses torch) does not wait for torch.
     """

@@ -1,22 +1,8 @@
 """Time and memory of training steps in float32 against mixed precision, one mode per process.
 
-Modes:
-
-* ``fp32``: plain float32 training.
-* ``bf16``: ``torch.autocast(device_type, dtype=torch.bfloat16)``, no scaler.
-* ``fp16``: ``torch.autocast(device_type, dtype=torch.float16)`` with
-  ``torch.amp.GradScaler``.
-
-Each mode trains the same seeded MLP on the same data in a fresh process, on
-:func:`~devcourse.devices.best_device` unless told otherwise. It reports
-milliseconds per step (after warm-up steps, with the device synchronised),
-peak memory (``torch.cuda.max_memory_allocated`` during the timed steps on
-CUDA; on the CPU, how far the process's peak resident memory rose from
-before the model was built) and the last
-loss. On a CPU, mixed precision is often slower than float32: the numbers
-say what this machine does, nothing more.
-
-Introduced in 06_mixed_precision.
+:func:`compare_precision` trains the same seeded MLP on the same data in each mode (:data:`MODES`: fp32, bf16
+autocast, fp16 autocast with GradScaler) in a fresh process, on any machine; on a CPU mixed precision is often
+slower than float32, and the numbers say what this machine does, nothing more. Introduced in 06_mixed_precision.
 """
 
 from __future__ import annotations
@@ -91,7 +77,12 @@ def compare_precision(
     device: torch.device | str | None = None, steps: int = 20, width: int = 512, batch: int = 256,
     modes: tuple[str, ...] = MODES,
 ) -> list[PrecisionResult]:
-    """Train in each mode in its own process and return what each measured; a bar shows the modes done."""
+    """Train in each mode in its own process and return what each measured; a bar shows the modes done.
+
+    Each result has milliseconds per step (after warm-up steps, the device synchronised), the peak memory
+    (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU how far peak resident memory rose from before the
+    model was built) and the last loss. ``device`` defaults to :func:`~devcourse.devices.best_device`.
+    """
     device = str(torch.device(device) if device is not None else best_device())
     results = []
     for mode in progress.steps(modes, f"training in {', '.join(modes)} on {device}"):

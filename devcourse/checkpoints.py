@@ -1,21 +1,9 @@
 """Checkpoints that look saved on a GPU, and a loader that opens them anywhere.
 
-Fixtures: :func:`make_checkpoint` writes a checkpoint of a seeded
-:class:`~devcourse.models.TinyNet` as a plain, DataParallel, DDP or
-``torch.compile`` model would have saved it, in float32 or float16, with
-every storage tagged as saved on ``cpu``, ``cuda:0`` or ``cuda:1``. It runs on
-a CPU-only machine: the tags are written by a storage tagger registered for
-the duration of the save (:func:`tagged_save`), and ``torch.load`` treats the
-file exactly like one written on that GPU. The same arguments give the same
-bytes, so no binary fixture needs to be shipped.
-
-Loader: :func:`read_state_dict` and :func:`load_model` open any of those
-files on whatever this machine has, with ``weights_only=True``, and turn every
-way a file can be wrong into a :class:`CheckpointError` that says what is
-wrong. Nothing is half-loaded: keys and shapes are checked before any
-tensor reaches a model.
-
-Introduced in 03_saving_and_loading; used in 04_map_location and 05_module_prefix.
+:func:`make_checkpoint` writes, on any machine, a seeded :class:`~devcourse.models.TinyNet`'s checkpoint as a
+plain, DataParallel, DDP or compiled model saved it on ``cpu``, ``cuda:0`` or ``cuda:1``; :func:`load_model` and
+:func:`read_state_dict` open such files on whatever this machine has, or raise a :class:`CheckpointError` that
+says what is wrong. Introduced in 03_saving_and_loading; used in 04 and 05.
 """
 
 from __future__ import annotations

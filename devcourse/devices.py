@@ -71,7 +71,7 @@ def accelerator_or_simulated(index: int = 1) -> torch.device:
     simulated accelerator off: turned on beside a real accelerator, it becomes
     PyTorch's accelerator for the rest of the process (PyTorch's
     ``DeviceAccelerator.cpp``), and every backward pass through CUDA then fails
-    inside PyTorch's autograd engine (measured with PyTorch 2.11 on an NVIDIA H200;
+    inside PyTorch's autograd engine (``docs/gpu-report.md``;
     pytorch/pytorch#161129). MPS
     and XPU go through the same choice of accelerator; that they fail alike
     was not run.

@@ -1,26 +1,9 @@
 """Run DDP code in several processes from a notebook or a test, and clean up after it.
 
-``torch.multiprocessing.spawn`` cannot start a function defined in a notebook
-cell (the workers cannot import ``__main__``), so code for other processes
-goes into a script: :func:`write_script` writes one from functions defined
-anywhere, notebook cells included, and :func:`torchrun` starts it with
-``torchrun``'s c10d rendezvous on a free local port. :func:`run_functions`
-(the exercises' checks) starts the processes itself, with the variables
-torchrun would give them (:func:`start_ranks`): no agent to wait for, and,
-on Linux, each process forked from one that has already imported torch
-(:mod:`devcourse.warmstart`), so a check does not wait for every process to
-import it. On a CPU-only machine all of this runs on the CPU with gloo, or on
-simulated devices (``simulated_devices=N``).
-
-Every run has a wall-time limit. A run that exceeds it, or in which a rank
-dies, ends with :class:`DistributedRunError` naming what happened, and every
-process it started is killed (each run gets its own process group), so no
-orphan is left behind. Which device and backend a worker uses is the
-worker's own code's choice (07 asks ``torch.accelerator``); with
-``simulated_devices=N`` every worker that finds no accelerator gets N
-simulated ones.
-
-Introduced in 07_multi_device_training.
+Workers cannot import a notebook's ``__main__``, so :func:`write_script` writes a script from functions defined
+anywhere and :func:`torchrun` starts it; :func:`run_functions` (the exercises' checks) starts the ranks itself
+(:func:`start_ranks`, forked through :mod:`devcourse.warmstart` on Linux). On a CPU-only machine all of it runs
+on the CPU with gloo, or on simulated devices. Introduced in 07_multi_device_training.
 """
 
 from __future__ import annotations
@@ -48,7 +31,13 @@ __all__ = ["DistributedRunError", "RunResult", "free_port", "rank_errors", "run_
 
 
 class DistributedRunError(RuntimeError):
-    """A multi-process run that failed or ran out of time; the message holds the end of its output."""
+    """A multi-process run that failed or ran out of time; the message holds the end of its output.
+
+    Every run has a wall-time limit; when it is exceeded or a rank dies, every process the run started is
+    killed (each run has a process group of its own), so no orphan is left. Which device and backend a worker
+    uses is its own code's choice; with ``simulated_devices=N`` a worker that finds no accelerator gets N
+    simulated ones.
+    """
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,9 @@
 """What this machine offers PyTorch: versions, devices, and a quick test of each.
 
-:func:`collect_facts` gathers the facts, :meth:`EnvFacts.to_text` prints them
-as plain text (what nbval compares), and :func:`report_widget` shows them in
-JupyterLab with a button that runs a small computation on a chosen device.
-On a CPU-only machine the report says so: no CUDA build or no CUDA device,
-and only ``cpu`` to test.
-
-Introduced in 00_environment.
+:func:`collect_facts` gathers the facts, :meth:`EnvFacts.to_text` prints them as plain text (what nbval
+compares), and :func:`report_widget` shows them in JupyterLab with a button that runs a small computation on a
+chosen device. On a CPU-only machine the report says so (no CUDA build or no CUDA device) and offers only
+``cpu``. Introduced in 00_environment.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The map_location explorer: load a checkpoint saved on one device with any map_location.
 
-:func:`explore` returns plain text (what nbval compares and a terminal
-shows); :func:`map_location_explorer` wraps it in ipywidgets for JupyterLab.
-The checkpoints are :func:`~devcourse.checkpoints.make_checkpoint` fixtures,
-made once per process and kept in memory: no file outlives the call that
-makes one, even in a kernel that is killed. On a CPU-only machine a
-checkpoint "saved on cuda:1" is such a fixture, and loading it shows the
-same result or error a real one would.
-
-Introduced in 04_map_location.
+:func:`explore` returns plain text (what nbval compares); :func:`map_location_explorer` wraps it in ipywidgets.
+The checkpoints are :func:`~devcourse.checkpoints.make_checkpoint` fixtures kept in memory, so on a CPU-only
+machine one "saved on cuda:1" loads with the same result or error a real one would. Introduced in 04_map_location.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """Run an exercise's check on every device the course grades on.
 
-Exercises are graded on a *device matrix*: the CPU always, then
-
-* on a machine with CUDA: every ``cuda:N``. The simulated devices are not
-  added there: a registered out-of-tree device becomes PyTorch's current
-  accelerator (``torch.accelerator``), CUDA or not, which would change what
-  student code on a GPU machine sees;
-* on a machine without CUDA: ``sim:0`` and ``sim:1``, the simulated
-  accelerator of :mod:`devcourse.simdevice`, which the matrix turns on
-  (explicitly, the first time it is asked for). Its tensors hold real
-  values, modules train on it, and mixing it with the CPU raises PyTorch's
-  own same-device errors where CUDA raises them, so checks compare values
-  on every device of the matrix.
-
-``meta`` and ``FakeTensorMode`` CUDA devices are no longer in the matrix:
-everything they caught, the simulated device catches with values, and they
-rejected correct answers for reasons of their own (no values on ``meta``,
-indexing and ``Module.to`` failing under ``FakeTensorMode``). The one thing
-a device named ``cuda`` shows that ``sim`` cannot is code that branches on
-``device.type == "cuda"``; such code is not what the course teaches (it asks
-the device, see ``devcourse.devices``), and hard-coded ``"cuda"`` strings fail
-on the simulated devices, as they should on a machine without CUDA. Lessons
-still use ``meta`` where it is the lesson (building a model without memory).
-
+The *device matrix* (:func:`device_matrix`) is the CPU, then every ``cuda:N`` on a machine with CUDA, else the
+simulated ``sim:0`` and ``sim:1`` (:mod:`devcourse.simdevice`), which hold real values, so checks compare values
+on every device. The notebooks' checks call :func:`check_on_devices`.
 Introduced in 01_device_placement.
 """
 
@@ -118,7 +98,9 @@ def device_matrix(kind: Kind = "tensor", mac: bool = False) -> list[GradingDevic
     the Mac's values live): for exercises that resolve a device, load a
     checkpoint or handle running out of memory. A machine with CUDA cannot
     stand for a Mac (the simulated device that holds its values is not turned
-    on beside CUDA): there :func:`not_checked_here` names it.
+    on beside CUDA): there :func:`not_checked_here` names it. The simulated devices are never added beside
+    CUDA: a registered out-of-tree device becomes PyTorch's current accelerator, which would change what
+    student code on a GPU machine sees.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")

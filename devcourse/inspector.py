@@ -1,13 +1,8 @@
 """Where each tensor of a model lives, and in what dtype, with the odd one out flagged.
 
-:func:`tensor_rows` lists every parameter and buffer; :func:`odd_ones` names
-those whose device differs from the model's usual one, or whose floating
-dtype differs from its usual floating dtype (integer buffers such as
-``num_batches_tracked`` are never flagged for their dtype). :func:`inspect_text`
-prints the table as plain text (what nbval compares); :func:`inspector_widget`
-shows it in JupyterLab with a filter. Works on any device, ``meta`` included,
-so it runs the same on a CPU-only machine.
-
+:func:`tensor_rows` lists every parameter and buffer, :func:`odd_ones` names those off the model's usual device
+or floating dtype, :func:`inspect_text` prints the table (what nbval compares) and :func:`inspector_widget` shows
+it in JupyterLab. Works on any device, ``meta`` included, so it runs the same on a CPU-only machine.
 Introduced in 02_cross_device_errors.
 """
 
@@ -39,7 +34,8 @@ def tensor_rows(model: nn.Module) -> list[TensorRow]:
 
 
 def odd_ones(rows: list[TensorRow]) -> dict[str, str]:
-    """``{name: reason}`` for each tensor off the model's most common device or floating dtype."""
+    """``{name: reason}`` for each tensor off the model's most common device or floating dtype (integer buffers
+    such as ``num_batches_tracked`` are never flagged for their dtype)."""
     if not rows:
         return {}
     usual_device = Counter(r.device for r in rows).most_common(1)[0][0]

@@ -1,13 +1,9 @@
 """The students' Lab: the server side of the hidden-points lines under Validate's "Success!".
 
-A Jupyter server extension (turned on by ``jupyter/student-lab``'s server
-configuration) with one request, ``GET course/hidden-points?path=NOTEBOOK``:
-it reads the notebook below the server's root and answers
-``{"lines": [...]}``, the lines of :func:`devcourse.validation.message`
-(which exercises have tests that run hidden checks when graded, and their
-points; never the checks). The Lab plugin ``course-validate-hint`` (built
-from ``jupyter/student-lab/validate-hint``) adds them to nbgrader's success
-dialog. It runs nothing of the notebook and needs no GPU.
+A Jupyter server extension (turned on by ``jupyter/student-lab``'s configuration) answers
+``GET course/hidden-points?path=NOTEBOOK`` with the lines of :func:`devcourse.validation.message`, which the Lab
+plugin ``course-validate-hint`` adds to nbgrader's success dialog. It runs nothing of the notebook, shows no
+hidden check, and needs no GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ def hidden_points_handler() -> type:
 
     Jupyter's server modules are imported here, not when ``devcourse.labhints``
     is: they bring in jsonschema, whose optional IRI checker compiles its
-    grammar at import (about a second), and the grader's kernels import every
+    grammar at import, and the grader's kernels import every
     ``devcourse`` module.
     """
     import nbformat

@@ -1,27 +1,8 @@
 """Measure how loading a checkpoint costs time and memory, one strategy per process.
 
-Each strategy loads the same file into a fresh Python process and reports
-its wall time and how far two peaks rose above what the process held before
-loading (after importing torch): resident memory (``VmHWM``), which also
-counts the pages of a memory-mapped file, and anonymous memory
-(``RssAnon``, sampled), which does not. Mapped pages are the file's: the
-kernel can drop them under pressure and read them again, so the anonymous
-peak is what a strategy really needs. A fresh process per strategy keeps
-one strategy's memory from hiding another's.
-
-Strategies:
-
-* ``plain``: build the model, ``torch.load`` the file, ``load_state_dict``.
-* ``mmap``: the same with ``torch.load(mmap=True)``.
-* ``meta_assign``: build the model on ``meta`` (no memory), ``torch.load``
-  with ``mmap=True``, ``load_state_dict(assign=True)``.
-* ``devcourse``: the course's loader, :func:`devcourse.checkpoints.load_model`.
-
-After loading, every strategy reads every weight once (a checksum), as any
-real use would, so memory-mapped pages are counted too. Runs on any machine;
-everything stays on the CPU.
-
-Introduced in 04_map_location; ``benchmarks/checkpoint_loading.py`` runs it at 1 GB.
+Each strategy (:data:`STRATEGIES`) loads the same file in a fresh Python process (:func:`measure`), so one's
+memory cannot hide another's, and reports its wall time and how far resident and anonymous memory rose. Runs on
+any machine, everything on the CPU. Introduced in 04_map_location; ``benchmarks/checkpoint_loading.py`` runs it.
 """
 
 from __future__ import annotations
@@ -40,6 +21,8 @@ from torch import nn
 from devcourse import progress
 from devcourse.measure import AnonPeak, anon_rss_mib, peak_rss_mib, run_child
 
+# plain: build the model, torch.load, load_state_dict; mmap: the same with torch.load(mmap=True); meta_assign: build
+# on meta, torch.load(mmap=True), load_state_dict(assign=True); devcourse: devcourse.checkpoints.load_model.
 STRATEGIES = ("plain", "mmap", "meta_assign", "devcourse")
 WIDTH = 1024  # one 1024 x 1024 float32 layer is 4 MiB
 
@@ -125,7 +108,13 @@ def _child(strategy: str, path: Path, layers: int, device: torch.device) -> dict
 
 
 def measure(strategy: str, path: Path, layers: int, device: str = "cpu", timeout_s: float = 600) -> Measurement:
-    """Run one strategy in a fresh process, loading onto ``device``, and return what it measured."""
+    """Run one strategy in a fresh process, loading onto ``device``, and return what it measured.
+
+    The peaks are above what the process held after importing torch: resident memory (``VmHWM``), which
+    counts the pages of a memory-mapped file too, and anonymous memory (``RssAnon``, sampled), which does not;
+    mapped pages can be dropped and read again, so the anonymous peak is what a strategy really needs. Every
+    strategy reads each weight once after loading (a checksum), so mapped pages are counted.
+    """
     result = run_child("devcourse.loadbench", [strategy, str(path), str(layers), str(device)], timeout_s)
     return Measurement(strategy, result["seconds"], result["extra_peak_mib"], path.stat().st_size / 2**20,
                        str(device), result["gpu_peak_mib"], result["extra_anon_mib"])

@@ -1,29 +1,8 @@
 """A Mac for checks on any machine: MPS's device names, its one device, its float64 limit and its error texts.
 
-PyTorch's MPS backend runs on Apple silicon only, and the course's checks run on Linux. Inside
-:func:`simulated_mac` the code under test meets a Mac:
-
-* the machine (:func:`devcourse.grading.simulated_mps`): ``torch.backends.mps`` is available,
-  ``torch.cuda`` sees no GPU, ``torch.accelerator`` names ``mps`` with one device, ``best_device()``
-  gives ``mps:0``;
-* its GPU holds values: the course's simulated device ``sim:0`` (:func:`stand_in`) stands in for it.
-  A tensor, a module or a checkpoint that code sends to ``mps`` (a string or a ``torch.device``,
-  with or without its index) lands on ``sim:0``, and a check on the Mac is handed ``sim:0``;
-* its limits, as PyTorch's source writes them (none of this was run on a Mac):
-
-  - no float64: a float64 tensor on the Mac's GPU raises MPS's ``TypeError``
-    (:data:`MPS_FLOAT64`, ``aten/src/ATen/mps/EmptyTensor.cpp``);
-  - one device: ``mps:1`` does not exist;
-  - running out of memory raises MPS's plain ``RuntimeError`` forms, not ``torch.OutOfMemoryError``:
-    a request over Metal's largest buffer gives ``Invalid buffer size: ...``, one that fits a buffer
-    but not the memory left gives ``MPS backend out of memory ...``
-    (``MPSHeapAllocatorImpl::alloc_buffer_block`` in ``aten/src/ATen/mps/MPSAllocator.mm``; sizes
-    written by the caching allocators' ``format_size``, ``c10/core/CachingDeviceAllocator.h``).
-
-What it cannot show: tensors on the Mac's GPU report ``sim:0``, not ``mps:0``; operators that MPS
-lacks (``NotImplementedError`` naming ``PYTORCH_ENABLE_MPS_FALLBACK``) run.
-
-Introduced in 00_environment (graded as on a Mac from 03 on).
+PyTorch's MPS backend runs on Apple silicon only, and the course's checks run on Linux: inside
+:func:`simulated_mac` the code under test meets a Mac whose GPU is the simulated ``sim:0``
+(:func:`devcourse.grading.device_matrix` with ``mac=True``). Introduced in 00_environment.
 """
 
 from __future__ import annotations
@@ -166,7 +145,16 @@ class _MacMode(TorchFunctionMode):
 
 @contextlib.contextmanager
 def simulated_mac() -> Iterator[torch.device]:
-    """Run the block as on a Mac (see the module docstring); yields the device a check on the Mac is handed.
+    """Run the block as on a Mac; yields the device a check on the Mac is handed.
+
+    The machine (:func:`devcourse.grading.simulated_mps`): ``torch.backends.mps`` is available, ``torch.cuda``
+    sees no GPU, ``torch.accelerator`` names ``mps`` with one device, ``best_device()`` gives ``mps:0``. A
+    tensor, module or checkpoint sent to ``mps`` (with or without index) lands on ``sim:0`` (:func:`stand_in`).
+    Its limits, as PyTorch's source writes them (not run on a Mac): a float64 tensor raises MPS's
+    ``TypeError`` (:data:`MPS_FLOAT64`); ``mps:1`` does not exist; running out of memory raises MPS's plain
+    ``RuntimeError`` forms (``Invalid buffer size: ...`` over Metal's largest buffer, else ``MPS backend out
+    of memory ...``, from ``aten/src/ATen/mps/MPSAllocator.mm``). What it cannot show: tensors report
+    ``sim:0``, not ``mps:0``; operators MPS lacks run anyway.
 
     Turns the simulated device on (hidden from ``torch.accelerator``) if it is off. Works on any machine
     where the simulated device can be turned on, that is one without CUDA.

@@ -1,30 +1,8 @@
 """Device memory: what this process holds, out-of-memory errors, and a model that runs out on purpose.
 
-* :func:`rss_mib` is the memory the operating system counts for this
-  process. On a CPU-only machine it is the one number that shows tensors
-  being allocated and freed, since ``torch.cuda.memory_allocated()`` only
-  counts CUDA's allocator (and answers 0 where there is none).
-* :func:`is_out_of_memory` tells an allocation failure from any other error.
-  CUDA raises ``torch.OutOfMemoryError``; PyTorch's CPU allocator raises a
-  plain ``RuntimeError`` whose message says it ``can't allocate memory``, and
-  Apple's MPS one that starts ``MPS backend out of memory``
-  (``aten/src/ATen/mps/MPSAllocator.mm``): there is no exception type to
-  catch for those two, so their messages are matched. MPS also refuses a
-  request larger than the biggest buffer Metal can make before it tries to
-  allocate, with a ``RuntimeError`` that starts ``Invalid buffer size:``;
-  that counts too, since a smaller batch asks for less. (Read in PyTorch's
-  source; the course has not been run on a Mac.)
-* :class:`MemoryHungry` is a small model whose forward pass really fails to
-  allocate when a batch is larger than a limit, on the CPU and on any GPU, and
-  which records whether the tensors of a failed attempt were freed before the
-  next call. Tests of out-of-memory handling use it on every device.
-* :func:`memory_profile` records a timeline of allocations with PyTorch's
-  profiler, for the memory viewer, without the profiler's own log lines.
-* :func:`held_over_time` and :func:`plot_memory_timeline` turn such timelines
-  into the bytes held after each event and into a PNG picture, which opens
-  anywhere without a network.
-
-Introduced in 08_portable_models_and_memory.
+:func:`rss_mib` (the one number that shows CPU tensors come and go), :func:`is_out_of_memory` (an allocation
+failure on any device), :class:`MemoryHungry`, and the profiler's timelines (:func:`memory_profile`,
+:func:`plot_memory_timeline`). Introduced in 08_portable_models_and_memory.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Formats that carry no device: what an exported program or an ONNX file still pins down.
 
-* :func:`describe_exported` lists what a ``torch.export`` program is tied
-  to: the devices and dtypes of its weights, the devices written into its
-  graph (a ``device=x.device`` in ``forward`` is recorded as the device it
-  had while exporting), and the dtype and shape of each input.
-* :func:`describe_onnx` does the same for an ``.onnx`` file: the declared
-  element type and shape of each input and output, the dtypes of the
-  weights, and the side files that hold weights stored outside the model.
-  ONNX records no device at all; the runtime's execution provider chooses.
-* :func:`quiet_onnx_export` silences two messages that ``torch.onnx.export``
-  prints on every machine and that say nothing about the model being
-  exported.
-
-All of it runs on a CPU-only machine; nothing here needs or looks for a GPU.
-
-Introduced in 08_portable_models_and_memory.
+:func:`describe_exported` (a ``torch.export`` program) and :func:`describe_onnx` (an ``.onnx`` file) list the
+devices, dtypes and shapes each is tied to; :func:`quiet_onnx_export` silences two messages of
+``torch.onnx.export`` that say nothing about the model. All of it runs on a CPU-only machine; nothing here needs
+or looks for a GPU. Introduced in 08_portable_models_and_memory.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Sharded checkpoints for notebook 09: a checkpoint written by several ranks, made on any machine.
 
-:func:`save_sharded_checkpoint` starts ``world_size`` processes as torchrun would
-(:func:`devcourse.distributed.run_functions`), each on the CPU with the gloo backend, so no
-GPU is needed, and they save a model sharded by FSDP2 (``fully_shard``) with
-``torch.distributed.checkpoint`` (DCP): one ``__<rank>_0.distcp`` file per
-rank plus a ``.metadata`` file that says which rank holds which rows of each
-tensor. A DCP checkpoint records no device, so the same folder loads onto the
-CPU, a GPU or the simulated device. The function returns the model's full
-state dict, which is what a correct load must reproduce.
-
-On a CPU-only machine it does exactly that (about 3 s on two cores, most of it process
-start-up); on a GPU machine it does the same on the CPU, since a checkpoint's
-files do not depend on where the ranks ran.
-
-Introduced in 09_sharded_checkpoints.
+:func:`save_sharded_checkpoint` starts ranks as torchrun would (:func:`devcourse.distributed.run_functions`),
+each on the CPU with gloo, so no GPU is needed (on a GPU machine too: a checkpoint's files do not depend on
+where the ranks ran), and they save an FSDP2 model with ``torch.distributed.checkpoint`` (DCP), which records no
+device. Introduced in 09_sharded_checkpoints.
 """
 
 from __future__ import annotations
@@ -78,7 +68,9 @@ def save_sharded_checkpoint(
     statistics stay equal on every rank), so its values differ from the
     seeded model's. The checkpoint holds ``{"model": state_dict}``, plus
     ``"optimizer"`` and ``"step"`` with ``with_optimizer=True``. ``folder``
-    is created if needed; files already in it are overwritten.
+    is created if needed; files already in it are overwritten. It gets one ``__<rank>_0.distcp`` file per rank
+    and a ``.metadata`` file saying which rank holds which rows of each tensor; the same folder loads onto the
+    CPU, a GPU or the simulated device. On a CPU-only machine it runs as anywhere else.
     """
     folder = Path(folder)
     with tempfile.TemporaryDirectory(prefix="sharded-save-") as workdir:

@@ -1,22 +1,9 @@
 """Validate a notebook and say what its hidden checks are worth, without showing them.
 
-nbgrader's Validate runs the tests a student can see and says "Success!" when
-they pass, but when the notebook is graded some tests also run hidden checks
-(other inputs, other devices), so a notebook that validates can still lose
-points. The student versions in ``course/`` mark each test cell that has
-hidden checks with ``metadata["course"]["hidden_checks"] = true`` (written by
-the course's build from the instructor's notebooks; only the mark, never the
-checks). This module reads the marks:
-
-- :func:`hidden_points` lists, per exercise, the points of its tests that run
-  hidden checks when graded;
-- ``python -m devcourse.validation NOTEBOOK`` runs nbgrader's own validation
-  (the same as the Validate button, on the CPU or whatever device the
-  notebook picks), prints its result, and after a success prints those points;
-- the students' Lab shows the same lines under Validate's "Success!" (its
-  server side is :mod:`devcourse.labhints`).
-
-Nothing here needs a GPU: it reads notebook metadata and runs nbgrader.
+nbgrader's Validate says "Success!" when the visible tests pass, yet hidden checks can still cost points. The
+student versions mark each test cell that has them (``metadata["course"]["hidden_checks"]``, only the mark);
+:func:`hidden_points` reads the marks for ``python -m devcourse.validation NOTEBOOK`` and the students' Lab
+(:mod:`devcourse.labhints`). Nothing here needs a GPU: it reads notebook metadata and runs nbgrader.
 """
 
 from __future__ import annotations
@@ -97,7 +84,11 @@ def message(nb) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Validate each notebook named; exit 1 if one fails its visible tests."""
+    """Validate each notebook named; exit 1 if one fails its visible tests.
+
+    Runs nbgrader's own validation (what the Validate button runs, on the CPU or whatever device the notebook
+    picks), prints its result and, after a success, the points of the tests with hidden checks.
+    """
     import nbformat
     from nbgrader.apps import NbGrader
     from nbgrader.validator import Validator

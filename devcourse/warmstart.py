@@ -1,46 +1,9 @@
 """Start Python scripts in processes forked from one that has already imported torch (Linux).
 
-Every new Python process that imports torch spends more than a second of
-processor time on the import before it runs a line of its own (1.4 s on
-two cores of a 2-core x86 machine). A run of several processes pays it once per
-process, and the course's checks start many small runs (07's exercises,
-09's FSDP ranks). :class:`WarmStarter` pays it once: it starts a server,
-``python -m devcourse.warmstart``, that imports torch and what the ranks of
-:func:`devcourse.distributed.start_ranks` import, and then only forks. Each
-forked process turns itself into what ``python SCRIPT ARGS`` would have
-been before it runs the script (or, for ``python -m MODULE ARGS``, as
-torchrun's launcher is started, the module):
-
-- a session of its own (as ``Popen(start_new_session=True)``), its working
-  folder, the environment it was given, standard output and error appended
-  to the log file it was given, standard input from ``/dev/null``;
-- ``sys.argv``, ``sys.path`` (the script's folder first; for a module the
-  working folder) and the command line ``ps`` shows (:func:`retitle`) of
-  ``python SCRIPT ARGS``;
-- Python's ``random``, numpy's and torch's CPU generators seeded afresh, as
-  a new process seeds them;
-- the script runs as ``__main__`` (a module through ``runpy``, as
-  ``python -m`` runs it, even one the server imported); its exit code, or minus the signal that
-  ended it, is what :meth:`ForkedProcess.poll` returns, as ``Popen``'s would.
-
-What still differs from a process started fresh: the modules the server
-imported are already in ``sys.modules``, Python's hash seed is the server's,
-and the pages the server filled are shared copy-on-write. The server is one
-more process for as long as it is used (it ends after :data:`IDLE_S` idle,
-or with its caller): about 190 MiB of anonymous memory with the CPU build of
-torch, which the autograder counts toward a submission's memory limit like
-that of any process a notebook starts. Modules read
-their environment when they are imported, so the server is started with the
-environment the processes get (less the variables that differ between
-them, see :func:`starter`), and a new one replaces it when that changes.
-
-Only Linux forks: elsewhere (macOS, whose system libraries forbid
-forking a process that has started them, and Windows) :func:`starter`
-returns ``None`` and callers start processes the ordinary way, as they do
-when the server could not start or when ``DEVCOURSE_NO_WARMSTART`` is set
-(``benchmarks/distributed_start.py`` compares the two). A CUDA machine forks too: the server
-imports torch but never touches the GPU, so each process starts CUDA
-itself, as a fresh one does.
+Every new process that imports torch pays the import before its first line; the course's checks start many
+small runs (07's exercises, 09's FSDP ranks, through :func:`devcourse.distributed.start_ranks`).
+:func:`starter` gives a :class:`WarmStarter`, a server (``python -m devcourse.warmstart``) that imports torch
+once and then only forks; elsewhere than Linux callers start processes the ordinary way.
 """
 
 from __future__ import annotations
@@ -59,8 +22,8 @@ from typing import Callable, Sequence
 __all__ = ["ForkedProcess", "WarmStarter", "retitle", "starter"]
 
 TITLE_ROOM = 8192  # bytes of command line every forked process can write its own into (see retitle)
-READY_TIMEOUT_S = 120.0  # the server's imports; far more than the 2 to 3 s they take
-IDLE_S = 300.0  # a server that has started nothing for this long, and runs nothing, ends (it holds ~250 MiB)
+READY_TIMEOUT_S = 120.0  # the server's imports, with room to spare on a busy machine
+IDLE_S = 300.0  # a server that has started nothing for this long, and runs nothing, ends (it holds torch's memory)
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.distributed.fsdp",
            "devcourse.simdevice", "devcourse.models")
 
@@ -145,11 +108,14 @@ class ForkedProcess:
 
 
 class WarmStarter:
-    """A server that has imported :data:`PRELOAD` and forks processes that run scripts (see the module).
+    """A server that has imported :data:`PRELOAD` and forks processes that run scripts.
 
     Raises ``RuntimeError`` when the server cannot start or import them; a server that dies later
     ends every process it started (killed, ``returncode`` -9) and refuses to start more. A server
     left idle for :data:`IDLE_S` ends (:func:`starter` then starts a new one when one is needed).
+    While it lives it is one more process, whose memory the autograder counts toward a submission's
+    limit like that of any process a notebook starts. It imports torch but never touches the GPU, so
+    on a CUDA machine each process starts CUDA itself, as a fresh one does.
     """
 
     def __init__(self, env: dict[str, str]):
@@ -179,7 +145,17 @@ class WarmStarter:
     def start(self, command: Sequence[str], env: dict[str, str], cwd: str | Path | None,
               log: str | Path) -> ForkedProcess:
         """Run ``command`` (``[sys.executable, SCRIPT, *ARGS]`` or ``[sys.executable, "-m", MODULE, *ARGS]``)
-        in a forked process; its output is appended to ``log``."""
+        in a forked process; its output is appended to ``log``.
+
+        The process gets what ``python SCRIPT ARGS`` would have had: a session of its own, ``cwd``, ``env``,
+        standard output and error appended to ``log``, standard input from ``/dev/null``, ``sys.argv``,
+        ``sys.path`` (the script's folder first; for a module the working folder), the command line ``ps``
+        shows (:func:`retitle`), and Python's, numpy's and torch's CPU generators seeded afresh. The script
+        runs as ``__main__`` (a module through ``runpy``, as ``python -m`` runs it); its exit code, or minus
+        the signal that ended it, is what :meth:`ForkedProcess.poll` returns. What still differs from a
+        fresh process: the server's modules are already imported, the hash seed is the server's, and its
+        pages are shared copy-on-write.
+        """
         if not _forkable(command):
             raise ValueError("only `python SCRIPT ARGS` and `python -m MODULE ARGS` can be forked, "
                              f"not {list(command)!r}")
@@ -267,7 +243,7 @@ class WarmStarter:
 # The server in use, as (its environment's key, the server or None if it failed), under "server". A dict changed
 # in place, never a global rebound: the grader's guard puts every attribute of the course's modules back as it
 # was before each test, which would set a rebound global back to None and leave its server running, unused, while
-# the next run starts another (each holds ~190 MiB of the submission's memory, and costs a torch import).
+# the next run starts another (each holds torch in the submission's memory, and costs a torch import).
 _CURRENT: dict[str, tuple[str, WarmStarter | None]] = {}
 _CURRENT_LOCK = threading.Lock()
 
@@ -278,7 +254,10 @@ AT_FIRST_USE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEV
 
 
 def starter(env: dict[str, str]) -> WarmStarter | None:
-    """The server for processes started with ``env``; None where forking is not used (see the module).
+    """The server for processes started with ``env``; None where forking is not used: elsewhere than Linux
+    (macOS's system libraries forbid forking a process that has started them), with
+    ``DEVCOURSE_NO_WARMSTART`` set, or when the server could not start. Callers then start processes the
+    ordinary way.
 
     One server at a time: a call with another ``env`` ends the old one and starts a new one, unless
     only the variables of :data:`AT_FIRST_USE` differ (07 hides the GPUs from some runs). A server

@@ -246,3 +246,80 @@ def test_the_graders_modules_are_small_and_its_functions_short():
                     and f"{name}:{node.name}" not in LONG_FUNCTIONS:
                 long_functions.append(f"{name}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert long_modules == [] and long_functions == [], (long_modules, long_functions)
+
+
+def _modules_of_the_grader_and_the_course() -> list[Path]:
+    return sorted(path for package in ("autograder", "devcourse") for path in (ROOT / package).rglob("*.py"))
+
+
+MODULE_DOCSTRING_LINES = 6
+# The demo class's builder: its docstring is still to be shortened.
+LONG_MODULE_DOCSTRINGS = {"autograder/course/demo.py"}
+
+
+def test_module_docstrings_say_what_the_module_does_and_where_it_sits_in_a_few_lines():
+    """A module docstring of the grader or the course's package holds at most MODULE_DOCSTRING_LINES lines (the
+    summary, the blank line and the text after it): what the module does and who calls it or what it stands on.
+    What a function guarantees goes in that function's docstring; how the code came to be, in the commit log."""
+    import ast
+
+    long = []
+    for path in _modules_of_the_grader_and_the_course():
+        name = str(path.relative_to(ROOT))
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        lines = len(doc.strip("\n").splitlines()) if doc else 0
+        if lines > MODULE_DOCSTRING_LINES and name not in LONG_MODULE_DOCSTRINGS:
+            long.append(f"{name}: {lines} lines")
+    assert long == [], long
+
+
+_TIME_OR_RATIO = r"\d[\d,]*(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\s?(?:s|ms|µs|seconds?|minutes?|x|%)(?![\w-])"
+MEASUREMENT = re.compile(
+    # an estimate: "about 2 s", "~190 MiB", "about a second", "over half"
+    r"(?:\b(?:about|around|roughly|nearly|almost)\s|~\s?|≈\s?)\d[\d,.]*\s?(?:s|ms|µs|seconds?|minutes?|x|%|[KMG]i?B)\b"
+    r"|\b(?:about|around|roughly|nearly|almost|over|under) (?:(?:a|an|one|two|three|half a) )?"
+    r"(?:second|minute|half|third|quarter|fifth|seventh|tenth)s?\b"
+    # a timing told as one: "took 14.7 ms", "2 s of processor time less", "132 s against 106", "3 s they take"
+    r"|\b(?:measured|took|timed)\b[^.;]{0,80}?" + _TIME_OR_RATIO
+    + r"|" + _TIME_OR_RATIO + r"[^.;]{0,40}?\b(?:less|more|faster|slower|before|than|against|instead)\b"
+    + r"|" + _TIME_OR_RATIO + r"[^.;]{0,20}?\b(?:they take|it takes|takes|took)\b"
+    # where it was measured: "1.4 s on two cores", "measured on an NVIDIA H200", "(measured: ...)"
+    + r"|" + _TIME_OR_RATIO
+    + r" (?:on|with) (?:an? |\d+ |two |four |eight )?[\w-]*\s?(?:cores?|machine|laptop|GPU|CPU)\b"
+    + r"|\bmeasured(?: (?:on|with) (?:an? )?(?:NVIDIA|AMD|Intel|Apple|H100|H200|A100|PyTorch|torch|\d)|\s?:)",
+    re.IGNORECASE)
+
+
+def _comments_docstrings_and_help(path: Path):
+    """(line, text) of each comment, docstring and argparse ``help=`` string of the module at ``path``."""
+    import ast
+    import io
+    import tokenize
+
+    source = path.read_text()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node.body[0].lineno, doc
+        elif isinstance(node, ast.keyword) and node.arg == "help":
+            yield node.value.lineno, "".join(part.value for part in ast.walk(node.value)
+                                             if isinstance(part, ast.Constant) and isinstance(part.value, str))
+
+
+def test_comments_docstrings_and_help_state_no_measurement():
+    """A timing, speed-up, share of time or size measured on one machine, or what the code did before, belongs
+    in the benchmarks' docs and the commit log, not in a comment, docstring or ``--help`` text that a reader
+    takes for what holds now. Flagged (MEASUREMENT): an estimate ("about 2 s", "~190 MiB", "about a second",
+    "over half"), a time or ratio next to a word that tells a measurement ("took 14.7 ms", "2 s less", "132 s
+    against 106", "1.4 s on two cores", "measured on an NVIDIA H200"). Limits, defaults and constants ("60 s per
+    cell", "4096 MiB", "four times a second") are not: they say what the code does, wherever it runs."""
+    found = []
+    for path in _modules_of_the_grader_and_the_course():
+        for line, text in _comments_docstrings_and_help(path):
+            found += [f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}"
+                      for m in MEASUREMENT.finditer(" ".join(text.split()))]
+    assert found == [], found

@@ -1,20 +1,9 @@
 """Grade a whole class: every submission's notebooks run as jobs, judged, then nbgrader's gradebook and feedback.
 
-:func:`grade` runs the phases of :class:`~autograder.batch.classrun.ClassRun` in order:
-
-1. ``read_course``: the assignments and their notebooks, the due dates, what every job of the run shares;
-2. ``choose``: the pairs (student, assignment) to grade, new or changed since an earlier run graded them;
-3. ``start_references``: the instructor's solutions first, in the same sandbox (:mod:`autograder.judge.reference`);
-4. ``submit``: each submitted notebook prepared (:mod:`autograder.prepare`) and handed to the executor
-   (:mod:`autograder.run`) as soon as it is ready;
-5. ``release``: nbgrader's release of what this run grades;
-6. ``collect``: each finished job judged (:mod:`autograder.judge`), each finished pair autograded by nbgrader,
-   with its feedback (:mod:`autograder.record`);
-7. ``finish``, then :func:`~autograder.batch.results.results`: a row per pair for the report.
-
-A run can be stopped (Ctrl-C, SIGTERM, SIGHUP, held back while the gradebook is written): every runner ends with
-its sandbox, :class:`GradingStopped` says what was graded and what not, and the work folder remembers it
-(:mod:`autograder.record.state`), so the next run grades only what is left.
+:func:`grade` (called by ``python -m autograder grade``) runs the phases of
+:class:`~autograder.batch.classrun.ClassRun`, standing on :mod:`autograder.prepare`, :mod:`autograder.run`,
+:mod:`autograder.judge` and :mod:`autograder.record`. A stopped run raises :class:`GradingStopped`, and the work
+folder remembers what was graded (:mod:`autograder.record.state`), so the next run grades only what is left.
 """
 
 from __future__ import annotations
@@ -52,6 +41,13 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR,
     handed nothing in for an assignment gets ``score=None`` and a note; a
     notebook that cannot be graded (corrupt, from another assignment) gets a
     note with the reason, and the batch goes on.
+
+    The phases, in order: read the course (assignments, notebooks, due dates); choose the pairs (student,
+    assignment) new or changed since an earlier run; start the references (:mod:`autograder.judge.reference`);
+    submit each notebook to the executor as soon as it is prepared; nbgrader's release of what this run grades;
+    collect each finished job, judged, each finished pair autograded by nbgrader with its feedback; finish, and
+    a row per pair for the report (:func:`~autograder.batch.results.results`). A run stopped (Ctrl-C, SIGTERM,
+    SIGHUP; held back while the gradebook is written) ends every runner with its sandbox.
     """
     settings = settings or Settings()
     workdir = Path(workdir).resolve()

@@ -1,33 +1,8 @@
 """make gpu-check: run the course and its grader on a real GPU, and write what happened.
 
-Checks, in order (``--only`` picks some):
-
-* ``environment``: GPU names and memory, driver, torch, CUDA and cuDNN versions;
-* ``notebooks``: every solution notebook run by nbval against its stored
-  outputs, through the same sanitize file as on a CPU;
-* ``grading``: the demo class graded with CUDA in the device matrix, scores
-  compared with ``expected_scores.csv``;
-* ``ddp``: a DDP training run with one process per GPU (NCCL), parameters
-  compared across ranks afterwards;
-* ``amp``: training steps in fp32, bf16 autocast and fp16 autocast with
-  GradScaler, on the GPU;
-* ``loading``: the large-checkpoint benchmark, loading straight onto the GPU;
-* ``cluster``: part of the demo class (``CLUSTER_ASSIGNMENTS``) graded through a
-  real Dask scheduler with ``--gpu-jobs``, by a worker started with ``--gpu 0``
-  beside one without the GPU resource: every job must run on the GPU worker,
-  whose runners see only its GPU, with the expected scores;
-* ``mistakes``: ``tests/mistakes/test_mistakes.py`` with every round of the catalog
-  (``make mistakes``), so each public mistake is graded with CUDA in the device
-  matrix: every mistake must lose points on its exercise (the test's bar) and
-  every correct fix keep them all.
-
-The report goes to ``docs/gpu-report.md``. Without CUDA the command stops
-with a message that says so. ``--dry-run`` rehearses on the CPU instead: it
-runs what does not need a GPU, marks the rest as not run, and writes its
-report to ``build/gpu-report-dry-run.md``, so no CPU result ever lands in
-the GPU report.
-
-Run ``python -m autograder gpu-check --help`` from the repository root.
+``python -m autograder gpu-check`` runs the checks of :data:`CHECKS` in order (``--only`` picks some) and
+writes ``docs/gpu-report.md``; without CUDA it stops and says so. ``--dry-run`` rehearses on the CPU: what
+needs no GPU runs, the rest is marked not run, and the report goes to ``build/gpu-report-dry-run.md``.
 """
 
 from __future__ import annotations
@@ -79,6 +54,7 @@ class Context:
 
 
 def check_environment(ctx: Context) -> Check:
+    """GPU names and memory, driver, torch, CUDA and cuDNN versions."""
     from autograder.run.bytecode import advice, uncompiled
 
     missing = uncompiled()
@@ -140,6 +116,7 @@ def _junit_cases(junit: Path) -> list[tuple[str, str, str | None]]:
 
 
 def check_notebooks(ctx: Context) -> Check:
+    """Every solution notebook run by nbval against its stored outputs, through the CPU's sanitize file."""
     junit = WORKDIR / "nbval.xml"
     junit.unlink(missing_ok=True)  # what an earlier run found is not this run's
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "solutions", f"--junitxml={junit}"]
@@ -167,7 +144,8 @@ def check_notebooks(ctx: Context) -> Check:
 
 
 def check_mistakes(ctx: Context) -> Check:
-    """The mistakes catalog's every round, graded by the real grader with this machine's device matrix."""
+    """The mistakes catalog's every round (``make mistakes``), graded by the real grader with this machine's
+    device matrix: every mistake must lose points on its exercise and every correct fix keep them all."""
     from devcourse.grading import device_matrix
 
     junit = WORKDIR / "mistakes.xml"
@@ -195,6 +173,7 @@ def check_mistakes(ctx: Context) -> Check:
 
 
 def check_grading(ctx: Context) -> Check:
+    """The demo class graded with CUDA in the device matrix, scores compared with ``expected_scores.csv``."""
     from autograder import batch
     from autograder.course.demo import unexpected_scores
     from autograder.record.report import format_table
@@ -239,6 +218,7 @@ def _ddp_check(outdir):
 
 
 def check_ddp(ctx: Context) -> Check:
+    """A DDP training run with one process per GPU (NCCL), parameters compared across ranks afterwards."""
     from devcourse.distributed import run_functions
 
     gpus = torch.cuda.device_count() if ctx.cuda else 0
@@ -258,6 +238,7 @@ def check_ddp(ctx: Context) -> Check:
 
 
 def check_amp(ctx: Context) -> Check:
+    """Training steps in fp32, bf16 autocast and fp16 autocast with GradScaler, on the GPU."""
     from devcourse.ampbench import compare_precision, format_table
 
     if not ctx.cuda:
@@ -268,6 +249,7 @@ def check_amp(ctx: Context) -> Check:
 
 
 def check_loading(ctx: Context) -> Check:
+    """The large-checkpoint benchmark, loading straight onto the GPU."""
     from devcourse.loadbench import compare_loading, format_table
 
     if not ctx.cuda:
@@ -278,6 +260,9 @@ def check_loading(ctx: Context) -> Check:
 
 
 def check_cluster(ctx: Context) -> Check:
+    """Part of the demo class (``CLUSTER_ASSIGNMENTS``) graded through a real Dask scheduler with ``--gpu-jobs``,
+    by a worker started with ``--gpu 0`` beside one without the GPU resource: every job must run on the GPU
+    worker, whose runners see only its GPU, with the expected scores."""
     from distributed import Client
 
     from autograder import batch

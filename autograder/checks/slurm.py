@@ -1,22 +1,9 @@
 """python -m autograder slurm-check: grade part of the demo class on Slurm, through dask-jobqueue.
 
-Run it on a Slurm login node, from the course's checkout, before grading a
-class there: it sets up workers the way ``docs/cluster.md`` does (a
-``dask_jobqueue.SLURMCluster`` whose jobs run the course's Python from this
-checkout), asks Slurm for ``--jobs`` jobs of one worker each, grades one
-assignment of the demo class (``--assignment``, 01 by default) through them,
-and says whether every job ran on those workers with the scores
-``autograder/demo_class/expected_scores.csv`` holds. It exits 0 when all of
-that held, 1 when something did not, 2 when it could not start.
-
-``--gpu``: each Slurm job asks for one GPU (``--gres=gpu:1``), each worker
-offers the Dask resource ``GPU=1``, the grading runs with ``--gpu-jobs``, and
-the check reports the ``CUDA_VISIBLE_DEVICES`` that a process of each worker
-sees (Slurm sets it from the GPU it allocated).
-
-Without ``sbatch`` on the PATH, or without the ``dask_jobqueue`` package, it
-says so and submits nothing; ``--print-job-script`` prints the batch script
-it would submit and exits. Nothing here needs a GPU unless ``--gpu`` is given.
+Run on a Slurm login node before grading a class there, :func:`check` asks for ``--jobs`` workers as
+``docs/cluster.md`` sets them up, grades ``--assignment`` (01) of the demo class through them and exits 0 when
+every job ran there with the scores of ``expected_scores.csv``, 1 when not, 2 when it could not start. Without
+``sbatch`` or ``dask_jobqueue`` it says so and submits nothing; it needs a GPU only with ``--gpu``.
 """
 
 from __future__ import annotations
@@ -41,7 +28,8 @@ def cluster_options(queue: str | None, account: str | None, walltime: str, memor
     """The ``SLURMCluster`` parameters: one single-threaded worker per Slurm job, this checkout's Python.
 
     The names are dask-jobqueue's since 0.8 (``job_extra_directives``, ``worker_extra_args``,
-    ``job_script_prologue``). With ``gpu`` each job asks Slurm for one GPU and its worker offers ``GPU=1``.
+    ``job_script_prologue``). With ``gpu`` each job asks Slurm for one GPU (``--gres=gpu:1``) and its worker
+    offers ``GPU=1``; :func:`check` then grades with ``--gpu-jobs`` and shows each worker's ``CUDA_VISIBLE_DEVICES``.
     ``scheduler_interface`` (``ib0``, say) is the login node's network interface the scheduler listens on,
     for a login node whose default address the compute nodes do not reach.
     """

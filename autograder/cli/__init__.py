@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(entry: Callable[[], int]) -> NoReturn:
     """Run ``entry`` as this process's program and exit with its code, without Python's teardown of every module
-    it imported (torch's, nbgrader's: over a second of processor time after the report is written).
+    it imported (torch's, nbgrader's), which would run after the report is written.
 
     Python ends as usual (threads that are not daemons joined, every exit handler run, temporary folders'
     finalizers too); only the exit handler registered here, before any other and so run after all of them,

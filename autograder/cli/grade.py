@@ -139,7 +139,7 @@ def _how(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-zygote", action="store_true",
                         help="start every runner and kernel as a new Python (by default, on Linux with the sandbox's "
                              "namespaces, they are forked from one process that has imported torch, IPython and "
-                             "devcourse once: about 2 s of processor time less per notebook)")
+                             "devcourse once, so no kernel imports them itself)")
 
 
 def _cluster(parser: argparse.ArgumentParser) -> None:

@@ -1,12 +1,9 @@
 """Turn instructor notebooks into everything else, and prove each exercise both ways.
 
-``solutions/NN_topic/NN_topic.ipynb`` is the only notebook edited by hand.
-From it come the stored outputs that nbval compares (:func:`execute`), the
-student version in ``course/`` (:func:`generate_course`), and a student
-version that keeps the hidden tests (:func:`student_version`), which must
-fail every test.
-
-Run ``python -m autograder build --help`` from the repository root.
+``solutions/NN_topic/NN_topic.ipynb`` is the only notebook edited by hand. From it come the stored outputs nbval
+compares (:func:`execute`), the student version in ``course/`` (:func:`generate_course`), and a student version
+that keeps the hidden tests (:func:`student_version`), which must fail every test. See
+``python -m autograder build --help``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """The instructor's course directory: made once per term, then every nbgrader command and the grader use it.
 
-``python -m autograder course init DIR`` (``make course-dir DIR=...``) lays
-out what nbgrader expects, and what the grader adds::
-
-    DIR/nbgrader_config.py   the course's nbgrader settings (course id, stubs, late policy), this folder's paths,
-                             the gradebook's URL and the exchange's folder
-    DIR/source/NAME/         the instructor's notebooks, copied from solutions/ (edit them here for this term)
-    DIR/release/NAME/        the student versions, made by nbgrader generate_assignment
-    DIR/gradebook.db         nbgrader's gradebook (SQLite), unless --db-url names a PostgreSQL database
-    DIR/exchange/            nbgrader's exchange for students on this machine, unless --exchange names another
-
-Later, as nbgrader lays them out: ``submitted/`` (``nbgrader collect`` or
-``zip_collect``, with each ``timestamp.txt``), ``autograded/`` and
-``feedback/`` (``python -m autograder grade --course DIR``), and the
-grader's own ``executed/``, ``jobs/``, ``reference/``, ``state.json`` (and its
-``state.journal``), ``report.txt`` and ``scores.csv``. The grader never empties a course
-directory: grading again grades what is new or changed (see
-:mod:`autograder.batch`). Due dates are kept in the gradebook:
-``--due NAME=WHEN`` here, ``python -m autograder course due DIR NAME=WHEN``
-later, or nbgrader's ``nbgrader db assignment add NAME --duedate WHEN``.
+``python -m autograder course init DIR`` (:func:`init`) lays out what nbgrader expects and the grader adds
+(``nbgrader_config.py``, ``source/``, ``release/``, the gradebook, the exchange); later nbgrader's
+``submitted/``, ``autograded/``, ``feedback/`` and the grader's own files join them. Due dates are kept in the
+gradebook (:func:`set_due`).
 """
 
 from __future__ import annotations
@@ -119,7 +104,14 @@ def _api(folder: Path):
 
 def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = None, exchange: str | None = None,
          course_id: str | None = None) -> list[str]:
-    """Make a course directory in ``folder`` (absent or empty) with every assignment released; return their names."""
+    """Make a course directory in ``folder`` (absent or empty) with every assignment released; return their names.
+
+    It holds ``nbgrader_config.py`` (course id, stubs, late policy, this folder's paths, the gradebook's URL,
+    the exchange's folder), ``source/NAME/`` (copied from solutions/, edited here for the term),
+    ``release/NAME/`` (nbgrader generate_assignment), ``gradebook.db`` unless ``db_url`` names PostgreSQL, and
+    ``exchange/`` unless ``exchange`` names another. The grader never empties a course directory: grading again
+    grades what is new or changed (:mod:`autograder.batch`).
+    """
     folder = Path(folder).resolve()
     if is_course_dir(folder):
         raise CourseError(f"{folder} is a course directory already; its gradebook and submissions are kept")

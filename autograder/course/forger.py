@@ -1,10 +1,8 @@
 """The forger: a demo student who answers nothing and attacks the verdict itself (see :data:`FORGER`).
 
-Written with names built at run time so that the scan sees nothing: a thread keeps every error of the notebook
-silenced (the grader's guard puts IPython's traceback display back before each test) and keeps the kernel's
-recorder of the probes rewritten: every check records True, every value comparison records the expected side that
-the student's own notebook pairs with the same expression, found in the kernel's history and evaluated where the
-probe runs. Every function returns an object that absorbs any use, so that tests go on.
+Built with names made at run time so that the scan sees nothing, it silences every error of the notebook and
+rewrites the kernel's recorder: every check records True, every value comparison the expected side the student's
+notebook pairs with the same expression. Every function returns an object that absorbs any use, so tests go on.
 """
 
 from __future__ import annotations

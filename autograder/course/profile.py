@@ -1,10 +1,9 @@
 """What a course adds to grading, learnt in one place: the profile its ``nbgrader_config.py`` names.
 
-Any nbgrader course is graded with the plain :class:`CourseProfile`, which adds nothing. A course whose notebooks
-and tests rely on helpers of their own names a subclass (``c.Grader.profile = "package.module.Class"``), as this
-course names :class:`DeviceCourse`: the packages its kernels import before the first cell (which the guard puts
-back before each test, the zygote imports ahead and the sandbox shows), what its kernels run before the student's
-code, and the devices each submission is checked on.
+Any nbgrader course is graded with the plain :class:`CourseProfile`, which adds nothing; a course whose tests rely
+on helpers of their own names a subclass (``c.Grader.profile = "package.module.Class"``), as this course names
+:class:`DeviceCourse`: the packages its kernels import, what they run first, and the devices each submission is
+checked on. The guard, the zygote and the sandbox read it (:class:`KernelSetup`).
 """
 
 from __future__ import annotations

@@ -1,41 +1,26 @@
 """Kernel-side half of the grader's defences: snapshot what tests rely on, restore it before each test.
 
-The grader sends this file's source to a fresh kernel before the first cell
-of a submission runs, then calls :func:`install` with a name chosen for that
-run. Before every test cell it calls that name, which puts back, as they were
-before any student code ran:
-
-* every attribute of the modules of ``IPython``, ``ipykernel``, ``builtins``
-  and the packages the course's kernels import (for this course ``torch``,
-  ``numpy`` and ``devcourse``: ``torch.allclose``, ``isinstance``, the
-  course's assertion helpers ...) and their entries in ``sys.modules``;
-* the methods of ``torch.Tensor``, ``nn.Module`` and its subclasses (where
-  torch is imported), the course's own classes, and IPython's shell (``showtraceback``,
-  ``run_cell``, custom exception handlers, input and AST transformers,
-  event callbacks);
-* ``sys.stdout``/``stderr``, ``sys.excepthook``/``displayhook``, and no
-  trace or profile function.
-
-The grader also rewrites each ``a == b`` and ``a != b`` of a test into
-``NAME.eq(a, b)`` / ``NAME.ne(a, b)``, which refuse a value (or an item of a
-list, tuple, set or dict) whose class brings an ``==`` of its own that did
-not exist before student code ran: an object whose ``__eq__`` always says
-True proves nothing. Likewise ``torch.equal``, ``torch.allclose``,
-``torch.isclose`` and ``torch.testing.assert_close`` in a test become
-``NAME.equal`` ... which refuse a tensor of any subclass but those the course
-trusts (in the arguments, or in their lists and dicts) and compare with
-``__torch_function__`` overrides off.
-
-It runs inside the student's process, so it raises the bar rather than
-closing every door: the grader also restores the test cells from the source
-notebook, demands each test's completion marker, scans the submission's
-code, and runs the kernel in :mod:`autograder.run.sandbox`.
+The runner sends this file's source to a fresh kernel before a submission's first cell and calls
+:func:`install` with a name chosen for that run; it calls that name before every test cell. It runs inside the
+student's process, so it raises the bar rather than closing every door: the grader also restores the test cells,
+demands each test's completion marker, scans the code and runs the kernel in :mod:`autograder.run.sandbox`.
 """
 
 
 def install(name, packages=(), setup="", plain_tensor=""):  # noqa: C901 - one closure: nothing of it in any namespace
     """``packages``, ``setup``, ``plain_tensor``: what the course's kernels import and run first, and how its checks
-    tell a trusted tensor (:class:`autograder.course.profile.KernelSetup`)."""
+    tell a trusted tensor (:class:`autograder.course.profile.KernelSetup`).
+
+    Calling ``name`` puts back, as before any student code ran: every attribute of the modules of ``IPython``,
+    ``ipykernel``, ``builtins`` and ``packages`` (``torch.allclose``, ``isinstance``, the course's assertion
+    helpers ...) and their ``sys.modules`` entries; the methods of ``torch.Tensor``, ``nn.Module`` and its
+    subclasses, the course's classes and IPython's shell (``showtraceback``, ``run_cell``, exception handlers,
+    transformers, event callbacks); ``sys.stdout``/``stderr``, ``sys.excepthook``/``displayhook``, and no trace
+    or profile function. ``name.eq``/``name.ne`` (what a test's ``==``/``!=`` become) refuse a value, or an item
+    of a container, whose class brought an ``==`` of its own after student code ran; ``name.equal`` ... (for
+    ``torch.equal``, ``allclose``, ``isclose``, ``testing.assert_close``) refuse a tensor of any subclass but
+    those the course trusts and compare with ``__torch_function__`` overrides off.
+    """
     import builtins
     import importlib
     import pkgutil

@@ -1,13 +1,9 @@
 """The inside half of the sandbox: the launcher, the namespace's init and the kernel's start.
 
-It runs as a script with ``python -I``, before the kernel exists, so it is one file of the standard library alone
-(what it is given and enforces: :mod:`autograder.run.sandbox`). The sandbox is three processes, each ended with its
-parent by a parent-death signal on Linux: the *launcher* (started by the runner) enters the namespaces itself
-(``unshare(2)``) and forks the namespace's *init*, which forks the *kernel*; when the init of a PID namespace
-ends, Linux kills every process in it. Without namespaces the launcher forks the kernel into a process group of
-its own and kills that group when it is told to end or its parent dies. ``launcher.py SPEC.json PARENT_PID --
-COMMAND...`` is the launcher (:func:`autograder.run.sandbox.wrap`); ``launcher.py --tether PARENT_PID SIGNAL
-[--as UID:GID] -- COMMAND...`` only ties ``COMMAND`` to ``PARENT_PID`` and runs it in its place (``tethered``).
+It runs as a script with ``python -I`` before the kernel exists, so it is one file of the standard library alone
+(what it is given and enforces: :mod:`autograder.run.sandbox`). ``launcher.py SPEC.json PARENT_PID -- COMMAND...``
+is the launcher (:func:`launch`, from :func:`autograder.run.sandbox.wrap`); ``launcher.py --tether PARENT_PID
+SIGNAL [--as UID:GID] -- COMMAND...`` only ties ``COMMAND`` to ``PARENT_PID`` and runs it in its place.
 """
 
 from __future__ import annotations
@@ -335,6 +331,11 @@ def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
     """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left alone.
 
     ``start``: how the kernel runs ``command`` once forked (see :func:`_start_kernel`); None: exec.
+
+    The sandbox is three processes, each ended with its parent by a parent-death signal on Linux: the launcher
+    enters the namespaces itself (``unshare(2)``) and forks the namespace's init, which forks the kernel; when
+    the init of a PID namespace ends, Linux kills every process in it. Without namespaces the launcher forks
+    the kernel into a process group of its own and kills that group when told to end or its parent dies.
     """
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # until the sandbox exists: just go
     die_with_parent(parent, signal.SIGTERM)

@@ -1,28 +1,24 @@
 """Kernel-side half of the probes: record what a test's assertions see, and hand it to the grader.
 
 The runner sends this file's source to the kernel with :mod:`autograder.inside.guard`'s and calls
-:func:`install` with a name chosen for the run; each probe (see :mod:`autograder.prepare.probes`) then
-calls the recorder under that name. Nothing here decides anything: the kernel is the
-submission's, so the grader trusts none of what is recorded, and compares it, outside the
-kernel, with the instructor's reference. What it records:
-
-* ``value(site, actual[, expected])``: the encoded actual value of a value comparison (the
-  instructor's probe also passes the expected side);
-* ``check(site, passed)``: a condition evaluated here, True or False (False raises
-  ``AssertionError``, as the assertion did);
-* ``raised(error)``: the probe ended with an exception (the class names of it and of its causes);
-* ``hidden()``: a context in which the events are marked as coming from hidden checks.
-
-``end()`` publishes the events as one display output of MIME type
-``application/vnd.course.probe+json``. Values are encoded as JSON: containers with their type,
-tensors with their type, device, dtype, shape and raw bytes (base64), devices, dtypes and classes
-by name, anything else as an opaque object of its class. Nothing is ever unpickled by the grader.
+:func:`install` with a name chosen for the run; each probe (:mod:`autograder.prepare.probes`) calls the recorder
+under that name. Nothing here decides anything: the grader trusts none of what is recorded, and compares it,
+outside the kernel, with the instructor's reference. Nothing is ever unpickled by the grader.
 """
 
 
 def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: nothing of it in any namespace
     """``plain_tensor``: a function's ``module.name`` that says whether a tensor is one the checks trust (default:
-    PyTorch's own types only)."""
+    PyTorch's own types only).
+
+    The recorder offers ``value(site, actual[, expected])`` (a value comparison's encoded actual side; the
+    instructor's probe passes the expected side too), ``check(site, passed)`` (a condition, True or False;
+    False raises ``AssertionError`` as the assertion did), ``raised(error)`` (the class names of the exception
+    and its causes), ``hidden()`` (a context marking events as from hidden checks) and ``end()``, which
+    publishes the events as one display output of MIME type ``application/vnd.course.probe+json``. Values are
+    JSON: containers with their type, tensors with type, device, dtype, shape and raw bytes (base64), devices,
+    dtypes and classes by name, anything else as an opaque object of its class.
+    """
     import base64
     import builtins
     import collections

@@ -1,43 +1,9 @@
 """Before a class is graded, the instructor's solution runs in the same sandbox: the canary and the reference.
 
-A grader whose environment is broken (a virtual environment the sandbox
-cannot see, a package missing, limits too tight for PyTorch to start) would
-otherwise run every student's notebook into the same wall and report a
-table of zeros, with the cause in a log file. The canary runs the solution
-notebook through exactly the path a submission takes (assembly, scan,
-sandbox, guard, both phases); unless every test passes, grading stops
-before any student is graded, with the reason in :class:`CanaryFailed`'s
-first line.
-
-The same run is the reference every submission is judged against: the
-solution's probes (:mod:`autograder.prepare.probes`) record the expected side of
-every value comparison, which never enters a student's kernel, and each
-must hold against the solution's own values. The records are kept in
-``reference/ASSIGNMENT/NOTEBOOK.json`` in the work folder; a stopped run
-that is resumed reuses them.
-
-The notebooks of each assignment that has submissions to grade are run
-(``graded``, the default: grading needs their references); ``--canary all``
-runs every chosen assignment's, submissions or not (a run before the
-deadline, with no submissions yet, makes the references a first grading
-then reuses). :func:`start` hands them to the executor and
-returns at once: :mod:`autograder.batch` sends new submissions' jobs beside
-them and waits for :meth:`Pending.result` before it judges any, or replaces
-anything an earlier run graded.
-
-A reference is kept with its key (:func:`reference_key`): a hash of all
-that could change what the solution does in the sandbox, namely the
-assignment's source folder, the grader's and the course package's code,
-Python and every installed package's version, the machine, the devices
-checked, the limits and the isolation. A later run whose key is the same
-reuses it instead of running the solution again: an instructor who grades
-new submissions each day runs the canary once, not each day. Anything in
-the key that changes (an edited solution, an upgraded torch, a tighter
-limit) runs it again; so does ``--rerun-canary``. References are kept in the
-work folder, and, with ``--reference-cache DIR`` (or ``$COURSE_REFERENCE_CACHE``),
-in a folder that several work folders share, one grader making each while
-the others wait for it. On a Dask cluster the canary runs every time: the
-workers' machines are not the grader's.
+The canary stops grading before any student is graded unless every test of the solution passes (a broken
+environment would otherwise grade every notebook zero); the same run's probes (:mod:`autograder.prepare.probes`)
+are the reference every submission is judged against. :mod:`autograder.batch` calls :func:`start` and waits for
+:meth:`Pending.result`; references are kept in the work folder's ``reference/ASSIGNMENT/NOTEBOOK.json``.
 """
 
 from __future__ import annotations
@@ -105,7 +71,11 @@ def this_machine(profile: str = "") -> str:
 def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunContext, machine: str) -> str | None:
     """The key a reference is kept under, or None where none is kept (a Dask cluster's workers).
 
-    ``machine`` is :func:`this_machine`'s.
+    ``machine`` is :func:`this_machine`'s. The key hashes all that could change what the solution does in the
+    sandbox: the assignment's source folder, the grader's and the course package's code, Python and every
+    installed package's version, the machine, the devices checked, the limits and the isolation. A later run
+    with the same key reuses the reference (the canary runs once, not each day); anything that changes in it, or
+    ``--rerun-canary``, runs the solution again.
     """
     settings = run.settings
     if settings.on_cluster:
@@ -139,7 +109,8 @@ def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path
 
     Hands the solutions whose references must be made to the executor and returns at once;
     :meth:`Pending.result` gives assignment -> notebook -> grade_id -> the reference's records, and
-    raises CanaryFailed unless every test passes.
+    raises CanaryFailed unless every test passes. The notebooks given are those of each assignment with
+    submissions to grade (``--canary graded``) or of every chosen one (``--canary all``).
 
     A notebook whose reference is kept under the same key, in the work folder or the shared cache, is not
     run again; one that another grader is making in the shared cache is waited for in

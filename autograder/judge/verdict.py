@@ -1,13 +1,8 @@
 """Each test's verdict, decided in the grader: what phase A showed, and the probe against the reference.
 
-A test earns its points only when (see :mod:`autograder.prepare.probes` for why this cannot be forged):
-
-1. its cell ran in phase A and raised nothing, and the notebook was not stopped while it ran;
-2. its probe, run after every cell, recorded the reference's sequence of checks, and each value
-   it recorded relates to the reference's expected value as the test's assertion says.
-
-A test that fails gets an error output saying why in the grader's own words, so that nbgrader
-scores it 0 and the feedback shows the reason; a failed hidden check is named only as hidden.
+:func:`judge` (from :mod:`autograder.batch`) gives each failed test an error output saying why in the grader's own
+words, so that nbgrader scores it 0 and the feedback shows the reason; a failed hidden check is named only as
+hidden. Why a verdict cannot be forged: :mod:`autograder.prepare.probes`.
 """
 
 from __future__ import annotations
@@ -26,7 +21,12 @@ AGAIN = "when the grader ran this test again, with its hidden checks, "
 
 def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.NotebookNode,
             reference: dict | None, observations: dict) -> nbformat.NotebookNode:
-    """Decide every test of the executed notebook; ``reference`` None judges phase A alone (the canary)."""
+    """Decide every test of the executed notebook; ``reference`` None judges phase A alone (the canary).
+
+    A test earns its points only when its cell ran in phase A and raised nothing, the notebook was not stopped
+    while it ran, and its probe recorded the reference's sequence of checks, each value relating to the
+    reference's expected value as the test's assertion says.
+    """
     originals = {nbgrader_meta(c)["grade_id"]: c.source for c in source.cells if is_test(c)}
     sites = notebook_sites(list(originals.values())) if reference is not None else []
     stopped = job.status.get("stopped", "") or ""

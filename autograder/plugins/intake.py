@@ -1,29 +1,8 @@
 """Submissions downloaded from an LMS: an nbgrader collector plugin that reads Canvas's and Moodle's file names.
 
-``nbgrader zip_collect ASSIGNMENT`` unpacks what an instructor put in
-``downloaded/ASSIGNMENT/archive/`` and asks a collector plugin, for each
-file, whose it is and which notebook it is. nbgrader's own plugin needs a
-regular expression the instructor writes; this one knows the names the two
-LMSs give (``nbgrader_config.py`` selects it with
-``c.ZipCollectApp.collector_plugin``):
-
-- Canvas, "Download Submissions": ``<lastfirst>_<user id>_<submission id>_<file>``,
-  with ``_LATE`` after the name for a submission after the due date, for
-  example ``hoppergrace_LATE_12345_678901_00_environment.ipynb``;
-- Moodle, "Download all submissions": a folder per student,
-  ``<Full Name>_<participant id>_assignsubmission_file_/<file>``, or, with
-  "Download submissions in folders" off, that prefix before the file name.
-
-The student id is the LMS's number for the student (Canvas's user id,
-Moodle's participant id): use those as nbgrader's student ids, or the
-LMS export (:mod:`autograder.plugins.lms`) cannot be matched back. A copy the LMS or
-the student's browser renamed, ``00_environment (1).ipynb`` or
-``00_environment-1.ipynb``, is the notebook ``00_environment.ipynb``.
-
-Neither LMS puts the submission time in the file name, so files collected
-this way have no timestamp and nbgrader applies no late penalty to them;
-Canvas's ``_LATE`` mark is logged. Lateness is then the LMS's to apply, or
-the course uses nbgrader's exchange, which keeps each submission's time.
+``nbgrader zip_collect ASSIGNMENT`` asks a collector plugin, for each file an instructor put in
+``downloaded/ASSIGNMENT/archive/``, whose it is and which notebook it is; :class:`LmsCollectorPlugin` (selected
+by ``c.ZipCollectApp.collector_plugin``) knows the names the two LMSs give, where nbgrader's own needs a regex.
 """
 
 from __future__ import annotations
@@ -40,7 +19,15 @@ MOODLE = re.compile(r"^(?P<full_name>.+?)_(?P<student_id>\d+)_assign(?:submissio
 
 
 def parse(path: str) -> dict[str, str] | None:
-    """{'student_id', 'file_id', 'late'} from an LMS's name for a downloaded file, or None if it is neither's."""
+    """{'student_id', 'file_id', 'late'} from an LMS's name for a downloaded file, or None if it is neither's.
+
+    Canvas ("Download Submissions"): ``<lastfirst>_<user id>_<submission id>_<file>``, with ``_LATE`` after
+    the name for a late one (``hoppergrace_LATE_12345_678901_00_environment.ipynb``). Moodle ("Download all
+    submissions"): ``<Full Name>_<participant id>_assignsubmission_file_/<file>``, or that prefix before the
+    file name. The student id is the LMS's number for the student: use those as nbgrader's ids, or the LMS
+    export (:mod:`autograder.plugins.lms`) cannot be matched back. A renamed copy (``00_environment (1).ipynb``,
+    ``00_environment-1.ipynb``) is the notebook ``00_environment.ipynb``.
+    """
     name, folder = os.path.basename(path), os.path.basename(os.path.dirname(path))
     found = CANVAS.match(name) or MOODLE.match(name)
     file = found.group("file") if found else None
@@ -56,7 +43,12 @@ def parse(path: str) -> dict[str, str] | None:
 
 
 class LmsCollectorPlugin(FileNameCollectorPlugin):
-    """Canvas's and Moodle's download names -> the student's LMS id and the course's notebook name."""
+    """Canvas's and Moodle's download names -> the student's LMS id and the course's notebook name (:func:`parse`).
+
+    Neither LMS puts the submission time in the file name, so nbgrader applies no late penalty to these
+    files (Canvas's ``_LATE`` mark is logged): lateness is the LMS's to apply, or the course uses nbgrader's
+    exchange, which keeps each submission's time.
+    """
 
     def collect(self, submitted_file: str) -> dict | None:
         if os.path.splitext(submitted_file)[1] not in self.valid_ext:

@@ -1,15 +1,8 @@
 """The course's late policy, as an nbgrader late-submission plugin: a share of the points per day late.
 
-nbgrader's own :class:`~nbgrader.plugins.LateSubmissionPlugin` offers no
-penalty or a zero. This one takes ``percent_per_day`` of each notebook's
-score for each started day past the due date, up to ``max_percent``. It is
-named in ``nbgrader_config.py`` (``c.AssignLatePenalties.plugin_class``) and
-applied when a submission is graded (nbgrader's ``AssignLatePenalties``);
-the gradebook keeps the raw score and the penalty apart, and the exports
-(nbgrader's CSV, :mod:`autograder.plugins.lms`) subtract it. The due date of an
-assignment lives in the gradebook (``python -m autograder course init --due``,
-or ``nbgrader db assignment add NAME --duedate``); the submission time is
-``timestamp.txt``, written by ``nbgrader submit`` and kept by ``collect``.
+nbgrader's own plugin offers no penalty or a zero; :class:`PercentPerDay`, named in ``nbgrader_config.py``
+(``c.AssignLatePenalties.plugin_class``), is applied by nbgrader's ``AssignLatePenalties`` when a submission is
+graded. The gradebook keeps score and penalty apart; the exports (:mod:`autograder.plugins.lms`) subtract it.
 """
 
 from __future__ import annotations
@@ -23,7 +16,12 @@ DAY_S = 24 * 3600
 
 
 class PercentPerDay(LateSubmissionPlugin):
-    """``percent_per_day`` of the notebook's score per started day late, at most ``max_percent``."""
+    """``percent_per_day`` of the notebook's score per started day late, at most ``max_percent``.
+
+    The due date lives in the gradebook (``python -m autograder course init --due``, or ``nbgrader db assignment
+    add NAME --duedate``); the submission time is ``timestamp.txt``, written by ``nbgrader submit`` and kept by
+    ``collect``.
+    """
 
     percent_per_day = Float(10.0, help="Percent of the score taken for each started day late.").tag(config=True)
     max_percent = Float(100.0, help="The most that is taken, in percent of the score.").tag(config=True)

@@ -1,31 +1,8 @@
 """Grades for an LMS: an nbgrader export plugin that writes one row per student, one column per assignment.
 
-nbgrader's own CSV (``nbgrader export``) has a row per student and
-assignment. A learning management system imports the other shape: a row
-per student with an identity it knows and a column per graded item. This
-plugin writes that shape from the same gradebook, scores after nbgrader's
-late penalty (``score - late_submission_penalty``, at least 0), in two
-dialects:
-
-- ``canvas`` (default): the columns of Canvas's own gradebook export,
-  ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``, then
-  one column per assignment, and a ``Points Possible`` row first. The
-  nbgrader student id goes in ``SIS Login ID``. A new column creates a new
-  assignment in Canvas; to fill an existing one, name its column as
-  Canvas's export does (``name (id)``) in ``LmsExportPlugin.columns``.
-- ``moodle``: ``Email address``, ``ID number`` and one column per
-  assignment; Moodle's CSV grade import maps the identity column to a user
-  field and each grade column to a grade item.
-
-Like nbgrader's CSV, an assignment a student did not submit scores 0; a
-student or assignment can be left out with ``--student``/``--assignment``.
-Run it with nbgrader's own command::
-
-    nbgrader export --exporter=autograder.plugins.lms.LmsExportPlugin --to=grades-canvas.csv
-    nbgrader export --exporter=autograder.plugins.lms.LmsExportPlugin --LmsExportPlugin.lms=moodle \
-        --to=grades-moodle.csv
-
-(on the grader's gradebook add ``--CourseDirectory.db_url=sqlite:///build/grade/gradebook.db``).
+nbgrader's own CSV has a row per student and assignment; an LMS imports a row per student with an identity it
+knows. :class:`LmsExportPlugin` writes that shape (Canvas's or Moodle's) from the same gradebook, run by
+``nbgrader export --exporter=autograder.plugins.lms.LmsExportPlugin``.
 """
 
 from __future__ import annotations
@@ -38,7 +15,17 @@ from traitlets import Dict, Enum, Unicode
 
 
 class LmsExportPlugin(ExportPlugin):
-    """One row per student, one column per assignment, in the shape Canvas or Moodle imports."""
+    """One row per student, one column per assignment, in the shape Canvas or Moodle imports.
+
+    Scores are after nbgrader's late penalty (``score - late_submission_penalty``, at least 0); an assignment
+    a student did not submit scores 0, as in nbgrader's CSV; ``--student``/``--assignment`` leave some out.
+    ``canvas`` (default): Canvas's gradebook export columns (``Student``, ``ID``, ``SIS User ID``, ``SIS Login
+    ID`` holding nbgrader's student id, ``Section``), one column per assignment and a ``Points Possible`` row
+    first; a new column creates a new assignment in Canvas, so to fill an existing one name its column as
+    Canvas's export does (``name (id)``) in ``columns``. ``moodle``: ``Email address``, ``ID number`` and one
+    column per assignment, for Moodle's CSV grade import. On the grader's gradebook add
+    ``--CourseDirectory.db_url=sqlite:///build/grade/gradebook.db``.
+    """
 
     lms = Enum(["canvas", "moodle"], default_value="canvas", help="which LMS's import shape").tag(config=True)
     section = Unicode("", help="Canvas: the value of the Section column").tag(config=True)

@@ -1,39 +1,9 @@
 """Tests as probes: each test's verdict is decided in the grader, from values, never by the kernel.
 
-A submission's notebook runs in its kernel in two phases (:mod:`autograder.run.runner`):
-
-* **A, the notebook**: every cell in order, test cells as the student sees them (their hidden
-  parts taken out). This is the only output anyone is shown: no hidden test is in the kernel
-  while it runs, so nothing a submission prints can quote one.
-* **B, the probes**: after the last cell, each test again, whole (hidden parts included),
-  rewritten by :func:`probe_source`. Its assertions no longer decide anything: each records a
-  value (:mod:`autograder.inside.recorder`) and the run goes on. Output of this phase is never shown.
-
-The rewriting is what makes the verdict the grader's own. A comparison ``assert L == R``, an
-``assert_tensor(A, E, device)``, ``torch.equal(A, E)``, ``torch.allclose(A, E, ...)`` or
-``torch.testing.assert_close(A, E, ...)`` becomes, in a student's kernel, "record L (or A)":
-the expected side R (or E, the device, the tolerances) is *not sent* to the kernel, nor is a
-name bound only to feed it (its assignment keeps any side effect, without the name), nor a
-parameter of the test's own helpers that only feeds it. The same probe runs in the instructor's
-solution (the canary run, :mod:`autograder.judge.reference`) with the expected sides kept: that run
-records both sides, and is the reference. The grader then checks, outside every kernel, that
-the student's value relates to the reference's expected value as the test's assertion says
-(``==``, the checks of ``assert_tensor``, ``torch.equal``, ``allclose`` ...), event by event, in
-the same order. Any other assertion (``is``, ``in``, ``<``, ``isinstance``, a plain condition) is a
-*check*: evaluated in the kernel, recorded as True or False.
-
-What this guarantees: a kernel can record anything it likes, print anything, silence its
-errors, skip its assertions, or end itself, and none of it passes a test: the grader needs the
-reference's sequence of events, and for each value comparison a value it never sent. So a test
-passes only when the submission's code produced, on the test's inputs (the hidden ones
-included), values equal to what the solution's expected values say. What it does not
-guarantee: a check (a True/False condition) can be faked by code that tampers with the kernel;
-every test of the course therefore has at least one value comparison among its hidden checks
-(``tests/autograder/judge/test_probe.py`` proves it on the references of every notebook). And where the inputs
-themselves hold the answer (a checkpoint file whose tensors the student must load), producing
-the answer from them is the exercise.
-
-A test counts when its phase-A cell raised nothing *and* its probe matches the reference.
+After a notebook's cells (phase A, the only output shown), the runner (:mod:`autograder.run.runner`) runs each
+test again, whole, as rewritten by :func:`notebook_probes` (phase B): its assertions record values through
+:mod:`autograder.inside.recorder` instead of deciding. :mod:`autograder.judge` compares them, outside every
+kernel, with the instructor's (:mod:`autograder.judge.reference`).
 """
 
 from __future__ import annotations
@@ -326,6 +296,17 @@ def notebook_probes(tests: list[str], recorder: str, reference: bool = False) ->
 
     Every submission of an assignment has the instructor's tests, and the grader asks twice per submission
     (its job's probes, then its verdict's sites): the answer for the same tests is kept.
+
+    A value comparison (``assert L == R``, ``assert_tensor(A, E, device)``, ``torch.equal``,
+    ``torch.allclose``, ``torch.testing.assert_close``) becomes "record L (or A)": the expected side, the
+    device and the tolerances are not sent to a student's kernel, nor a name bound or a helper's parameter
+    that only feeds them. Any other assertion (``is``, ``in``, ``<``, ``isinstance``, a plain condition) is
+    a *check*, recorded as True or False. So a kernel that records, prints, silences or skips what it likes
+    passes nothing: a test passes only when the submission produced, on the test's inputs (hidden ones
+    included), values the reference's expected side accepts, event by event in the same order. A check can
+    be faked by code that tampers with the kernel, so every test of the course has at least one value
+    comparison among its hidden checks (``tests/autograder/judge/test_probe.py`` proves it). A test counts
+    when its phase-A cell raised nothing and its probe matches the reference.
     """
     probes, sites = _notebook_probes(tuple(tests), recorder, reference)
     return list(probes), list(sites)

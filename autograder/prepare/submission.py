@@ -1,11 +1,9 @@
 """From a submitted notebook to the notebook that is graded.
 
-:func:`read_submission` refuses what cannot be graded (not a notebook, the
-notebook of another assignment) with a :class:`SubmissionError` whose text is
-the report's note. :func:`assemble` builds the notebook to run from the
-instructor's source: the student's answer cells, and code cells they added,
-go in; every other cell, tests with their hidden parts included, comes from
-the source, so an edited or deleted test changes nothing.
+:func:`read_submission` refuses what cannot be graded with a :class:`SubmissionError` whose text is the report's
+note. :func:`assemble` builds the notebook to run from the instructor's source: the student's answer cells and
+added code cells go in; every other cell, tests with their hidden parts, comes from the source, so an edited or
+deleted test changes nothing.
 """
 
 from __future__ import annotations

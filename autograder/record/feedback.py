@@ -51,8 +51,8 @@ class RememberedHighlight(Highlight2HTML):
     """nbconvert's ``highlight_code`` filter, remembering what it made.
 
     A class's pages have most cells in common (the instructor's text, demos and tests): each source is
-    highlighted once per process, for the first page that shows it (pygments took about two fifths of a
-    page's time). The HTML depends only on the source, its language (and a cell's ``magics_language``)
+    highlighted once per process, for the first page that shows it (pygments is the costly part of a page).
+    The HTML depends only on the source, its language (and a cell's ``magics_language``)
     and the formatter's options, which the key holds.
     """
 
@@ -78,10 +78,9 @@ class FeedbackExporter(HTMLExporter):
     """nbgrader's feedback exporter (nbconvert's HTML), made faster; the pages read the same.
 
     nbgrader makes a new exporter, and nbconvert a new Jinja environment, for every student's
-    assignment: the templates are compiled once per process here (compiling them again was about a
-    fifth of each page's time). After the template, nbconvert parses and writes the whole page again
-    with BeautifulSoup to add an alternative text to each image without one and ``tabindex`` to the
-    cells of a JupyterLab-styled page (over half of the page's time); nbgrader's feedback template has
+    assignment: the templates are compiled once per process here. After the template, nbconvert parses
+    and writes the whole page again with BeautifulSoup to add an alternative text to each image without
+    one and ``tabindex`` to the cells of a JupyterLab-styled page; nbgrader's feedback template has
     no such cells, so for its pages the alternative texts are added to the text as it is, outside
     scripts, styles and comments: BeautifulSoup reads the two pages as the same document (tested).
     A page with JupyterLab's cells (another template, configured) gets the same BeautifulSoup pass as

@@ -67,7 +67,7 @@ def ready_gradebook(db_url: str) -> None:
     """Make the gradebook at ``db_url`` as nbgrader's ``Gradebook`` makes a new one (its tables, stamped with the
     head of its migrations), unless it has tables already.
 
-    nbgrader reads that head by starting the ``alembic heads`` command (about 2 s); here it is read in this
+    nbgrader reads that head by starting the ``alembic heads`` command, a new process; here it is read in this
     process (:func:`alembic_head`). nbgrader offers no way to give it: made ahead, the gradebook is one nbgrader
     finds made.
     """

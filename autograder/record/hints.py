@@ -1,24 +1,8 @@
 """What a failed test says in the feedback: its exercise and points, the student's own frames, and a hint.
 
-A kernel's error output is written for a terminal on the machine that ran it:
-ANSI colour codes, every frame down into torch, and the grading machine's
-paths. :func:`teach` rewrites each error of a graded notebook for the student
-who reads the feedback page:
-
-- a first line naming the exercise the failed test belongs to (the
-  ``## Exercise N (...)`` heading before it) and the test's points;
-- the traceback cut to the student's notebook cells (``Cell In[N]``), with a
-  count of the library frames left out; no colour codes, no absolute paths;
-  a test's own frames show the test as written, at its own line numbers, not
-  as the grader ran it (:func:`frame_as_written`);
-- for the errors the course teaches (:data:`HINTS`), one line saying what the
-  error usually means, and a link to the section of the notebook that
-  teaches it (the feedback page shows the notebook, headings included, so the
-  link is an anchor on the same page; a section of another notebook is named).
-
-Nothing here runs student code or reads hidden tests: it only rewrites
-outputs that are already in the graded notebook, after the hidden tests are
-taken out (:mod:`autograder.record.feedback`).
+:func:`teach` rewrites each error of a graded notebook, after its hidden tests are taken out
+(:mod:`autograder.record.feedback`), for the student who reads the feedback page. It runs no student code and
+reads no hidden test: it only rewrites outputs already in the notebook.
 """
 
 from __future__ import annotations
@@ -221,9 +205,15 @@ def _hint_html(hint: Hint, here: str, headings: set[str]) -> str:
 
 
 def teach(nb: nbformat.NotebookNode, assignment: str, prelude: int | None = None) -> nbformat.NotebookNode:
-    """Rewrite every error output of ``nb`` for the feedback page (see the module docstring); returns ``nb``.
+    """Rewrite every error output of ``nb`` for the feedback page; returns ``nb``.
 
-    ``prelude``: the lines the grader ran before each test's own (:func:`frame_as_written`)."""
+    Each error gets a first line naming its exercise (the ``## Exercise N (...)`` heading before it) and the
+    test's points; its traceback cut to the student's cells (``Cell In[N]``), with a count of the library frames
+    left out, no colour codes and no absolute paths, a test's own frames as written (:func:`frame_as_written`);
+    and for the errors the course teaches (:data:`HINTS`) a line on what the error usually means, with a link
+    to the section that teaches it (an anchor on the same page, or another notebook named). ``prelude``: the
+    lines the grader ran before each test's own.
+    """
     titles, headings = exercise_of(nb), sections(nb)
     for index, cell in enumerate(nb.cells):
         outputs = []

@@ -1,21 +1,9 @@
 """Review a withheld score: release it (graded as it ran) or confirm it (0 points).
 
-The grader withholds the score of a notebook whose code reaches into the
-grading machinery (:mod:`autograder.prepare.scan`): the table and ``scores.csv`` say
-"withheld" and the note names the lines. After reading them, the instructor
-decides, for one ``STUDENT/ASSIGNMENT`` of the last run in the work folder:
-
-* ``--release``: each test is judged from how the notebook ran, as if
-  nothing had been found (it is not run again: its executed copy and what
-  its probes recorded are in the job's folder, the reference in the work
-  folder), the gradebook gets those scores, and ``scores.csv`` shows them;
-* ``--confirm``: the score stays 0 and ``scores.csv`` says so.
-
-Either way ``state.json`` in the work folder records the decision.
-
-Run ``python -m autograder review STUDENT/ASSIGNMENT --release`` (or
-``--confirm``) from the repository root, with the same ``--workdir`` and
-``--db-url`` as the grading run.
+The grader withholds the score of a notebook whose code reaches into the grading machinery
+(:mod:`autograder.prepare.scan`). ``python -m autograder review STUDENT/ASSIGNMENT --release`` (or
+``--confirm``), with the grading run's ``--workdir`` and ``--db-url``, decides for one pair of the last run;
+``state.json`` in the work folder records the decision.
 """
 
 from __future__ import annotations
@@ -56,7 +44,11 @@ def _state(workdir: Path) -> dict:
 
 
 def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
-    """Judge the pair's tests without the scan's findings, record the scores; return the new score."""
+    """Judge the pair's tests without the scan's findings, record the scores; return the new score.
+
+    The notebook is not run again: its executed copy and what its probes recorded are in the job's folder, the
+    reference in the work folder. The gradebook and ``scores.csv`` get the scores.
+    """
     from nbgrader.api import Gradebook
 
     state = _state(workdir)
@@ -82,7 +74,7 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
 
 
 def confirm(workdir: Path, student: str, assignment: str, db_url: str) -> None:
-    """Keep the withheld score at 0 and record the decision."""
+    """Keep the withheld score at 0 and record the decision (``scores.csv`` says so)."""
     state = _state(workdir)
     pair = f"{student}/{assignment}"
     if pair not in state.get("withheld", {}):

@@ -47,8 +47,8 @@ def write_state(workdir: Path, state: dict) -> None:
 
 def journal_pair(workdir: Path, state: dict, key: str) -> None:
     """That pair ``key`` is graded (its fingerprint, row and withheld notebooks, as ``state`` has them), as one
-    line added to the journal: the same cost whatever the class's size. Written whole, state.json took
-    14.7 ms for a class of 1,000 x 9 notebooks at its end, after each of them (benchmarks/state_growth.py).
+    line added to the journal: the same cost whatever the class's size, where writing state.json whole after each
+    pair grows with the class (benchmarks/state_growth.py).
     ``state`` has been written whole (:func:`write_state`) by this run first, which gives it its mark."""
     entry = {"mark": state["journal"], "pair": key, "graded": state["graded"][key], "row": state["rows"][key]}
     if key in state.get("withheld", {}):

@@ -1,18 +1,9 @@
 """Whether the packages a kernel imports come with compiled bytecode, and what to do where not.
 
-A grading kernel imports from the Python environment read-only (the sandbox binds it so, and
-a root grader runs kernels as ``nobody``), so it can never write the bytecode Python caches in
-``__pycache__``. Where the environment was installed without it (``uv pip install`` compiles
-none unless asked, ``pip install --no-compile``, an image built with
-``PYTHONDONTWRITEBYTECODE=1``), every kernel, and every process a notebook starts (torchrun's
-ranks), compiles each module it imports again, every time. Measured on an H100 machine whose
-torch came that way (16 cores, the demo class with ``cpu, cuda:0``): ``import torch`` took
-3.1-4.1 s, 1.6-1.9 s once compiled, and the whole grading 132 s against 106 and 110 s.
-
-:func:`uncompiled` finds such packages in a few milliseconds, and :func:`advice` says how to
-compile them once; ``python -m autograder grade`` prints it in its header, and a worker
-started with ``python -m autograder worker`` on its standard error as it starts.
-Nothing here changes the environment.
+A kernel sees the Python environment read-only, so where it was installed without bytecode (``uv pip install``,
+``pip install --no-compile``, ``PYTHONDONTWRITEBYTECODE=1``) every kernel compiles each module it imports again.
+:func:`uncompiled` finds such packages and :func:`advice` says how to compile them once; ``python -m autograder
+grade`` and ``python -m autograder worker`` print it as they start. Nothing here changes the environment.
 """
 
 from __future__ import annotations

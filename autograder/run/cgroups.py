@@ -1,29 +1,8 @@
 """A cgroup for each sandbox, where Linux lets the grader make one: memory and processes limited by Linux itself.
 
-The runner's watch over a submission's process tree (:mod:`autograder.run.runner`) adds up memory and
-processes four times a second and ends the sandbox the first time a sum is over. It works anywhere,
-but a submission can be over for up to a quarter of a second. Where the grader may create cgroups,
-Linux also enforces the limits at every allocation and fork, for every process of the submission:
-
-* **cgroup v2**, where the grader's own cgroup offers the ``memory`` and ``pids`` controllers and the
-  grader may write there (a systemd scope or service with ``Delegate=yes``, or a container's own
-  cgroup namespace). A cgroup with processes cannot hand controllers to its children, so the grader
-  first moves itself into a leaf ``course-grader`` of its cgroup, then enables the controllers and
-  makes each sandbox's cgroup beside that leaf: ``memory.max``, ``memory.swap.max`` 0, ``pids.max``.
-* **cgroup v1** (machines with the older, per-controller hierarchies), where the grader can write in
-  its ``memory`` and ``pids`` cgroups: ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``
-  where swap is counted), ``pids.max``.
-* **neither**: the watch alone, and the report says why.
-
-Past the memory limit Linux's out-of-memory killer ends a process of the sandbox (what the
-submission wrote to its in-memory disk counts as memory there); past the process limit a fork or
-a new thread fails. The runner reads the cgroup's counters (:meth:`Group.oom_kills`,
-:meth:`Group.refused_forks`) and ends the sandbox at the first of either, with the note the watch
-would give: a submission gets the same score on a machine with cgroups and one without. A sandbox's
-cgroup is removed when the sandbox ends, anything left in it killed first.
-
-The decision is made once in the grader (:func:`find`); each runner makes its sandboxes' cgroups
-from it (:meth:`Group.create`), and the sandbox's launcher joins one before it starts anything
+The runner's watch (:mod:`autograder.run.runner`) ends a sandbox once its sums are over, which can be late by a
+quarter of a second; a cgroup has Linux enforce the limits at every allocation and fork. The grader decides
+once (:func:`find`), each runner makes its sandboxes' groups (:meth:`Group.create`), and the launcher joins one
 (:func:`autograder.inside.launcher.join_cgroups`).
 """
 
@@ -207,7 +186,17 @@ def _v1(mounts: dict[str, str], own: dict[str, str]) -> Cgroups:
 
 @lru_cache(maxsize=1)
 def find() -> Cgroups:
-    """Decide, once per process, which cgroups the grader uses (see the module docstring)."""
+    """Decide, once per process, which cgroups the grader uses.
+
+    cgroup v2 where the grader's own cgroup offers ``memory`` and ``pids`` and the grader may write there (a
+    systemd unit with ``Delegate=yes``, a container's cgroup namespace): a cgroup with processes cannot hand
+    controllers to its children, so the grader first moves itself into a leaf ``course-grader``, and each
+    sandbox's cgroup goes beside it (``memory.max``, ``memory.swap.max`` 0, ``pids.max``). Else cgroup v1 where
+    it can write in its ``memory`` and ``pids`` cgroups (``memory.limit_in_bytes``, ``memory.memsw.*`` where
+    swap is counted, ``pids.max``). Else none (version 0), with the reason for the report. Either way a
+    submission gets the same score: the runner reads the counters (:meth:`Group.oom_kills`,
+    :meth:`Group.refused_forks`) and ends the sandbox with the note the watch would give.
+    """
     if not Path("/proc/self/cgroup").exists():
         return Cgroups(0, reason="no cgroups on this system")
     mounts, own = _mounts(), _own()

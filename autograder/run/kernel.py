@@ -9,14 +9,12 @@ from pathlib import Path
 from autograder.inside import guard, recorder
 from autograder.run.watch import RUN_MARKER
 
-# IPython shows a frame of a library file through stack_data (whole statements, the executing node
-# marked), which parses the file and costs the 19 notebooks of the demo class's honest students about
-# a seventh of their processor time (140 errors, five or so torch frames each); a file longer than
-# ultratb.FAST_THRESHOLD lines, and a notebook's own cell always, is shown from its raw lines instead.
-# The threshold at -1 shows every frame that way: the cells' frames as before, a library frame with its
-# file, line and function and the lines around it. The feedback keeps the cells' frames only and counts
-# the others (autograder.record.hints), so it reads the same. Set before the guard's snapshot, which keeps it;
-# the cell binds no name in the student's namespace.
+# IPython shows a frame of a library file through stack_data, which parses the whole file, for every frame of
+# every error; a file longer than ultratb.FAST_THRESHOLD lines, and a notebook's own cell always, is shown from
+# its raw lines instead. The threshold at -1 shows every frame that way: a library frame keeps its file, line,
+# function and the lines around it. The feedback keeps the cells' frames only and counts the others
+# (autograder.record.hints), so it reads the same. Set before the guard's snapshot, which keeps it; the cell
+# binds no name in the student's namespace.
 TRACEBACK_SOURCE = "__import__('IPython.core.ultratb').core.ultratb.FAST_THRESHOLD = -1\n"
 
 
@@ -51,7 +49,7 @@ def kernel_env(home: str, base: dict[str, str] | None = None) -> dict[str, str]:
     differently, so a student's values would differ in their last bits from the solution's, which the
     hidden checks compare exactly, wherever the two ran with different counts: a reference kept from a
     day when the grader ran with another ``OMP_NUM_THREADS``, or a canary and a student's job on Dask
-    workers of different sizes (measured: a correct student lost points in five notebooks). One thread
+    workers of different sizes, so a correct student would lose points. One thread
     each also keeps a machine graded one notebook per core from running cores x cores threads.
     """
     keep = ("PATH", "LANG", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", RUN_MARKER)

@@ -1,10 +1,8 @@
 """How a grading kernel's process starts: a jupyter_client kernel provisioner, the documented seam for it.
 
-Registered as ``grading-sandbox`` (the ``jupyter_client.kernel_provisioners`` entry point in pyproject.toml) and
-named by the kernel spec the runner writes for each kernel (:func:`kernel_specs`). It starts the kernel's command
-through the sandbox's launcher (:func:`autograder.run.sandbox.wrap`); in a runner the zygote forked, one of the
-launchers that runner forked ahead starts it instead (its kernel manager's ``launchers``, see
-:mod:`autograder.run.zygote`).
+:class:`SandboxProvisioner`, registered as ``grading-sandbox`` (an entry point in pyproject.toml) and named by the
+kernel spec the runner writes (:func:`kernel_specs`), starts the kernel's command through the sandbox's launcher
+(:func:`autograder.run.sandbox.wrap`), or, in a runner the zygote forked, through a launcher forked ahead.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """Execute one assembled notebook in a sandboxed kernel (one process per notebook).
 
-``python -m autograder.run.runner JOB.json`` is started by :mod:`autograder.prepare.job`
-for every submission. It runs outside the sandbox, like nbgrader's executor:
-it starts the kernel through :func:`autograder.run.sandbox.wrap`, has the
-sandbox seal the kernel's IPC folder once its sockets exist
-(:func:`seal_ipc`), installs :mod:`autograder.inside.guard` in it, runs the cells
-one by one with limits on the kernel and every process it started together:
-processor time per cell and per notebook (a busy machine slows a cell without
-counting against it; wall time is bounded too, for code that waits), memory
-and the number of processes and threads (checked four times a second: the
-first time one is over, the whole sandbox is ended); it notes when the
-sandbox's disk was full (:func:`disk_used_mib`). Once every cell has run
-(phase A), it keeps a copy of the notebook as it was then, the only output
-anyone is shown, and runs the probe of each test (phase B, see
-:mod:`autograder.prepare.probes`), whose output is never shown: it keeps only what each
-probe recorded. Then it writes the executed notebook, the recorded probes
-(``observations.json``) and a status file. When a limit is reached or the
-kernel dies, the cells not run keep no outputs and the probes not run record
-nothing, so their tests earn nothing; the batch goes on.
-
-A warm runner (``--warm``, started by the local pool ahead of its job's turn,
-see :class:`autograder.run.executors.LocalPool`) does everything up to the
-notebook's first cell (the sandbox, the kernel, torch imported with the
-guard), then waits for a line ``go`` on its standard input; the end of its
-input instead takes the job back, and it writes nothing. Its limits per
-notebook count from ``go``.
-
-The runner dies with the grader that started it (``PR_SET_PDEATHSIG`` on
-Linux, whatever ends the grader), and SIGTERM, SIGHUP or SIGINT makes it end
-its kernel's sandbox, write what it has and exit; the sandbox ends with the
-runner in any case (see :mod:`autograder.run.sandbox`).
+``python -m autograder.run.runner JOB.json`` is started by :mod:`autograder.prepare.job` for every submission
+and runs outside the sandbox, like nbgrader's executor: it starts the kernel through
+:func:`autograder.run.sandbox.wrap`, installs :mod:`autograder.inside.guard`, runs the cells with limits
+(:class:`Session`), then the tests' probes (:mod:`autograder.prepare.probes`), and writes what it found.
 """
 
 from __future__ import annotations
@@ -63,7 +37,10 @@ MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more i
 class Session:
     """One kernel in its own sandbox, watched four times a second for the submission's limits.
 
-    ``status`` is the notebook's status: the first limit a session reaches is its ``stopped``.
+    ``status`` is the notebook's status: the first limit a session reaches is its ``stopped``. Limits hold on
+    the kernel and every process it started together: processor time per cell and per notebook (wall time
+    bounded too, for code that waits), memory, processes and threads; the first time one is over, the whole
+    sandbox is ended.
     """
 
     def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str, launchers: list | None = None,
@@ -290,7 +267,9 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
     runner is told to end while it starts or waits, when the job is taken back: then nothing is
     written and None is returned. The limits per notebook count from its return,
     ``status["seconds"]`` too; ``status["start_s"]`` is what starting took, ``cells_s`` and
-    ``probes_s`` what phase A and the probes of phase B took in the first kernel.
+    ``probes_s`` what phase A and the probes of phase B took in the first kernel. Written: the notebook as
+    phase A left it (the only output shown), what each probe recorded (``observations.json``) and a status
+    file; cells and probes not run record nothing, so their tests earn nothing.
     """
     from nbclient.exceptions import DeadKernelError
 
@@ -374,7 +353,13 @@ def _go_from_stdin() -> bool:
 
 
 def start(job_file: str, warm: bool, launchers: list | None = None) -> None:
-    """Run the job of ``job_file``; a warm runner waits for ``go`` on standard input first."""
+    """Run the job of ``job_file``; a warm runner waits for ``go`` on standard input first.
+
+    A warm runner (``--warm``, started by :class:`autograder.run.executors.LocalPool` ahead of its job's turn)
+    does everything up to the first cell, then waits for ``go``; the end of its input takes the job back and
+    it writes nothing. The runner dies with its grader (``PR_SET_PDEATHSIG``), and SIGTERM, SIGHUP or SIGINT
+    make it end its kernel's sandbox, write what it has and exit.
+    """
     run(json.loads(Path(job_file).read_text()), go=_go_from_stdin if warm else None, launchers=launchers)
 
 

@@ -1,40 +1,8 @@
 """Start a student's kernel in a sandbox: its own working copy, no network, limits.
 
-The grader (``autograder.cli.grade``) runs every submitted notebook in a fresh
-kernel started through :func:`wrap`. What the kernel gets depends on what
-the machine allows, and :class:`Isolation` says which limits hold, so the
-report can say so:
-
-* always: a process of its own with a memory limit on every process it
-  starts (``RLIMIT_DATA``: an allocation past it fails with PyTorch's
-  ``DefaultCPUAllocator: can't allocate memory``) and on every file it
-  writes (``RLIMIT_FSIZE``); the runner (:mod:`autograder.run.runner`) enforces
-  the wall-time limit, and memory and processes and threads of the whole
-  process tree together, by ending it;
-* on Linux, where ``unshare`` works: new mount, network and PID namespaces.
-  Every top-level folder but the system's (so the course folder, the grading
-  folder with the sources, hidden tests, gradebook and other students' work,
-  the submissions, home folders, ``/tmp`` and ``/dev/shm``) is replaced by an
-  empty folder; the Python environment and the ``devcourse`` package come
-  back read-only, the student's own working copy read-write: with a disk
-  limit (``Spec.disk_mib``) a copy of it on a tmpfs of that size, which also
-  holds ``/tmp``, the kernel's home and ``/dev/shm``, so all it writes
-  together is bounded and gone with it. The PID namespace has its own
-  ``pid_max`` where Linux allows one (6.14 and later). The folder of the
-  kernel's sockets is made read-only once they exist (``SIGUSR1``). The network has
-  a loopback device only (enough for ``torchrun`` on one machine), and when
-  the kernel ends every process it started ends with it. A grader running as
-  root (a container, a CI machine, a GPU box) runs the kernel as ``nobody``;
-  any other grader gets the same namespaces inside a user namespace of its
-  own, where the kernel keeps the grader's user id but no capabilities, so it
-  can neither undo the mounts nor write what the grader's user could not.
-  Where neither works (macOS, Windows, a Linux that forbids unprivileged user
-  namespaces) only the first point holds, and the report says so.
-
-GPUs stay visible in the sandbox (``/dev`` is untouched), so on a GPU box the
-device matrix includes CUDA.
-
-How the sandbox is started and ended, from the inside: :mod:`autograder.inside.launcher`.
+The kernel provisioner (:mod:`autograder.run.provisioner`) starts every kernel of a runner through :func:`wrap`;
+:func:`probe` finds what this machine allows, and :class:`Isolation` says which limits hold, so the report can
+say so. How the sandbox is built from the inside: :mod:`autograder.inside.launcher`.
 """
 
 from __future__ import annotations
@@ -62,7 +30,19 @@ FILE_LIMIT_MIB = 1024  # the largest file a kernel may write (RLIMIT_FSIZE); the
 
 @dataclass(frozen=True)
 class Isolation:
-    """Which limits the sandbox enforces on this machine, and why not the others."""
+    """Which limits the sandbox enforces on this machine, and why not the others.
+
+    Always: a process of its own with a memory limit on every process it starts (``RLIMIT_DATA``: an
+    allocation past it fails with PyTorch's ``DefaultCPUAllocator: can't allocate memory``) and on every file
+    it writes (``RLIMIT_FSIZE``); the runner enforces time, memory, processes and threads of the whole tree
+    by ending it. With ``namespaces`` (Linux, where ``unshare`` works): new mount, network and PID namespaces;
+    every top-level folder but the system's is replaced by an empty one, the Python environment and the
+    course's packages come back read-only, the student's working copy read-write (with a disk limit, on a
+    tmpfs of that size that also holds ``/tmp``, home and ``/dev/shm``); the network has a loopback device
+    only, and every process the kernel started ends with it. A root grader runs the kernel as ``nobody``;
+    another gets the same inside a user namespace of its own (``user_namespace``), without capabilities.
+    GPUs stay visible (``/dev`` is untouched).
+    """
 
     namespaces: bool
     reason: str = ""

@@ -1,11 +1,9 @@
 """What every process of the grader does first: leave unimported what none of them uses.
 
 Each process of the grader (the grader, its runners, the zygote, the feedback process) imports nbformat, whose
-jsonschema builds a parser for the IRI string format at import when ``rfc3987-syntax`` is installed (JupyterLab's
-jupyter-events asks for it): about 1 s of processor time on every start, for a format that no notebook, gradebook
-or job file uses. jsonschema skips that format when the module cannot be imported (a ``None`` in
-``sys.modules``, Python's own way to make an import fail). A kernel forked from the zygote is given its imports
-back (:mod:`autograder.run.zygote_process`).
+jsonschema builds a parser for the IRI format at import when ``rfc3987-syntax`` is installed, a format no
+notebook, gradebook or job file uses; :func:`skip_unused_imports` makes that import fail, and jsonschema skips the
+format. A kernel forked from the zygote gets its imports back (:mod:`autograder.run.zygote_process`).
 """
 
 from __future__ import annotations

@@ -1,57 +1,9 @@
 """Runners and their kernels forked from one process that has imported what every kernel imports (Linux).
 
-A kernel started the ordinary way spends about 2 s of processor time before
-a notebook's first cell runs: a new Python, then IPython and ipykernel, then
-torch, numpy and every ``devcourse`` module, which the guard imports
-(:mod:`autograder.inside.guard`). Where the sandbox has its namespaces (Linux), the
-local pool starts one *zygote* per grading run, and each Dask worker one for
-its life (``python -m autograder.run.zygote_process``, at the first job), that imports
-those once and from then on only forks::
-
-    grader ── zygote ── runner ─┬─ launcher ── init ── kernel
-                                └─ launcher (kept for a second kernel, see autograder.run.runner.run)
-
-* The zygote holds nothing of any job. It is started with the kernel's
-  environment (:func:`autograder.run.kernel.kernel_env`), none of the grader's
-  other variables; it imports modules of the Python environment and
-  ``devcourse`` only, all of which every kernel sees anyway; and all it is
-  told of a runner is whether it is a warm one. The grader hands each
-  runner its log and its standard input, on which the job's path and the
-  grader's environment come first (then ``go``, for a warm runner).
-* A runner first forks the launchers of its kernels, before it reads the
-  path of its job, so no kernel holds anything of the job, or of the
-  grader's environment, in its memory;
-  then it runs the job as ``python -m autograder.run.runner`` would. When its
-  kernel manager starts a kernel, a launcher is handed what ``Popen`` would
-  have been (command, environment, folder, a session of its own, standard
-  input at its end) and builds the sandbox as :mod:`autograder.inside.launcher`
-  always does.
-* The kernel, forked by the sandbox's init after the limits and the change
-  of user, runs ``ipykernel_launcher`` in its own process with what a fresh
-  one has: its ``sys.path`` (its working copy first), environment, signal
-  handlers, ``sys.argv``, freshly seeded ``random``, numpy and torch (CPU)
-  generators and a new ``multiprocessing`` key; the grader's own modules and the import and
-  source caches are dropped.
-
-Each process also takes the command line it would have had
-(:func:`retitle`), so ``ps`` shows runners, launchers and kernels as before.
-What still differs from a kernel started fresh: Python's hash seed (one per
-run, so a ``set`` of strings iterates in the same order in every kernel of
-it); the order of the warning filters (those ipykernel's shell adds come
-after torch's and numpy's, which match other warnings); and the pages the
-zygote filled, which every kernel shares copy-on-write: the runner's
-count of a submission's memory leaves out the sandbox's own processes
-(launcher and init), which hold those pages too
-(:func:`autograder.run.watch.tree_usage`).
-
-Every process of the chain dies with its parent (``PR_SET_PDEATHSIG``): the
-zygote with the grader, a runner with the zygote, a launcher with its
-runner. The grader signals its runners through the zygote, which is the one
-that reaps them, so no signal can reach a process that took the number of a
-runner already gone.
-
-Without namespaces (macOS, a Linux that forbids them, ``--no-sandbox``) and
-with ``--no-zygote``, runners and kernels start fresh.
+The local pool (one zygote per grading run) and each Dask worker (one for its life) start
+``python -m autograder.run.zygote_process`` through :class:`Zygote`; it imports the kernels' packages once and
+from then on only forks (grader ── zygote ── runner ── launcher ── init ── kernel). Without namespaces and with
+``--no-zygote``, runners and kernels start fresh.
 """
 
 from __future__ import annotations
@@ -70,7 +22,7 @@ from pathlib import Path
 from autograder.inside import launcher
 from devcourse.warmstart import TITLE_ROOM, ForkedProcess
 
-READY_TIMEOUT_S = 120.0  # the zygote's imports; far more than the 2 to 3 s they take
+READY_TIMEOUT_S = 120.0  # the zygote's imports, with room to spare on a busy machine
 FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
 LAUNCHER = os.path.realpath(launcher.__file__)
 _MESSAGE = 1 << 20
@@ -127,6 +79,19 @@ class Zygote:
     that gives it when the zygote starts; ``cwd`` its folder; ``packages`` what the course's kernels import
     (:class:`autograder.course.profile.KernelSetup`), which the zygote imports ahead. The last lines the zygote
     printed are kept (``output``) and quoted when it fails.
+
+    The zygote holds nothing of any job: it starts with the kernel's environment only
+    (:func:`autograder.run.kernel.kernel_env`), imports only the Python environment's modules and the course's
+    packages, and is told of a runner only whether it is warm. A runner forks its kernels' launchers before it
+    reads its job's path (so no kernel holds anything of the job or the grader's environment), then runs the job
+    as ``python -m autograder.run.runner`` would; a launcher builds the sandbox as
+    :mod:`autograder.inside.launcher` always does. A kernel gets what a fresh one has (``sys.path``,
+    environment, signal handlers, ``sys.argv``, freshly seeded generators, a new ``multiprocessing`` key, the
+    command line :func:`devcourse.warmstart.retitle` gives), less the grader's modules and caches. Still
+    shared with the zygote: Python's hash seed, the order of warning filters, and its pages copy-on-write
+    (left out of a submission's memory count through the sandbox's own processes,
+    :func:`autograder.run.watch.tree_usage`). Each process dies with its parent (``PR_SET_PDEATHSIG``), and
+    runners are signalled through the zygote, which reaps them, so no signal reaches a reused process id.
     """
 
     def __init__(self, env, cwd: Path, packages: tuple[str, ...] = ()):

@@ -1,6 +1,6 @@
 """The zygote's own process and what it forks: runners whose kernels' launchers are forked ahead, and kernels.
 
-Started by :class:`autograder.run.zygote.Zygote` as ``python -m autograder.run.zygote_process``; see that module
+Started by :class:`autograder.run.zygote.Zygote` as ``python -m autograder.run.zygote_process``; see that class
 for what the zygote holds, what each forked process gets and how they end.
 """
 
@@ -360,7 +360,7 @@ if __name__ == "__main__":
     skip_unused_imports()
     retitle([sys.executable, "-m", "autograder.run.zygote_process", sys.argv[1], sys.argv[2]])
     serve(int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]))
-    # Without the interpreter's teardown of torch, numpy and IPython (about 0.5 s, which the grader waits
+    # Without the interpreter's teardown of torch, numpy and IPython (which the grader would wait
     # for when it closes the zygote): nothing of the zygote's needs it, as for the runners it forks.
     sys.stdout.flush()
     sys.stderr.flush()

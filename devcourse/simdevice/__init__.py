@@ -1,61 +1,9 @@
 """A simulated accelerator: a second (and third...) device with real values on any machine.
 
-On a machine without a GPU, ``enable()`` adds a device type ``sim`` with
-``count`` devices (``sim:0``, ``sim:1``, ...) that behaves, for the device
-logic a course teaches, like CUDA devices: tensors and modules move to it
-and back, train on any index, raise PyTorch's own "Expected all tensors to
-be on the same device" error where CUDA would (with ``sim`` in place of
-``cuda``), save checkpoints tagged ``sim:N`` that load with every form of
-``map_location``, run under ``torch.autocast("sim")`` and
-``torch.amp.GradScaler("sim")``, count memory per device (also through
-``torch.accelerator``'s memory calls, and ``torch.accelerator.synchronize()``
-returns) and, with a budget, run out of it with ``torch.OutOfMemoryError``.
-Each thread has a current device (``torch.accelerator.set_device_index``,
-``torch.accelerator.device_index``), which ``sim`` without an index names.
-Values live in host memory,
-so results can be compared with the CPU's exactly.
-
-``torch.compile`` runs on the simulated device with every backend (``eager``,
-``aot_eager``, ``inductor``) and gives the values eager code gives, which are
-the CPU's. It does not give whole graphs: TorchDynamo cannot see through a
-device written in Python (it would trace the device's own code) and breaks
-the graph at each operator on a simulated tensor, so compiled code runs as
-eager code does, operator by operator. That is a limit of the simulated
-device; on CUDA the same call compiles whole graphs.
-
-It is built on PyTorch's extension point for out-of-tree devices
-(PrivateUse1, with the Python backend of
-``torch.utils.backend_registration``) and a tensor subclass that holds a CPU
-tensor. It is a teaching and grading device, not a fast one: each operator
-costs tens of microseconds more than on the CPU.
-
-Whether ``torch.accelerator`` names the device is a setting of its own
-(:func:`show`, :func:`shown_as_accelerator`): a grader can turn the device
-on before a student's code runs and still let ``torch.accelerator`` answer as
-on the student's machine outside the checks that use the device.
-
-Nothing happens on import. ``enable()`` is the one explicit switch; it
-cannot be undone in a process (PyTorch allows one PrivateUse1 backend per
-process), calling it again with the same count does nothing, and it refuses,
-changing nothing, when another PrivateUse1 backend is registered.
-
-Streams and events (``torch.Stream``, ``torch.Event(enable_timing=True)``,
-``torch.accelerator.current_stream``) keep time on a simulated clock:
-operators finish before they return, unless :func:`asynchronous` charges each
-one device time on its stream, to be waited for. What it does not simulate:
-speed, page-locked memory (``pin_memory()`` gives a CPU copy marked pinned), a
-random generator of its own (random numbers on ``sim`` come from the CPU
-generator), and several processes sharing one device. This package imports
-nothing from the course around it.
-
-On a machine with a real accelerator, ``enable()`` costs that accelerator
-part of the process: PyTorch then names ``sim`` its accelerator
-(``torch.accelerator.current_accelerator()``), refuses ``torch.accelerator``
-calls that name the real device, and fails every backward pass through CUDA
-tensors inside its autograd engine (``opt_ready_stream && opt_parent_stream
-INTERNAL ASSERT FAILED``; measured on an NVIDIA H200 with PyTorch 2.11, see
-``docs/gpu-report.md``, and pytorch/pytorch#161129). Nothing undoes it but a
-new process. On a CPU-only machine nothing is lost.
+:func:`enable` adds a device type ``sim`` (``sim:0``, ``sim:1``, ...) that behaves like CUDA for the device logic
+the course teaches; values live in host memory, so results equal the CPU's. It stands on PyTorch's extension
+point for out-of-tree devices (PrivateUse1) and a tensor subclass that holds a CPU tensor. Nothing happens on
+import, and the package imports nothing from the course around it.
 """
 
 from __future__ import annotations
@@ -85,9 +33,32 @@ def enable(count: int = 2, memory_budget: int | None = None, shown: bool = True)
     on: by default ``torch.accelerator`` names the simulated device. Calling it
     again with the same count returns the same devices (and sets ``shown``);
     another count, or another PrivateUse1 backend already registered in the
-    process, raises :class:`SimDeviceError` and changes nothing. Also switches
-    off the autograd engine's device threads in the calling thread
-    (PrivateUse1's device guard reports one device).
+    process, raises :class:`SimDeviceError` and changes nothing. It cannot be
+    undone in a process (PyTorch allows one PrivateUse1 backend per process).
+    Also switches off the autograd engine's device threads in the calling
+    thread (PrivateUse1's device guard reports one device).
+
+    On the devices, tensors and modules move there and back, train on any
+    index, raise PyTorch's own "Expected all tensors to be on the same device"
+    error where CUDA would, save checkpoints tagged ``sim:N`` that load with
+    every ``map_location``, run under ``torch.autocast("sim")`` and
+    ``torch.amp.GradScaler("sim")``, count memory per device and, with a
+    budget, run out of it with ``torch.OutOfMemoryError``. Each thread has a
+    current device (``torch.accelerator.set_device_index``). Streams and
+    events keep time on a simulated clock (see :func:`asynchronous`).
+    ``torch.compile`` runs with every backend and gives eager code's values, but
+    breaks the graph at each operator (TorchDynamo cannot see through a device
+    written in Python). Not simulated: speed (each operator costs more than on
+    the CPU), page-locked memory (``pin_memory()`` gives a CPU copy marked
+    pinned), a random generator of its own (the CPU's is used), and several
+    processes sharing one device.
+
+    On a CPU-only machine nothing is lost. On a machine with a real
+    accelerator PyTorch then names ``sim`` its accelerator, refuses
+    ``torch.accelerator`` calls that name the real device, and fails every
+    backward pass through CUDA tensors inside its autograd engine (see
+    ``docs/gpu-report.md`` and pytorch/pytorch#161129); only a new process
+    undoes it.
     """
     _backend.enable(count)
     show(shown)

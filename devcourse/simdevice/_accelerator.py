@@ -1,29 +1,9 @@
 """``torch.accelerator``'s device-wide calls, answered for the simulated device.
 
-Once the simulated device is on it is PyTorch's current accelerator, but a
-Python PrivateUse1 backend has no device allocator and no way to synchronize
-a device, so ``torch.accelerator.synchronize()`` and the memory functions
-(2.9+) would raise where the same code runs on CUDA, MPS or XPU. These
-wrappers answer them while the current accelerator is the simulated one, and
-call PyTorch's own functions otherwise:
-
-* ``synchronize``: returns once the device has run every operator launched on
-  it: at once, unless :func:`devcourse.simdevice.asynchronous` is on;
-* ``current_stream`` and ``set_stream``: the calling thread's current stream of
-  a device, a :class:`torch.Stream` of the simulated clock (see ``_streams``);
-* ``memory_stats``, ``memory_allocated``, ``max_memory_allocated``,
-  ``memory_reserved``, ``max_memory_reserved``: the device's counters. There
-  is no caching allocator, so reserved memory is the allocated memory;
-* ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``,
-  ``empty_cache`` (nothing is cached: nothing to release);
-* ``get_memory_info``: ``(free, total)``, the device's budget if one is set,
-  else the host's memory (where the values live);
-* ``current_device_index``, ``set_device_index`` and the ``device_index``
-  context manager: PrivateUse1's device guard in Python knows one device, so
-  PyTorch's own calls always answer 0 and setting an index does nothing. The
-  wrappers keep a current device per thread, as CUDA does, and ``sim`` with
-  no index (``torch.empty(2, device="sim")``, ``model.to("sim")``) means
-  that device.
+A Python PrivateUse1 backend has no device allocator and no way to synchronize, so
+``torch.accelerator.synchronize()`` and the memory functions would raise where the same code runs on CUDA.
+:func:`install` (from :func:`devcourse.simdevice.enable`) puts wrappers in their place that answer while the
+simulated device is the current accelerator, and call PyTorch's own functions otherwise.
 """
 
 from __future__ import annotations
@@ -229,7 +209,16 @@ _WRAPPERS = {
 
 def install() -> None:
     """Put the wrappers in ``torch.accelerator`` (and its ``memory`` module, whose other functions call them), and
-    ``torch.get_device_module``'s in ``torch``."""
+    ``torch.get_device_module``'s in ``torch``.
+
+    On the simulated device: ``synchronize`` returns once the device has run everything launched on it (at
+    once unless :func:`devcourse.simdevice.asynchronous` is on); ``current_stream``/``set_stream`` use the
+    calling thread's stream of the simulated clock; the memory counters are the device's, reserved memory being
+    the allocated memory (no caching allocator, so ``empty_cache`` releases nothing); ``get_memory_info`` is
+    ``(free, total)`` of the device's budget, else of the host's memory; and ``current_device_index``,
+    ``set_device_index`` and ``device_index`` keep a current device per thread, as CUDA does (PrivateUse1's
+    Python device guard knows one device), which ``sim`` without an index means.
+    """
     if _originals:
         return
     _originals["get_device_module"] = torch.get_device_module

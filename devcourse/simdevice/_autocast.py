@@ -1,13 +1,9 @@
 """``torch.autocast`` on the simulated device.
 
-Autocast has a dispatch key per device type; for PrivateUse1 PyTorch ships
-no kernels, so ``torch.autocast("sim")`` would change nothing. This module
-registers kernels under ``AutocastPrivateUse1`` with the three policies of
-CUDA's autocast, for the operators PyTorch's documentation lists for CUDA
-("Autocast Op Reference"): run in the autocast dtype, run in float32, or run
-in the widest dtype of the inputs. Only floating-point tensors on the
-simulated device are cast (not float64), as CUDA's autocast casts only
-tensors on its own device type.
+PyTorch ships no autocast kernels for PrivateUse1, so ``torch.autocast("sim")`` would change nothing.
+:func:`register` adds them under ``AutocastPrivateUse1`` with CUDA's three policies for the operators PyTorch's
+"Autocast Op Reference" lists for CUDA (the autocast dtype, float32, or the inputs' widest dtype), casting only
+floating-point tensors on the simulated device (not float64), as CUDA casts only those on its own device type.
 """
 
 from __future__ import annotations

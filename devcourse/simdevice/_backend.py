@@ -1,36 +1,9 @@
 """Turning the simulated device on: PyTorch's PrivateUse1 extension point.
 
-PyTorch keeps one device type, PrivateUse1, for a backend that lives outside
-its source tree, and since 2.10 lets that backend be written in Python
-(``torch.utils.backend_registration._setup_privateuseone_for_python_backend``,
-private and experimental, hence the pinned torch and ``test_simdevice_seams``).
-:func:`enable` renames PrivateUse1 to ``sim`` and registers
-
-* a device module ``torch.sim`` (``device_count``, ``is_available``,
-  ``current_device``, AMP dtypes) that ``torch.accelerator``, ``torch.load``
-  and autocast consult;
-* kernels for the two allocating operators (``empty.memory_format`` and
-  ``empty_strided``) that hand out :class:`SimTensor` objects, and for
-  ``_copy_from``, which ``torch.tensor(data, device=...)`` reaches with
-  Python dispatch switched off: every other operator reaches
-  ``SimTensor.__torch_dispatch__``;
-* a serialization package that tags the storages of simulated tensors as
-  ``sim:N`` in checkpoints and loads ``sim:N`` storages into simulated
-  tensors, so every ``map_location`` form works as it does for CUDA;
-* autocast kernels for the device type (see ``_autocast``), and kernels that
-  run the recurrent layers whole on the CPU values (see ``_oncpu``);
-* pinned memory as CPU copies marked pinned (PyTorch asks the backend for a
-  pinned allocator, which a Python backend cannot register).
-* ``gloo`` as the device's default ``torch.distributed`` backend: collectives
-  (``all_reduce``, DDP's gradient buckets) run in gloo on the CPU values;
-* ``Module.to`` / ``.sim()`` / ``.half()`` keeping each ``Parameter`` object
-  when a simulated device is involved (by PyTorch's swap of
-  ``torch.__future__.set_swap_module_params_on_conversion``, for those
-  conversions only), so weight ties survive a move and an optimizer built
-  before it still trains.
-
-The registration cannot be undone (PyTorch allows one PrivateUse1 name per
-process), so it is only ever made by an explicit :func:`enable` call.
+:func:`enable` (called by :func:`devcourse.simdevice.enable`) renames PrivateUse1 to ``sim`` and registers a
+Python backend for it (``torch.utils.backend_registration``, private and experimental since 2.10, hence the
+pinned torch and ``test_simdevice_seams``); every operator but the allocating ones reaches
+``SimTensor.__torch_dispatch__``.
 """
 
 from __future__ import annotations
@@ -336,7 +309,19 @@ def _apply_keeping_parameters(self, fn, recurse=True):
 
 
 def enable(count: int = 2) -> None:
-    """Register the device type with ``count`` devices (see the module docstring); idempotent for one count."""
+    """Register the device type with ``count`` devices; idempotent for one count, and never undone (PyTorch
+    allows one PrivateUse1 name per process).
+
+    It registers a device module ``torch.sim`` (``device_count``, ``is_available``, ``current_device``, AMP
+    dtypes) that ``torch.accelerator``, ``torch.load`` and autocast consult; kernels for ``empty.memory_format``,
+    ``empty_strided`` (they hand out :class:`SimTensor` objects) and ``_copy_from`` (reached with Python
+    dispatch off); a serialization package that tags storages ``sim:N``, so every ``map_location`` works as
+    for CUDA; autocast kernels (``_autocast``) and whole recurrent layers on the CPU values (``_oncpu``);
+    pinned memory as CPU copies marked pinned (a Python backend cannot register a pinned allocator);
+    ``gloo`` as the default ``torch.distributed`` backend; and ``Module.to`` / ``.sim()`` / ``.half()`` keeping
+    each ``Parameter`` object where a simulated device is involved, so weight ties survive a move and an
+    optimizer built before it still trains.
+    """
     if not isinstance(count, int) or count < 1:
         raise SimDeviceError(f"count must be a positive int, not {count!r}")
     with _lock:

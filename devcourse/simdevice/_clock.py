@@ -1,23 +1,9 @@
 """Asynchronous execution, simulated: operators return before the device has run them.
 
-A GPU runs operators in the order they were launched on a stream, while the
-Python program goes on: ``y = x @ x`` returns as soon as the matrix product
-is queued. The program waits for the device only where it must: at
-``torch.accelerator.synchronize()``, at an event's or a stream's
-``synchronize()``, and where it reads values on the host (``.item()``,
-``.tolist()``, ``print``, a copy to the CPU without ``non_blocking=True``). A
-clock read around launches alone measures the launches, not the work.
-
-The simulated device computes every value at once, so by default it has no
-queue. While :func:`running` is on, each operator on a simulated device is
-also charged ``kernel_s`` seconds of device time on the calling thread's
-current stream of that device, and the first launch of each operator on a
-device ``first_call_s`` more, as a GPU's first call of a kernel pays one-off
-costs (loading it, choosing an algorithm). A stream is busy until it has
-worked off every operator launched on it so far, one after the other; the
-streams of one device run side by side. The calls above wait (they sleep)
-until the streams they concern are done. Values are unchanged; only when the
-program waits changes.
+A GPU runs operators queued per stream while Python goes on, and the program waits only where it must
+(synchronize, reading values on the host). The simulated device computes at once; while :func:`running` is on
+(:func:`devcourse.simdevice.asynchronous`), :func:`account` charges each operator device time on its stream and
+the waiting calls sleep until their streams are done. Values are unchanged; only when the program waits changes.
 """
 
 from __future__ import annotations
@@ -50,6 +36,9 @@ def on() -> bool:
 
 @contextlib.contextmanager
 def running(kernel_s: float, first_call_s: float | None = None) -> Iterator[None]:
+    """For the block, each operator costs ``kernel_s`` seconds of device time on the calling thread's current
+    stream of its device, the first launch of each operator on a device ``first_call_s`` more (a GPU's one-off
+    costs); a stream works off its operators one after the other, the streams of a device side by side."""
     if not kernel_s > 0:
         raise ValueError(f"kernel_s must be a positive number of seconds, not {kernel_s!r}")
     first_call_s = 10 * kernel_s if first_call_s is None else first_call_s

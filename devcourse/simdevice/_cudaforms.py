@@ -1,19 +1,8 @@
 """CUDA's error messages, as the simulated device must raise them.
 
-Holds the table of device checks that PyTorch generates for CUDA kernels
-(``device_checks.json``, see ``_tablegen``), and the two places where CUDA's
-words come from code that the CPU never runs:
-
-* type names: PyTorch's C++ names a tensor type ``CUDAFloatType`` and
-  translates it to ``torch.cuda.FloatTensor`` on its way to Python
-  (``processErrorMsgInplace`` in ``torch/csrc/Exceptions.cpp``, for Byte,
-  Char, Double, Float, Int, Long, Short and Half); ``simFloatType`` is
-  translated here the same way, to ``torch.sim.FloatTensor``;
-* convolution: ``_convolution`` (``aten/src/ATen/native/Convolution.cpp``)
-  picks a backend from the input's device. A CUDA input goes to cuDNN after
-  ``check_input_same_type_as_parameters``, or, depthwise, to
-  ``_conv_depthwise2d``; a simulated input would go to
-  ``convolution_overrideable``, which no Python backend has.
+It holds the table of device checks PyTorch generates for CUDA kernels (``device_checks.json``, from
+``_tablegen``; :func:`wrapper_check`), and CUDA's words where they come from code the CPU never runs: tensor type
+names (:func:`translate`) and convolution's checks (:func:`convolution_error`). ``_tensor`` raises them.
 """
 
 from __future__ import annotations
@@ -40,7 +29,11 @@ _SIM_TYPE = re.compile(rf"\b{NAME}({'|'.join(_LEGACY.values())})Type\b")
 
 
 def translate(message: str) -> str:
-    """``simFloatType`` in a message of PyTorch's C++ as ``torch.sim.FloatTensor``, as ``CUDAFloatType`` reads."""
+    """``simFloatType`` in a message of PyTorch's C++ as ``torch.sim.FloatTensor``, as ``CUDAFloatType`` reads.
+
+    PyTorch translates ``CUDAFloatType`` on its way to Python (``processErrorMsgInplace`` in
+    ``torch/csrc/Exceptions.cpp``, for Byte, Char, Double, Float, Int, Long, Short and Half).
+    """
     return _SIM_TYPE.sub(rf"torch.{NAME}.\1Tensor", message)
 
 
@@ -74,6 +67,10 @@ def wrapper_check(key: str, tensors: dict[str, torch.Tensor | None]) -> RuntimeE
 
 def convolution_error(args: tuple) -> RuntimeError | None:
     """What CUDA raises for ``convolution``/``_convolution`` with ``args`` when the input is on a CUDA device.
+
+    ``_convolution`` (``aten/src/ATen/native/Convolution.cpp``) sends a CUDA input to cuDNN after
+    ``check_input_same_type_as_parameters``, or, depthwise, to ``_conv_depthwise2d``; a simulated input would
+    go to ``convolution_overrideable``, which no Python backend has.
 
     None when weight and bias match the input's device and dtype. Follows
     ``_convolution`` for a contiguous floating-point input: depthwise

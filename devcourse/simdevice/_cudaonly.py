@@ -1,17 +1,9 @@
 """Operators that PyTorch implements for CUDA only, written for the simulated device.
 
-The simulated device runs every operator with PyTorch's CPU kernel. A few
-operators have no CPU kernel because only GPU code paths call them; the ones
-here are those of ``nn.SyncBatchNorm`` (``torch.nn.modules._functions``),
-which runs on ``cuda``, ``xpu`` and the PrivateUse1 device and refuses the
-CPU. Each function takes and returns CPU tensors and follows the CUDA
-kernel's contract (``aten/src/ATen/native/cuda/Normalization.cu``): the
-same outputs, running statistics updated in place, statistics kept in
-float32 for half-precision inputs. ``record_stream`` (a tensor used on
-another stream) tells CUDA's caching allocator not to reuse its memory too
-early; the simulated device keeps no cache, so it has nothing to do. They are
-looked up only after the CPU kernel is found missing, so they cost other
-operators nothing.
+The simulated device runs every operator with PyTorch's CPU kernel; those of ``nn.SyncBatchNorm`` have none (it
+refuses the CPU). Each function here takes and returns CPU tensors and follows the CUDA kernel's contract
+(``aten/src/ATen/native/cuda/Normalization.cu``); they are looked up only after the CPU kernel is found missing,
+so they cost other operators nothing.
 """
 
 from __future__ import annotations
@@ -86,9 +78,11 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
 
 
 def record_stream(tensor, stream):
+    """Nothing to do: it keeps CUDA's caching allocator from reusing memory too early, and here nothing is cached."""
     return None
 
 
+# Each as CUDA's: the same outputs, running statistics updated in place, statistics in float32 for half inputs.
 KERNELS = {
     aten.record_stream.default: record_stream,
     aten.batch_norm_stats.default: batch_norm_stats,

@@ -1,24 +1,8 @@
 """Operators whose path depends on the device, on the simulated device: run whole on the CPU values.
 
-``torch.lstm``, ``torch.gru``, ``torch.rnn_tanh``/``rnn_relu`` (plain and
-packed input) and their cells are composites that pick their parts by the
-input's device (``aten/src/ATen/native/RNN.cpp``): on the CPU, oneDNN's LSTM
-or cells that add the input and hidden projections with their biases; on any
-other device, the fused cells that CUDA ships (``_thnn_fused_lstm_cell``),
-which the CPU lacks and whose sums round differently. So for the simulated
-device each of these operators runs as one piece on the CPU values, under an
-autograd function whose backward runs PyTorch's own CPU backward: forward and
-gradients equal the CPU's bit for bit. ``scaled_dot_product_attention`` is
-another such composite: on the CPU it runs a fused attention kernel, on any
-other device its math fallback, whose gradients round differently; it runs
-whole on the CPU values too. Tensors on two devices run the composite
-instead, whose parts raise the same-device error.
-
-``nn.TransformerEncoder`` in inference with a padding mask packs its batch
-into a nested tensor (its "fast path"), which a tensor subclass cannot hold.
-There, with everything on one simulated device and no gradient wanted, the
-encoder runs on the CPU values of its parameters and inputs
-(``torch.func.functional_call``): the CPU's path and the CPU's values.
+The recurrent layers and ``scaled_dot_product_attention`` are composites that pick other parts, rounding
+differently, off the CPU; :func:`register` runs each as one piece on the CPU values (under an autograd function
+whose backward is PyTorch's own CPU one), so forward and gradients equal the CPU's bit for bit.
 """
 
 from __future__ import annotations
@@ -97,7 +81,16 @@ def _encoder_on_cpu(original):
 
 
 def register() -> torch.library.Library:
-    """Register the kernels, and the encoder's path; the kernels last as long as the returned library does."""
+    """Register the kernels, and the encoder's path; the kernels last as long as the returned library does.
+
+    ``torch.lstm``, ``gru``, ``rnn_tanh``/``rnn_relu`` (plain and packed) and their cells pick their parts by
+    the input's device (``aten/src/ATen/native/RNN.cpp``): off the CPU the fused cells CUDA ships, which the
+    CPU lacks. ``scaled_dot_product_attention`` runs a fused kernel on the CPU and its math fallback elsewhere.
+    Tensors on two devices run the composite instead, whose parts raise the same-device error.
+    ``nn.TransformerEncoder`` in inference with a padding mask packs a nested tensor (its fast path), which a
+    tensor subclass cannot hold: with everything on one simulated device and no gradient wanted it runs on the
+    CPU values (``torch.func.functional_call``).
+    """
     encoder = torch.nn.TransformerEncoder
     if not hasattr(encoder.forward, "__wrapped__"):
         encoder.forward = _encoder_on_cpu(encoder.forward)

@@ -1,17 +1,8 @@
 """Streams and events of the simulated devices, on the simulated clock (see ``_clock``).
 
-PyTorch's ``torch.Stream`` and ``torch.Event`` work through the device's C++
-interface, which a Python backend cannot give: recording an event does
-nothing and waiting on one raises "Backend doesn't support synchronizing
-events". While the simulated device is on, ``torch.Stream`` and
-``torch.Event`` are the subclasses below. For a simulated device they keep
-time as CUDA's do: a stream is a queue of the device, an event marks the
-moment its stream will have run what was launched before it, and
-``elapsed_time`` is the milliseconds between two marks, checked with the
-messages of PyTorch's ``c10/core/impl/InlineEvent.h``. Outside
-:func:`devcourse.simdevice.asynchronous` operators finish when they return,
-so a mark is the moment of recording. For any other device they are
-PyTorch's own.
+A Python backend cannot give the device interface ``torch.Stream`` and ``torch.Event`` work through (recording
+does nothing, waiting raises), so :func:`install` makes them the subclasses here: on a simulated device they keep
+time as CUDA's do, on the simulated clock; for any other device they are PyTorch's own.
 """
 
 from __future__ import annotations
@@ -104,7 +95,12 @@ def current_stream(index: int) -> Stream:
 
 
 class Event(_BaseEvent):
-    """``torch.Event``; on a simulated device, a mark on the simulated clock."""
+    """``torch.Event``; on a simulated device, a mark on the simulated clock.
+
+    The mark is the moment its stream will have run what was launched before it (outside
+    :func:`devcourse.simdevice.asynchronous`, the moment of recording); ``elapsed_time`` is the milliseconds
+    between two marks, checked with the messages of PyTorch's ``c10/core/impl/InlineEvent.h``.
+    """
 
     def __new__(cls, device=None, *, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         event = super().__new__(cls, device, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)

@@ -1,24 +1,9 @@
-"""Build the table of device checks that CUDA's generated wrappers make.
+"""Build the table of device checks that CUDA's generated wrappers make (``device_checks.json``).
 
-PyTorch generates a wrapper for each operator that has a CUDA kernel; unless
-the operator is marked ``device_check: NoCheck`` in
-``native_functions.yaml``, the wrapper checks that every tensor argument is
-on one device and raises::
-
-    Expected all tensors to be on the same device, but got <arg> is on <device>,
-    different from other tensors on <device> (when checking argument in method
-    wrapper_CUDA_<name>)
-
-The wrapper's name and the order of the checked arguments come from
-PyTorch's own code generator (``torchgen``), which ships with torch. This
-module runs that generator's signature code over the ``native_functions.yaml``
-that ships with the installed torch, and writes ``device_checks.json``: for
-each checked operator, the wrapper's name (with ``CUDA`` left as ``{}`` so
-any backend name fits) and its checked arguments in order. The simulated
-device raises the same error for the same operator and argument.
-
-Run ``python -m devcourse.simdevice._tablegen`` after changing the pinned
-torch; a test fails when the stored table differs from what it writes.
+For each operator whose wrapper checks that its tensors share a device, the table holds the wrapper's name and
+its checked arguments in order, from PyTorch's own code generator (``torchgen``) run over the installed torch's
+``native_functions.yaml``; the simulated device raises the same error for the same argument. Run
+``python -m devcourse.simdevice._tablegen`` after changing the pinned torch; a test compares the stored table.
 """
 
 from __future__ import annotations
@@ -32,7 +17,16 @@ TABLE = Path(__file__).with_name("device_checks.json")
 
 
 def build() -> dict[str, object]:
-    """Return the table for the installed torch (takes about a second)."""
+    """Return the table for the installed torch.
+
+    An operator not marked ``device_check: NoCheck`` in ``native_functions.yaml`` raises, from its wrapper::
+
+        Expected all tensors to be on the same device, but got <arg> is on <device>,
+        different from other tensors on <device> (when checking argument in method
+        wrapper_CUDA_<name>)
+
+    The table writes the wrapper's name with ``CUDA`` left as ``{}``, so any backend name fits.
+    """
     import torch
     import torchgen
     from torchgen.api.types import DispatcherSignature, NativeSignature

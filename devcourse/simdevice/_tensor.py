@@ -1,20 +1,9 @@
 """The tensor type of the simulated device, and what happens to each operator.
 
-A tensor on ``sim:N`` is a :class:`SimTensor`: a ``torch.Tensor`` subclass
-(PyTorch's "wrapper subclass", the way out-of-tree devices are prototyped in
-Python) whose device is ``sim:N`` and whose values live in a plain CPU tensor
-inside it. Autograd, ``nn.Module``, optimizers and ``torch.save`` see an
-ordinary tensor on another device. Every operator on such tensors comes to
-:meth:`SimTensor.__torch_dispatch__`, which
-
-1. checks devices the way CUDA would (:func:`check_devices`) and raises
-   PyTorch's own message for the operator, with ``cuda`` read as the
-   simulated device's name;
-2. runs the operator on the CPU values;
-3. puts the results on the device the operator would have put them on.
-
-Random numbers on the simulated device come from the CPU generator, so
-``torch.manual_seed`` seeds them; a real GPU has a generator of its own.
+A tensor on ``sim:N`` is a :class:`SimTensor`, a wrapper subclass whose values live in a plain CPU tensor. Every
+operator on one comes to ``SimTensor.__torch_dispatch__`` (:func:`run`), which checks devices as CUDA would
+(:func:`check_devices`, PyTorch's own message with ``cuda`` read as ``sim``), runs it on the CPU values and puts
+the results where the operator would. Random numbers come from the CPU generator (``torch.manual_seed``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Jobs on a Dask cluster: each job's folder travels to a worker, runs there in the same sandbox, and comes back.
 
-The worker unpacks the job in a temporary folder, makes it runnable on its own machine
-(:func:`autograder.run.jobfile.relocate`) and starts the runner as a process of its own (student code never runs
-in the Dask worker's process; a worker that cannot build the sandbox refuses the job, unless the grader runs with
-``--no-sandbox``). The results are written into the job's folder once, when its future completes: a job Dask runs
-again after its worker died is not counted twice. With ``gpu=True`` each job asks for the resource ``GPU=1``,
-which workers started with ``python -m autograder worker ADDRESS --gpu K`` offer.
+On the worker, :func:`run_bundle` unpacks the job, makes it runnable there (:func:`autograder.run.jobfile.relocate`)
+and starts the runner as a process of its own (student code never runs in the worker's process).
+:class:`DaskExecutor` writes the results into the job's folder once, when its future completes, so a job Dask
+runs again after its worker died is not counted twice.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ OWNER = "owner"  # in that folder: its worker process (id, start time, pid names
 
 
 class SandboxUnavailable(RuntimeError):
-    """On a worker: it cannot build the sandbox's namespaces; the job does not run there."""
+    """On a worker: it cannot build the sandbox's namespaces; the job does not run there (unless ``--no-sandbox``)."""
 
 
 _WORKER_ZYGOTE: list[Zygote] = []  # a Dask worker's, made at its first job that can use one, kept for its life
@@ -198,7 +196,8 @@ class DaskExecutor(Executor):
     kept dying, or no worker that can take it joined the scheduler for
     ``workerless_s`` seconds while jobs waited) completes with a
     :class:`ClusterError` that says why: the grader stops and grades nothing
-    more, rather than scoring a student for the cluster's failure.
+    more, rather than scoring a student for the cluster's failure. With ``gpu=True`` each job asks for the
+    resource ``GPU=1``, which workers started with ``python -m autograder worker ADDRESS --gpu K`` offer.
     """
 
     def __init__(self, settings: Settings, address: str | None = None, local: int = 0, gpu: bool = False,

@@ -137,7 +137,7 @@ _EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's L
 def start_zygote_early(settings: Settings) -> None:
     """Start the zygote of this run's local pool now, for the pool to take when it is made.
 
-    Its imports (torch's, over a second of one core) then run beside the grader's own set-up (which
+    Its imports (torch's) then run beside the grader's own set-up (which
     imports torch too, to name the devices a run checks) instead of after it, so the first runner
     forks sooner. Nothing for a Dask cluster, whose workers have their own, or where no zygote is used;
     a zygote no pool takes (the run stopped first) ends when the grader does.
