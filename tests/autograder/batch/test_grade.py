@@ -123,7 +123,7 @@ def test_report_names_devices_and_limits(run):
     report = (workdir / "report.txt").read_text()
     assert "Devices every submission is checked on: cpu" in report
     assert "No compiled bytecode" not in report, "an environment pip installed has it"
-    assert "wall time: enforced" in report and "memory: enforced" in report
+    assert "processor time: enforced" in report and "memory: enforced" in report
     isolation = sandbox.probe()
     assert ("network: enforced" in report) == isolation.namespaces
     assert cgroups.find().describe() in report, "the report says whether Linux enforces the limits in cgroups"
