@@ -57,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder p
 from autograder.course.config import tool_env
 from autograder.course.demo import EXPECTED_SCORES
 from autograder.course.paths import DEMO_CLASS, ROOT
+from page import WRITE_PAGE_HELP, write_row
 
 HONEST = ["ada", "grace", "linus", "margaret"]
 
@@ -120,6 +121,7 @@ def main() -> int:
     parser.add_argument("--no-feedback", action="store_true", help="grade without the students' feedback")
     parser.add_argument("--feedback-in-line", action="store_true",
                         help="the grader makes the feedback itself (default: a process of its own beside it)")
+    parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
     counts = [int(part) for part in args.workers.split(",")]
     feedback = "none" if args.no_feedback else "in-line" if args.feedback_in_line else "apart"
@@ -157,6 +159,11 @@ def main() -> int:
     print(f"on paper: {args.project_students} students x {args.project_notebooks} notebooks = {notebooks} notebooks "
           f"on {args.project_workers} workers like these: {shares[pace] / 3600:.2f} h ({pace} set the pace; "
           + ", ".join(f"{who} {seconds / 3600:.2f} h" for who, seconds in shares.items()) + ")")
+    if args.write_page:
+        walls = " and ".join(f"{wall:.0f} s" for _, wall, *_ in runs)
+        speedups = ", ".join(f"{base_wall / wall:.2f}x" for _, wall, *_ in runs[1:])
+        write_row(__file__, f"{args.submissions} submissions of {', '.join(assignments)}, workers {counts}: "
+                            f"{walls}" + (f": {speedups}" if speedups else ""))
     return 0
 
 

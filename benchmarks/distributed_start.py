@@ -28,6 +28,7 @@ import torch
 from autograder.course.build import machine
 from devcourse import warmstart
 from devcourse.distributed import _environment, run_functions
+from page import WRITE_PAGE_HELP, write_row
 
 
 def check(outdir):
@@ -58,6 +59,7 @@ def one_run(fresh: bool) -> tuple[float, float, list]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args(argv)
     if sys.platform != "linux":
         print("nothing is forked on", sys.platform, "- nothing to compare")
@@ -79,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     median = {way: [statistics.median(v[i] for v in runs) for i in (0, 1)] for way, runs in seen.items()}
     for way, (wall, cpu) in median.items():
         print(f"{way:8} {wall:8.2f} {cpu:14.2f}")
-    print(f"fresh / forked: {median['fresh'][0] / median['forked'][0]:.1f}x the wall time, "
-          f"{median['fresh'][1] / median['forked'][1]:.1f}x the ranks' processor time; same weights: {same}")
+    result = (f"fresh / forked: {median['fresh'][0] / median['forked'][0]:.1f}x the wall time, "
+              f"{median['fresh'][1] / median['forked'][1]:.1f}x the ranks' processor time; same weights: {same}")
+    print(result)
+    if args.write_page:
+        write_row(__file__, result)
     return 0 if same else 1
 
 

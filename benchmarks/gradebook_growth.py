@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
 from autograder.course.config import tool_env
 from autograder.course.paths import DEMO_CLASS, ROOT
+from page import WRITE_PAGE_HELP, write_row
 
 STUDENT = "ada"
 
@@ -89,6 +90,7 @@ def main() -> int:
     parser.add_argument("--assignments", default="00_environment,07_multi_device_training",
                         help="comma-separated: the submissions of ada timed (default: the smallest and the longest)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
     assignments = args.assignments.split(",")
     missing = [name for name in assignments if not (DEMO_CLASS / STUDENT / name).is_dir()]
@@ -122,8 +124,11 @@ def main() -> int:
         print(f"{name}: {before[name]:.3f} s with 1 student, {after[name]:.3f} s with {args.students + 1}: "
               f"{after[name] / before[name]:.2f}x")
     total_before, total_after = sum(before.values()), sum(after.values())
-    print(f"all timed: {total_after / total_before:.2f}x the grader's autograde and feedback of a notebook "
-          f"in the full gradebook")
+    result = (f"all timed: {total_after / total_before:.2f}x the grader's autograde and feedback of a notebook "
+              f"in the full gradebook")
+    print(result)
+    if args.write_page:
+        write_row(__file__, result)
     return 0
 
 

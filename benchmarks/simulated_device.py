@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 import devcourse.simdevice as simdevice
+from page import WRITE_PAGE_HELP, write_row
 
 REGISTRATION_TARGET_S = 1.0
 STEP_TARGET_RATIO = 3.0
@@ -130,21 +131,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch {torch.__version__}")
     registration = registration_seconds()
     simdevice.enable(2)
-    print(f"registration (enable(2), torch imported): {registration * 1000:.1f} ms (target under "
-          f"{REGISTRATION_TARGET_S:.0f} s)")
+    results = [f"registration (enable(2), torch imported): {registration * 1000:.1f} ms (target under "
+               f"{REGISTRATION_TARGET_S:.0f} s)"]
+    print(results[0])
     ratios = {}
     for name, workload in WORKLOADS.items():
         times = step_times(workload, args.batch, args.steps)
         cpu, sim = statistics.median(times["cpu"]), statistics.median(times["sim:0"])
         ratios[name] = sim / cpu
         target = f" (target at most {STEP_TARGET_RATIO:.0f}x)" if workload is _mlp else ""
-        print(f"{name}, batch {args.batch}, {args.steps} steps each, same losses: cpu {cpu * 1e3:.2f} ms/step, "
-              f"sim:0 {sim * 1e3:.2f} ms/step, sim:0 / cpu: {ratios[name]:.2f}x{target}")
+        results.append(f"{name}, batch {args.batch}, {args.steps} steps each, same losses: cpu {cpu * 1e3:.2f} "
+                       f"ms/step, sim:0 {sim * 1e3:.2f} ms/step, sim:0 / cpu: {ratios[name]:.2f}x{target}")
+        print(results[-1])
     mlp_ratio = ratios[next(name for name, w in WORKLOADS.items() if w is _mlp)]
+    if args.write_page:
+        write_row(__file__, "; ".join(results))
     return 0 if registration < REGISTRATION_TARGET_S and mlp_ratio <= STEP_TARGET_RATIO else 1
 
 
