@@ -57,9 +57,11 @@ def lab(tmp_path_factory):
         stop_lab(server)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium under Playwright; a clear failure, never a skip, where it cannot start."""
+    """Debian's Chromium under Playwright; a clear failure, never a skip, where it cannot start. Stopped with this
+    file's tests: while Playwright's synchronous API is started, its event loop counts as running in this thread,
+    and a later test of the same process that runs one of its own (asyncio.run) would be refused."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as err:
