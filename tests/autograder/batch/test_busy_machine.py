@@ -1,10 +1,11 @@
 """A busy machine changes no score: the limits per cell count processor time, which other work does not slow.
 
 Another course's assignment (``tests/fixtures/stats101``, graded plainly: no torch in its kernels, so it is quick)
-is graded while processes that never stop keep every core this test may use five times over. ``busy`` hands in
-alice's answers behind a cell that uses 1 s of processor time, which takes several times that in wall time here;
-``looper`` hands in alice's answers and a cell that never ends. With a limit of 4 s per cell, busy keeps alice's
-score (a limit of wall time stopped it) and looper is stopped, as on an idle machine.
+is graded while processes that never stop keep every core this test may use three times over. ``busy`` hands in
+alice's answers behind a cell that uses 1.5 s of processor time, which takes several times that in wall time here;
+``looper`` hands in alice's answers and a cell that never ends. With a limit of 4 s per cell, busy keeps the score
+plain nbgrader gives alice (tests/autograder/cli/test_other_course.py; a limit of wall time stopped it) and looper
+is stopped, as on an idle machine.
 """
 
 import csv
@@ -23,7 +24,7 @@ CELL_LIMIT_S = 4
 BUSY = '''\
 import time
 _wall, _cpu = time.monotonic(), time.process_time()
-while time.process_time() - _cpu < 1.0:  # 1 s of processor time, however busy the machine is
+while time.process_time() - _cpu < 1.5:  # 1.5 s of processor time, however busy the machine is
     pass
 print(json.dumps({"wall_s": time.monotonic() - _wall}))
 '''
@@ -32,7 +33,7 @@ print(json.dumps({"wall_s": time.monotonic() - _wall}))
 def _hand_in(course: Path, student: str, first_cell: str) -> None:
     """alice's submission for ``student``, with ``first_cell`` as the first cell of problem1."""
     folder = course / "submitted" / student / ASSIGNMENT
-    shutil.copytree(course / "submitted" / "alice" / ASSIGNMENT, folder)
+    shutil.copytree(COURSE / "submissions" / "alice" / ASSIGNMENT, folder)
     path = folder / "problem1.ipynb"
     nb = nbformat.read(path, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell("import json\n" + first_cell))
@@ -44,13 +45,12 @@ def _spinners() -> list[subprocess.Popen]:
     # each in a session of its own, as other users' work is: Linux shares the processor between sessions first
     # (autogroups), and the grader's kernels run in sessions of their own
     return [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"], start_new_session=True)
-            for _ in range(5 * cores)]
+            for _ in range(3 * cores)]
 
 
 def test_a_busy_machine_changes_no_score_and_still_stops_a_loop(tmp_path):
     course = tmp_path / "course"
     shutil.copytree(COURSE / "course", course)
-    shutil.copytree(COURSE / "submissions" / "alice", course / "submitted" / "alice")
     _hand_in(course, "busy", BUSY)
     _hand_in(course, "looper", "while True:\n    pass\n")
     spinners = _spinners()
@@ -71,7 +71,7 @@ def test_a_busy_machine_changes_no_score_and_still_stops_a_loop(tmp_path):
     wall_s = json.loads(printed)["wall_s"]
     # the load did what it is for: the cell took longer than its limit in wall time, which stopped it before
     assert wall_s > CELL_LIMIT_S, f"the machine was not busy enough: {wall_s:.1f} s"
-    assert rows["busy"]["score"] == rows["alice"]["score"] == "5", (rows["busy"], rows["alice"])
+    assert rows["busy"]["score"] == "5", rows["busy"]  # alice's, as plain nbgrader grades her
     assert "time limit" not in rows["busy"]["note"], rows["busy"]["note"]
     # stopped by a limit: its processor time's, or under a load this heavy the wall time's (4x as much)
     assert "problem1: stopped, time limit of" in rows["looper"]["note"], rows["looper"]
