@@ -19,6 +19,7 @@ help:
 	@echo "make export-grades  the last grading's scores: nbgrader's CSV, and Canvas's and Moodle's import CSVs"
 	@echo "make docs       the documentation site, lessons included, into build/site (strict: a warning fails it)"
 	@echo "make test       contributors: the whole test suite (what CI runs); installs chromium, postgresql, slurm"
+	@echo "make test-lite  the same suite without those packages: the tests that need one skip, each saying why"
 	@echo "make mistakes   grade every real mistake of tests/mistakes/catalog.py through the grader (about 7 minutes)"
 	@echo "make browser    install Debian's chromium for the browser tests, if it is missing"
 	@echo "make postgres   install Debian's postgresql for the gradebook test, if it is missing"
@@ -110,6 +111,10 @@ slurm:
 TEST_WORKERS ?= 2
 test: $(READY) browser postgres slurm
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
+# The same suite without the Debian packages: the tests that need one that is missing skip, each with a line.
+test-lite: $(READY)
+	COURSE_WITHOUT_SYSTEM_PACKAGES=1 $(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 mistakes: $(READY)
 	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/mistakes/test_mistakes.py

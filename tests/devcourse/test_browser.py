@@ -42,6 +42,7 @@ from support.lab import (
     start_lab,
     stop_lab,
 )
+from support.system import missing
 
 from autograder.run.watch import alive
 from devcourse import validation
@@ -67,8 +68,8 @@ def browser():
     except ImportError as err:
         pytest.fail(f"Playwright is not installed ({err}): run `make install`", pytrace=False)
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: run `make browser` (it installs Debian's chromium package), "
-                    "or point CHROMIUM at a Chromium binary", pytrace=False)
+        missing(f"no Chromium at {CHROMIUM}: run `make browser` (it installs Debian's chromium package), "
+                "or point CHROMIUM at a Chromium binary")
     playwright = sync_playwright().start()
     try:
         # launch() gives the browser a fresh, temporary profile of its own.

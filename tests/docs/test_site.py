@@ -20,6 +20,7 @@ import nbformat
 import pytest
 import yaml
 from support.lab import CHROMIUM, CHROMIUM_ARGS, SECOND
+from support.system import missing
 
 from autograder.course.cells import is_answer, is_test
 
@@ -113,8 +114,7 @@ def test_the_site_opens_in_chromium(site):
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: run `make browser`, or point CHROMIUM at a Chromium binary",
-                    pytrace=False)
+        missing(f"no Chromium at {CHROMIUM}: run `make browser`, or point CHROMIUM at a Chromium binary")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
         try:

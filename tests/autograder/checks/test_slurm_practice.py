@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from support.system import missing as system_package_missing
 
 from autograder.course.paths import ROOT
 
@@ -33,8 +34,8 @@ def practice_slurm():
     missing = [tool for tool in ("slurmctld", "slurmd", "sbatch", "munged") if shutil.which(tool) is None
                and not os.path.exists(f"/usr/sbin/{tool}")]
     if missing:
-        pytest.fail(f"{', '.join(missing)} not installed: `make slurm` installs Debian's Slurm and munge "
-                    "(make test does it first)")
+        system_package_missing(f"{', '.join(missing)} not installed: `make slurm` installs Debian's Slurm and "
+                               "munge (make test does it first)")
     running = _nodes_up()
     if running:  # started by hand (sudo tools/practice-slurm.sh up): used, and left running
         yield running

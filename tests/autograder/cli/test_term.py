@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 from support.gradebooks import table_dump
 from support.lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, stop_lab
+from support.system import missing
 from support.servers import free_port, tail
 
 from autograder.course.config import course_config
@@ -161,7 +162,7 @@ def _give_scores(url: str, token: str, scores: list[tuple[str, str, float]]) -> 
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: run `make browser`", pytrace=False)
+        missing(f"no Chromium at {CHROMIUM}: run `make browser`")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
         context = chromium.new_context(viewport={"width": 1400, "height": 1000})
