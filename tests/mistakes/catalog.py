@@ -1911,10 +1911,13 @@ MISTAKES_08 = [
     device = torch.device(device)
 '''),
         fix=_load_for_inference(resolve='''\
-    if device is None:  # the accelerator PyTorch names, with its current index; else the CPU
-        accelerator = torch.accelerator.current_accelerator(check_available=True)
-        device = ("cpu" if accelerator is None
-                  else torch.device(accelerator.type, torch.accelerator.current_device_index()))
+    if device is None:  # CUDA, then MPS, then the CPU, as the pull request's fix chooses
+        if torch.cuda.is_available():
+            device = torch.device("cuda", torch.cuda.current_device())
+        elif torch.backends.mps.is_available():
+            device = torch.device("mps", 0)
+        else:
+            device = torch.device("cpu")
     device = torch.device(device)
 '''),
     ),
