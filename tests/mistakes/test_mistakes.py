@@ -13,8 +13,9 @@ tests use what another entry's cell defines (``plan_rounds`` of
 Every test cell belongs to the exercise whose answer cell comes before it,
 so each entry is judged on its own exercise's tests only.
 
-``make test`` grades the first round of each assignment; ``make mistakes``
-grades all of them (``COURSE_MISTAKE_ROUNDS=all``).
+``make test`` grades the first two rounds of each assignment (the first holds
+mistakes only, the second the first correct fixes); ``make mistakes`` grades all
+of them (``COURSE_MISTAKE_ROUNDS=all``).
 
 Bars: at least 95% of the mistakes lose points on their exercise, and every
 fix keeps all of them.
@@ -34,7 +35,7 @@ from autograder.cli import grade
 from autograder.course.paths import ROOT, solution_path
 
 MISTAKE_BAR = 0.95
-ROUNDS = os.environ.get("COURSE_MISTAKE_ROUNDS", "1")  # a number, or "all"
+ROUNDS = os.environ.get("COURSE_MISTAKE_ROUNDS", "2")  # a number, or "all"
 CELL_TIMEOUT_S = 45  # test_grade's: with the same limits, one run's canary makes the references both use
 
 
