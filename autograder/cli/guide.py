@@ -39,6 +39,8 @@ def guide(results: list[Result], workdir: Path, demo: bool, whole_class: bool) -
     if withheld is not None:
         lines.append(f"  python -m autograder review {withheld.student}/{withheld.assignment} --release "
                      f"(or --confirm): the instructor's decision on a withheld score")
+    lines.append("  formgrader, nbgrader's pages for grading by hand and reviewing: docs/instructors.md, in a term's "
+                 "course directory (make course-dir)")
     if demo and not whole_class:
         lines.append("  make grade ALL=1: the whole demo class, every assignment")
     return lines

@@ -33,7 +33,7 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
     assert "tony:" not in text, "a student the table does not show is not explained"
     assert f"open {page}" in text
     assert "python -m autograder review mallory/00 --release" in text
-    assert "make grade ALL=1" in text
+    assert "make grade ALL=1" in text and "formgrader" in text
     plain = "\n".join(guide(table, tmp_path, demo=False, whole_class=True))
     assert "demo class" not in plain and "ALL=1" not in plain and f"open {page}" in plain
 
