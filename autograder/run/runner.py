@@ -86,7 +86,7 @@ class Session:
     def kill(self, reason: str) -> None:
         self.killed.set()
         self.status["stopped"] = self.status["stopped"] or reason
-        process = getattr(self.km.provisioner, "process", None) if self.km.provisioner else None
+        process = self.process
         if process is not None:
             try:  # the sandbox's launcher ends everything the kernel started, then itself
                 process.terminate()
@@ -123,13 +123,18 @@ class Session:
         return self._out_of_memory()
 
     @property
+    def process(self):
+        """The kernel's process as its provisioner started it (the sandbox's launcher), or None."""
+        return getattr(self.km.provisioner, "process", None)
+
+    @property
     def notebook_cpu_s(self) -> float:
         """The notebook's processor time so far, this session's included."""
         return self.cpu_before_s + self.cpu_s
 
     def count_from_here(self) -> None:
         """The notebook's processor time counts from now on (what starting the kernel took is left out)."""
-        process = getattr(self.km.provisioner, "process", None)
+        process = self.process
         self.cpu_before_s = -(tree_cpu_s(process.pid) or 0.0) if process is not None else 0.0
 
     def _processor_time(self, pid: int) -> str | None:
@@ -149,7 +154,7 @@ class Session:
     def _watch(self) -> None:
         spec = self.spec
         while not self.finished.wait(0.25):
-            process = getattr(self.km.provisioner, "process", None) if self.km.provisioner else None
+            process = self.process
             if process is None or self.killed.is_set():
                 continue
             over = self._over() or self._processor_time(process.pid)
@@ -195,7 +200,7 @@ class Session:
 
         if self.killed.is_set():
             return False
-        process = getattr(self.km.provisioner, "process", None)
+        process = self.process
         self.cpu_at_cell = tree_cpu_s(process.pid) if process is not None else None
         try:
             self.client.execute_cell(cell, index, store_history=store_history)
