@@ -79,9 +79,13 @@ class Session:
         self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"],
                                                           job.get("kernel", {})))
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
-        self.client = NotebookClient(self.nb, km=self.km, timeout=wall_limit(job["cell_timeout_s"]), allow_errors=True,
-                                     kernel_name=KERNEL, store_widget_state=False, interrupt_on_timeout=False,
-                                     record_timing=False, startup_timeout=120)
+        cell_wall_s = wall_limit(job["cell_timeout_s"])
+        # After a cell's end its output (a probe's record among it) may come seconds later on a busy machine: it is
+        # waited for as long as the cell may run, not nbclient's 4 s, after which it would be dropped unsaid.
+        self.client = NotebookClient(self.nb, km=self.km, timeout=cell_wall_s, iopub_timeout=cell_wall_s,
+                                     raise_on_iopub_timeout=True, allow_errors=True, kernel_name=KERNEL,
+                                     store_widget_state=False, interrupt_on_timeout=False, record_timing=False,
+                                     startup_timeout=120)
 
     def kill(self, reason: str) -> None:
         self.killed.set()

@@ -5,7 +5,8 @@ is graded while processes that never stop keep every core this test may use thre
 alice's answers behind a cell that uses 1.5 s of processor time, which takes several times that in wall time here;
 ``looper`` hands in alice's answers and a cell that never ends. With a limit of 4 s per cell, busy keeps the score
 plain nbgrader gives alice (tests/autograder/cli/test_other_course.py; a limit of wall time stopped it) and looper
-is stopped, as on an idle machine.
+is stopped, as on an idle machine. ``laggard``'s output (a probe's record among it) reaches the grader seconds after
+its cell's end, as a busy machine's does, and still counts.
 """
 
 import csv
@@ -75,3 +76,42 @@ def test_a_busy_machine_changes_no_score_and_still_stops_a_loop(tmp_path):
     assert "time limit" not in rows["busy"]["note"], rows["busy"]["note"]
     # stopped by a limit: its processor time's, or under a load this heavy the wall time's (4x as much)
     assert "problem1: stopped, time limit of" in rows["looper"]["note"], rows["looper"]
+
+
+LAGGARD = '''\
+import sys, time
+_callers = []
+_answer = squares
+
+def squares(n):
+    """alice's squares; at its first call from a probe, the kernel's output reaches the grader 8 s after the
+    kernel says the cell is done (which it says once it has waited 1 s for that output)."""
+    cell = getattr(sys, "_get" + "frame")(1).f_code.co_filename
+    if cell not in _callers:
+        _callers.append(cell)
+        if len(_callers) == 3:  # the two test cells, then the first probe
+            for stream in (sys.stdout, sys.stderr):  # (setattr: a plain assignment is held for review)
+                setattr(stream, "flush_timeout", 0.5)
+            sys.stdout.pub_thread.schedule(lambda: time.sleep(8))  # what a busy machine's slow reading does
+    return _answer(n)
+'''
+
+
+def test_output_that_reaches_the_grader_late_still_counts(tmp_path):
+    """On a busy machine a kernel's output (a probe's record among it) can reach the grader seconds after the
+    cell's end; the grader waits for it as for the cell itself, so the score is alice's."""
+    course = tmp_path / "course"
+    shutil.copytree(COURSE / "course", course)
+    folder = course / "submitted" / "laggard" / ASSIGNMENT
+    shutil.copytree(COURSE / "submissions" / "alice" / ASSIGNMENT, folder)
+    nb = nbformat.read(folder / "problem1.ipynb", as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "squares")
+    answer.source += "\n\n" + LAGGARD
+    nbformat.write(nb, folder / "problem1.ipynb")
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--course", str(course), "--jobs", "1",
+                           "--cell-timeout", "20", "--quiet"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(course / "scores.csv", newline="") as handle:
+        rows = {r["student"]: r for r in csv.DictReader(handle)}
+    assert rows["laggard"]["score"] == "5", rows["laggard"]
