@@ -148,7 +148,8 @@ def test_the_grader_starts_without_torch_and_devcourse_still_offers_its_helpers(
     Jupyter's completion lists it)."""
     import subprocess
 
-    code = ("import sys, autograder.cli.grade, autograder.batch, devcourse.warmstart, devcourse.validation\n"
+    code = ("import sys, autograder.cli.grade, autograder.batch, devcourse.forkclient, devcourse.warmstart,"
+            " devcourse.validation\n"
             "print('torch' in sys.modules)\n"
             "import devcourse\n"
             "from devcourse import best_device\n"
