@@ -182,14 +182,15 @@ def preload(names: Sequence[str]) -> None:
         if function:
             getattr(module, function)()
     torch = sys.modules.get("torch")
-    if torch is not None and (torch.cuda.is_initialized() or _in_bad_fork_for_cuda()):
+    gpu_build = torch is not None and bool(torch.version.cuda or torch.version.hip)
+    if torch is not None and (torch.cuda.is_initialized() or gpu_build and _in_bad_fork_for_cuda()):
         raise RuntimeError("CUDA was started while importing; a process forked from here could not use it")
     PRELOADED.update(sys.modules)
 
 
 def _in_bad_fork_for_cuda() -> bool:
     """Whether a process forked from this one could not use CUDA (torch marks its children so once this one
-    has asked the CUDA runtime anything, even the number of devices); always False on a CPU-only build."""
+    has asked the CUDA runtime anything, even the number of devices); not asked of a CPU-only build."""
     pid = os.fork()
     if pid == 0:
         import torch
