@@ -148,7 +148,8 @@ def test_the_grader_starts_without_torch_and_devcourse_still_offers_its_helpers(
     Jupyter's completion lists it)."""
     import subprocess
 
-    code = ("import sys, autograder.cli.grade, autograder.batch, devcourse.warmstart, devcourse.validation\n"
+    code = ("import sys, autograder.cli.grade, autograder.batch, devcourse.forkclient, devcourse.warmstart,"
+            " devcourse.validation\n"
             "print('torch' in sys.modules)\n"
             "import devcourse\n"
             "from devcourse import best_device\n"
@@ -188,7 +189,8 @@ def test_every_sim_output_cell_asks_for_its_device():
 @pytest.mark.parametrize("command", [["ruff", "check", "."], ["lint-imports", "--no-cache"]], ids=["ruff", "layers"])
 def test_the_code_keeps_its_style_and_the_grader_its_layers(command):
     """ruff with the rules pyproject.toml names, and import-linter's contracts: the grader's layers, no import
-    cycle, nothing of the grader inside the sandbox, nothing of the course in the simulated device."""
+    cycle, nothing of the grader inside the sandbox or in the course's package, nothing of the course in the
+    simulated device."""
     import subprocess
 
     done = subprocess.run([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=ROOT,

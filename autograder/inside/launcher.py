@@ -253,7 +253,7 @@ def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -
     """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``.
 
     ``start`` (a launcher forked by :mod:`autograder.run.zygote`): called with ``command`` in place of the
-    exec, it runs the kernel in the forked process and never returns.
+    exec, it runs the kernel in the forked process, which ends by SystemExit (up the stack) and never returns.
     """
     parent = os.getpid()
     child = os.fork()
@@ -277,7 +277,7 @@ def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -
         if start is not None:
             start(command)
         os.execvp(command[0], command)
-    except BaseException as error:  # noqa: BLE001 - report anything, then leave the child
+    except Exception as error:  # noqa: BLE001 - report, then leave the child; a kernel run by start ends by SystemExit
         print(f"sandbox: cannot start {command[0]}: {error}", file=sys.stderr, flush=True)
     os._exit(127)
 
@@ -359,7 +359,7 @@ def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
             try:
                 die_with_parent(launcher, signal.SIGKILL)
                 code = _init(spec, command, start)
-            except BaseException as error:  # noqa: BLE001 - report, then end the namespace
+            except Exception as error:  # noqa: BLE001 - report, then end the namespace (the kernel's SystemExit goes up)
                 print(f"sandbox: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
             os._exit(code)
     else:

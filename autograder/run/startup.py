@@ -3,7 +3,7 @@
 Each process of the grader (the grader, its runners, the zygote, the feedback process) imports nbformat, whose
 jsonschema builds a parser for the IRI format at import when ``rfc3987-syntax`` is installed, a format no
 notebook, gradebook or job file uses; :func:`skip_unused_imports` makes that import fail, and jsonschema skips the
-format. A kernel forked from the zygote gets its imports back (:mod:`autograder.run.zygote_process`).
+format. A kernel forked from the zygote gets its imports back (:func:`autograder.run.forked.run_kernel_here`).
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ def test_a_server_that_dies_ends_its_processes_and_another_takes_its_place(tmp_p
     script = tmp_path / "sleep.py"
     script.write_text("import time\ntime.sleep(60)\n")
     sleeper = first.start([sys.executable, str(script)], env, tmp_path, tmp_path / "log")
-    first._server.kill()
+    first.server.process.kill()
     assert sleeper.wait(30) == -signal.SIGKILL
     deadline = time.monotonic() + 10
     while alive(sleeper.pid) and time.monotonic() < deadline:
@@ -171,7 +171,7 @@ def test_a_server_that_dies_ends_its_processes_and_another_takes_its_place(tmp_p
     second = warmstart.starter(env)
     assert second is not None and second is not first and second.alive
     other = warmstart.starter(dict(env, COURSE_PROBE="another environment"))  # replaces it
-    assert other is not second and second._server.wait(10) is not None
+    assert other is not second and second.server.process.wait(10) is not None
     other.close()
 
 
@@ -190,7 +190,7 @@ def test_an_idle_server_ends_but_not_while_its_processes_run(monkeypatch, tmp_pa
     time.sleep(1.2)
     assert starter.alive and sleeper.poll() is None, "the server ended while its process ran"
     assert sleeper.wait(30) == 0
-    starter._server.wait(10)
+    starter.server.process.wait(10)
     assert not starter.alive
     assert warmstart.starter(env) is not starter
     warmstart.starter(env).close()

@@ -1,0 +1,235 @@
+"""What the zygote's processes run: runners whose kernels' launchers are forked ahead, and kernels.
+
+:class:`autograder.run.zygote.Zygote` asks its :mod:`devcourse.forkserver` to fork a child that runs :func:`runner`;
+see that class for what the zygote holds, what each forked process gets and how they end.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from autograder.inside import launcher
+from autograder.run.startup import SKIPPED_IMPORTS
+from devcourse import forkserver
+from devcourse.forkserver import refresh, retitle
+
+LAUNCHER = os.path.realpath(launcher.__file__)
+_PR_SET_DUMPABLE = 4
+_MESSAGE = 1 << 20
+_LAUNCHER_ONLY = ("resource",)  # imported on the way to a kernel (the launcher's limits); not by a fresh kernel
+
+
+def python_signals() -> None:
+    """The signal handlers a Python process started by the grader starts with: the zygote's own at its start.
+
+    The zygote is such a process, and records them before it changes any (:data:`devcourse.forkserver.STARTED_WITH`;
+    every runner and kernel is forked from it after that): Python's defaults, except that a signal the grader
+    ignores (as under ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh. SIGINT,
+    SIGTERM and SIGHUP, which the grader and the runners handle, are at their defaults in both: the grader may
+    start the zygote before it handles them itself.
+    """
+    handlers = {**forkserver.STARTED_WITH, signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                signal.SIGHUP: signal.SIG_DFL}
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def runner(args: dict) -> int:
+    """A runner, forked by the zygote (its standard input and output as the grader passed them): tied to the zygote,
+    its kernels' launchers forked first, then its job, whose path comes on standard input."""
+    python_signals()
+    launcher.die_with_parent(forkserver.server_pid(), signal.SIGKILL)
+    return _be_runner(args["warm"], args["grader"])
+
+
+def _be_runner(warm: bool, grader: int) -> int:
+    """A runner: its kernels' launchers first, then its job (whose path comes on standard input)."""
+    retitle([sys.executable, "-m", "autograder.run.runner", "(forked, its job to come)"])
+    templates = [_Template.fork(), _Template.fork()]
+    line = sys.stdin.readline()
+    if not line.strip():  # taken back before it began
+        return 0
+    given = json.loads(line)
+    os.environ.clear()  # the grader's, as a runner started fresh has it
+    os.environ.update(given["env"])
+    job_file = given["job"]
+    retitle([sys.executable, "-m", "autograder.run.runner", job_file, str(grader), *(["--warm"] if warm else [])])
+    from autograder.run import runner
+
+    try:
+        runner.start(job_file, warm, launchers=templates)
+    finally:
+        for template in templates:
+            template.discard()
+    return 0
+
+
+class ForkedChild:
+    """A launcher a runner forked, with what jupyter_client uses of a kernel's ``Popen``."""
+
+    def __init__(self, pid: int, args: list[str]):
+        self.pid, self.args = pid, args
+        self.stdin = self.stdout = self.stderr = None
+        self.returncode: int | None = None
+        self.lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self.lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pid, status = self.pid, 0
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.001
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class _Template:
+    """A launcher forked ahead of its kernel: it waits for what ``Popen`` would be given."""
+
+    def __init__(self, pid: int, sock: socket.socket):
+        self.pid, self.sock = pid, sock
+
+    @staticmethod
+    def fork() -> "_Template":
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            theirs.close()
+            return _Template(pid, ours)
+        code = 1
+        try:
+            code = _be_launcher(theirs, parent)
+        except SystemExit as done:
+            if forkserver.ending():  # its kernel, forked below: it ends at the top of its stack, as Python ends
+                raise
+            code = forkserver.exit_code(done)
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def start(self, cmd: list[str], env: dict[str, str], cwd: str | None) -> ForkedChild:
+        try:
+            self.sock.send(json.dumps({"cmd": cmd, "env": env, "cwd": cwd}).encode())
+            answer = self.sock.recv(_MESSAGE)
+        finally:
+            self.sock.close()
+        if answer != b"ok":
+            ForkedChild(self.pid, cmd).wait()
+            raise OSError(f"the kernel's launcher could not start: {answer.decode(errors='replace') or 'it ended'}")
+        return ForkedChild(self.pid, cmd)
+
+    def discard(self) -> None:
+        """Not needed: it ends at the end of its input."""
+        if self.sock.fileno() != -1:
+            self.sock.close()
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def _be_launcher(sock: socket.socket, parent: int) -> int:
+    """A launcher forked ahead: it waits on ``sock`` for what ``Popen`` would be given, then is what it asks."""
+    launcher.die_with_parent(parent, signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for its runner, which decides; the launcher
+    # it becomes sets its own handler
+    retitle([sys.executable, "-I", LAUNCHER, "(forked, its kernel to come)"])
+    forkserver.close_all_but({sock.fileno()})
+    read_end, write_end = os.pipe()  # standard input at its end, as Popen's closed pipe leaves it
+    os.dup2(read_end, 0)
+    os.close(read_end)
+    os.close(write_end)
+    data = sock.recv(_MESSAGE)
+    if not data:  # not needed
+        os._exit(0)
+    request = json.loads(data)
+    try:
+        os.setsid()  # start_new_session, as jupyter_client asks
+        if request["cwd"]:
+            os.chdir(request["cwd"])
+    except OSError as error:
+        sock.send(f"{type(error).__name__}: {error}".encode())
+        os._exit(1)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sock.send(b"ok")
+    sock.close()
+    return _launch(request["cmd"])
+
+
+def _launch(cmd: list[str]) -> int:
+    """What the launcher's command line asks (:func:`autograder.run.sandbox.wrap`), in this process."""
+    retitle(cmd)
+    if len(cmd) > 6 and cmd[1:3] == ["-I", LAUNCHER] and cmd[5] == "--" and cmd[4].isdigit():
+        return launcher.launch(cmd[3], int(cmd[4]), cmd[6:], start=run_kernel_here)
+    os.execvpe(cmd[0], cmd, os.environ)
+
+
+def run_kernel_here(command: list[str]) -> None:
+    """The kernel: ``python -m ipykernel_launcher ...`` run in this forked process, as a fresh one would run it,
+    and ended as Python ends it (:func:`devcourse.forkserver.end`: its atexit handlers run, once).
+
+    Returns (and the caller execs ``command``) for any other command.
+    """
+    if command[:3] != [sys.executable, "-m", "ipykernel_launcher"]:
+        return
+    import runpy
+
+    python_signals()
+    # A change of user leaves a process undumpable (its /proc files the superuser's) until it execs a program;
+    # a fresh kernel has exec'd Python, so it is dumpable again.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    for name in [name for name in sys.modules if name == "autograder" or name.startswith("autograder.")
+                 or (name in _LAUNCHER_ONLY and name not in forkserver.PRELOADED)
+                 or (name in SKIPPED_IMPORTS and sys.modules[name] is None)]:
+        del sys.modules[name]
+    refresh(command, os.getcwd(), forkserver.FRESH_PATH)
+    code = 0
+    try:
+        runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        code = forkserver.exit_code(done)
+    except BaseException:  # noqa: BLE001 - as Python itself would print it
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    forkserver.end(code)
+
