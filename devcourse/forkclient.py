@@ -74,15 +74,17 @@ class ForkServer:
     ``env`` is the server's environment (every child's until it sets its own), or a function that gives it as
     the server starts; ``cwd`` its folder; ``preload`` what it imports (:func:`devcourse.forkserver.preload`);
     ``name`` what ``ps`` shows after ``-m devcourse.forkserver``. With ``die_with_parent`` the server dies with
-    this process. The last lines it printed are kept (``output``) and quoted when it fails.
+    this process; with ``new_session`` it leads a session of its own, so Linux shares the processor with it as
+    with another user's work (autogroups), not out of its caller's share. The last lines it printed are kept
+    (``output``) and quoted when it fails.
     """
 
     unavailable = ForkServerUnavailable
 
     def __init__(self, env, cwd: str | Path | None = None, preload: Sequence[str] = (), name: str = "",
-                 die_with_parent: bool = False):
+                 die_with_parent: bool = False, new_session: bool = False):
         self.env, self.cwd, self.preload, self.name = env, cwd, list(preload), name
-        self.die_with_parent = die_with_parent
+        self.die_with_parent, self.new_session = die_with_parent, new_session
         self.output: collections.deque[str] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
         self.started = self.closed = False
@@ -118,7 +120,8 @@ class ForkServer:
                 self.process = subprocess.Popen(
                     [sys.executable, "-m", "devcourse.forkserver", str(theirs.fileno()), json.dumps(spec),
                      "-" * TITLE_ROOM],
-                    pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, start_new_session=self.new_session,
+                    stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
             except OSError as error:
                 self._gone(f"it could not start: {error}")

@@ -41,7 +41,7 @@ class WarmStarter:
         self.env = dict(env)
         self._lock = threading.Lock()
         self._idle: threading.Timer | None = None
-        self.server = forkclient.ForkServer(self.env, preload=PRELOAD, name="warmstart")
+        self.server = forkclient.ForkServer(self.env, preload=PRELOAD, name="warmstart", new_session=True)
         self.server.start()
         self.server.ready.wait(forkclient.READY_TIMEOUT_S)
         if not self.server.ready.is_set() or self.server.problem:
