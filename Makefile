@@ -107,8 +107,9 @@ slurm:
 	@command -v ip >/dev/null && test -x /usr/sbin/slurmd -a -x /usr/sbin/slurmctld -a -x /usr/sbin/munged -a -x /usr/bin/sbatch || \
 	  { $(call apt_install,slurmctld slurmd slurm-client munge iproute2,for the Slurm test (tools/practice-slurm.sh),); }
 
-# Two test processes, each file in one of them (see conftest.py); TEST_WORKERS=0 runs in one.
-TEST_WORKERS ?= 2
+# Three test processes, each file in one of them (see conftest.py): on two cores a third keeps them busy while
+# another waits for a server, a browser or a kernel. TEST_WORKERS=0 runs in one.
+TEST_WORKERS ?= 3
 test: $(READY) browser postgres slurm
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 

@@ -1,6 +1,6 @@
 """Course-wide pytest hooks.
 
-``make test`` runs the suite in two processes (pytest-xdist, ``--dist
+``make test`` runs the suite in three processes (pytest-xdist, ``--dist
 loadfile``: every file stays in one process, so its fixtures start once).
 Files start in the order collected (``--no-loadscope-reorder``: xdist would
 otherwise start the files with the most tests first), so the longest ones
