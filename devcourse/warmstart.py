@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
 import sys
 import threading
@@ -21,6 +22,7 @@ from devcourse.forkclient import ForkedProcess
 
 __all__ = ["ForkedProcess", "WarmStarter", "run_script", "starter"]
 
+_RUNPY = getattr(runpy, "__file__", "")  # where runpy's frames come from when it is not frozen
 IDLE_S = 300.0  # a server that has started nothing for this long, and runs nothing, ends (it holds torch's memory)
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.distributed.fsdp",
            "devcourse.simdevice", "devcourse.models", "devcourse.warmstart")
@@ -200,10 +202,16 @@ def _run_module(name: str) -> None:
     """Run module ``name`` as ``__main__``, as ``python -m`` does (``runpy`` finds it on the path and puts its
     file in ``sys.argv[0]``). A module the server imported is dropped from ``sys.modules`` first: runpy would
     run it all the same, but warn that it had been imported, which a fresh process never does."""
-    import runpy
+    import importlib.util
 
     sys.modules.pop(name, None)
-    runpy._run_module_as_main(name)  # what `python -m` calls; runpy.run_module differs (no __main__ swap)
+    try:
+        found = importlib.util.find_spec(name)
+    except ImportError:
+        found = None
+    if found is None:  # what `python -m` says and exits with
+        sys.exit(f"{sys.executable}: No module named {name}")
+    runpy.run_module(name, run_name="__main__", alter_sys=True)
 
 
 def _main(run: Callable[[str], None], target: str) -> int:
@@ -218,7 +226,10 @@ def _main(run: Callable[[str], None], target: str) -> int:
     except SystemExit as done:
         code = forkserver.exit_code(done)
     except BaseException as error:  # noqa: BLE001 - printed as Python prints it, without this frame
-        tb = error.__traceback__.tb_next  # run's frame, then the script's (or runpy's, as under `python -m`)
-        traceback.print_exception(type(error), error, tb.tb_next if tb is not None else None)
+        tb = error.__traceback__.tb_next  # run's frame, then the script's (or runpy's, under `python -m`)
+        tb = tb.tb_next if tb is not None else None
+        while tb is not None and tb.tb_frame.f_code.co_filename in ("<frozen runpy>", _RUNPY):
+            tb = tb.tb_next  # runpy's frames, which a fresh `python -m` shows otherwise named, left out
+        traceback.print_exception(type(error), error, tb)
         code = -signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
     return code
