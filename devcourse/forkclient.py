@@ -20,14 +20,12 @@ from multiprocessing.reduction import sendfds
 from pathlib import Path
 from typing import Callable, Sequence
 
-from devcourse.forkserver import TITLE_ROOM
+from devcourse.forkserver import MESSAGE_BYTES, TITLE_ROOM
 
 __all__ = ["FORK_TIMEOUT_S", "READY_TIMEOUT_S", "ForkServer", "ForkServerUnavailable", "ForkedProcess"]
 
 READY_TIMEOUT_S = 120.0  # the server's imports, with room to spare on a busy machine
 FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
-_MESSAGE = 1 << 20
-
 
 
 class ForkServerUnavailable(RuntimeError):
@@ -148,7 +146,7 @@ class ForkServer:
     def _read(self) -> None:
         while True:
             try:
-                data = self.sock.recv(_MESSAGE)
+                data = self.sock.recv(MESSAGE_BYTES)
             except OSError:
                 data = b""
             if not data:

@@ -27,7 +27,7 @@ from typing import NoReturn, Sequence
 __all__ = ["end", "ending", "exit_code", "refresh", "retitle", "server_pid", "usable"]
 
 TITLE_ROOM = 8192  # bytes of command line every forked process can write its own into (see retitle)
-_MESSAGE = 1 << 20
+MESSAGE_BYTES = 1 << 20  # the most one message between a server and its caller holds
 _PR_SET_PDEATHSIG = 1
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
             signal.SIGQUIT, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ)
@@ -242,7 +242,7 @@ def _serve(sock: socket.socket) -> None:
                 _, status = os.waitpid(pid, 0)
                 sock.send(json.dumps({"ended": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
                 continue
-            data = sock.recv(_MESSAGE)
+            data = sock.recv(MESSAGE_BYTES)
             if not data:
                 return  # the caller closed
             request = json.loads(data)
