@@ -253,7 +253,8 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
               *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
                                                              settings.cell_timeout_s,
                                                              0 if settings.keep_work else settings.disk_mib,
-                                                             settings.max_processes, cgroups.find().describe())),
+                                                             settings.max_processes, cgroups.find().describe(),
+                                                             cgroups.find().counts_cpu)),
               *bytecode.advice(bytecode.uncompiled())]
     checked_first = {"graded": "of each assignment with submissions",
                      "all": "of every assignment" + (" chosen" if settings.assignments else "")}[settings.canary]

@@ -205,7 +205,12 @@ def _limit(spec: dict) -> None:
         # Python ignores SIGXFSZ, so in the kernel a write past it fails with "File too large" (EFBIG).
 
 
-_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_CLONE_NEWNS, _CLONE_NEWCGROUP, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+# What a container runtime unshares by default: System V IPC and POSIX message queues go with the IPC namespace
+# when its last process ends, so nothing a kernel made there outlives it or reaches another kernel.
+_NAMESPACES = _CLONE_NEWNS | _CLONE_NEWCGROUP | _CLONE_NEWUTS | _CLONE_NEWIPC | _CLONE_NEWNET | _CLONE_NEWPID
+HOSTNAME = "sandbox"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -222,12 +227,13 @@ def die_with_parent(parent: int, signum: int) -> None:
 
 
 def _enter_namespaces(user_namespace: bool) -> None:
-    """Move this process into new mount and network namespaces; its next child starts a PID namespace.
+    """Move this process into new mount, network, IPC, host-name and cgroup namespaces; its next child starts a PID
+    namespace.
 
     That child must be the init (:func:`_init`): a first child that exits would end the PID namespace.
     """
     uid, gid = os.geteuid(), os.getegid()
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | (_CLONE_NEWUSER if user_namespace else 0)
+    flags = _NAMESPACES | (_CLONE_NEWUSER if user_namespace else 0)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(flags) != 0:
         error = ctypes.get_errno()
@@ -291,6 +297,7 @@ def _init(spec: dict, command: list[str], start=None) -> int:
         Path("/proc/sys/kernel/pid_max").write_text(str(spec["max_processes"] + _RESERVED_PIDS))
     _mount_view(spec)
     _loopback_up()
+    socket.sethostname(HOSTNAME)  # the machine's name is not the kernel's to see
     home = Path("/tmp/home")
     home.mkdir(mode=0o700)
     os.chown(home, spec["uid"], spec["gid"])

@@ -35,6 +35,11 @@ class Cgroups:
             return f"and by Linux in a cgroup v{self.version} of its own"
         return f"no cgroup: {self.reason}"
 
+    @property
+    def counts_cpu(self) -> bool:
+        """Whether a sandbox's cgroup counts its processor time (v2's ``cpu.stat``, v1's ``cpuacct``)."""
+        return self.version == 2 or "cpuacct" in self.parents
+
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
     """(mount point, file system type, super options) of every cgroup mount this process sees."""
@@ -181,6 +186,10 @@ def _v1(mounts: dict[str, str], own: dict[str, str]) -> Cgroups:
         if not _trial(here, [*files, "cgroup.procs"]):
             return Cgroups(0, reason=f"the grader may not make cgroups in {here} (run it as root)")
         parents[controller] = str(here)
+    if "cpuacct" in mounts and "cpuacct" in own:  # processor time: counted where the grader may make groups
+        here = Path(mounts["cpuacct"]) / own["cpuacct"].lstrip("/")
+        if _trial(here, ["cpuacct.usage", "cgroup.procs"]):
+            parents["cpuacct"] = str(here)
     return Cgroups(1, parents)
 
 
@@ -193,7 +202,8 @@ def find() -> Cgroups:
     controllers to its children, so the grader first moves itself into a leaf ``course-grader``, and each
     sandbox's cgroup goes beside it (``memory.max``, ``memory.swap.max`` 0, ``pids.max``). Else cgroup v1 where
     it can write in its ``memory`` and ``pids`` cgroups (``memory.limit_in_bytes``, ``memory.memsw.*`` where
-    swap is counted, ``pids.max``). Else none (version 0), with the reason for the report. Either way a
+    swap is counted, ``pids.max``, and ``cpuacct`` where it may make groups there too). Else none (version 0),
+    with the reason for the report. Either way a
     submission gets the same score: the runner reads the counters (:meth:`Group.oom_kills`,
     :meth:`Group.refused_forks`) and ends the sandbox with the note the watch would give.
     """
@@ -208,7 +218,7 @@ def find() -> Cgroups:
             return found
         tried = found.reason + "; "
     v1 = {controller: point for point, kind, options in mounts if kind == "cgroup"
-          for controller in options & {"memory", "pids"}}
+          for controller in options & {"memory", "pids", "cpuacct"}}
     found = _v1(v1, own)
     return found if found.version else Cgroups(0, reason=tried + found.reason)
 
@@ -269,6 +279,20 @@ class Group:
                 if name == key and value.strip().isdigit():
                     return int(value)
         return 0
+
+    def cpu_s(self) -> float | None:
+        """The processor time every process that was ever in this cgroup has used, in seconds, reaped or not: Linux
+        counts it as it runs, and no process of the sandbox can leave its cgroup. None where this cgroup does not
+        count it (v1 without ``cpuacct``)."""
+        if self.version == 2:
+            used = self._counter("cpu.stat", "usage_usec")
+            return used / 1e6 if any((folder / "cpu.stat").exists() for folder in self.folders) else None
+        for folder in self.folders:
+            try:
+                return int((folder / "cpuacct.usage").read_text()) / 1e9
+            except (OSError, ValueError):
+                continue
+        return None
 
     def oom_kills(self) -> int:
         """How many processes Linux's out-of-memory killer ended in this cgroup."""

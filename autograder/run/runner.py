@@ -138,13 +138,22 @@ class Session:
 
     def count_from_here(self) -> None:
         """The notebook's processor time counts from now on (what starting the kernel took is left out)."""
-        process = self.process
-        self.cpu_before_s = -(tree_cpu_s(process.pid) or 0.0) if process is not None else 0.0
+        self.cpu_before_s = -(self._used_cpu_s() or 0.0)
 
-    def _processor_time(self, pid: int) -> str | None:
+    def _used_cpu_s(self) -> float | None:
+        """The processor time of this sandbox so far: its cgroup's count where it keeps one (which no process
+        leaves, reaped or not), else its process tree's from /proc; None when neither can be read."""
+        if self.group is not None:
+            used = self.group.cpu_s()
+            if used is not None:
+                return used
+        process = self.process
+        return tree_cpu_s(process.pid) if process is not None else None
+
+    def _processor_time(self) -> str | None:
         """The note of the processor-time limit this sandbox reached, if one was: the running cell's or the
         notebook's."""
-        used = tree_cpu_s(pid)
+        used = self._used_cpu_s()
         if used is None:
             return None
         self.cpu_s = used
@@ -161,7 +170,7 @@ class Session:
             process = self.process
             if process is None or self.killed.is_set():
                 continue
-            over = self._over() or self._processor_time(process.pid)
+            over = self._over() or self._processor_time()
             if over:
                 self.kill(over)
                 return
@@ -204,8 +213,7 @@ class Session:
 
         if self.killed.is_set():
             return False
-        process = self.process
-        self.cpu_at_cell = tree_cpu_s(process.pid) if process is not None else None
+        self.cpu_at_cell = self._used_cpu_s()
         try:
             self.client.execute_cell(cell, index, store_history=store_history)
         except CellTimeoutError:

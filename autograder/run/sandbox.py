@@ -35,11 +35,12 @@ class Isolation:
     Always: a process of its own with a memory limit on every process it starts (``RLIMIT_DATA``: an
     allocation past it fails with PyTorch's ``DefaultCPUAllocator: can't allocate memory``) and on every file
     it writes (``RLIMIT_FSIZE``); the runner enforces time, memory, processes and threads of the whole tree
-    by ending it. With ``namespaces`` (Linux, where ``unshare`` works): new mount, network and PID namespaces;
-    every top-level folder but the system's is replaced by an empty one, the Python environment and the
-    course's packages come back read-only, the student's working copy read-write (with a disk limit, on a
-    tmpfs of that size that also holds ``/tmp``, home and ``/dev/shm``); the network has a loopback device
-    only, and every process the kernel started ends with it. A root grader runs the kernel as ``nobody``;
+    by ending it. With ``namespaces`` (Linux, where ``unshare`` works): new mount, network, PID, IPC, host-name
+    and cgroup namespaces; every top-level folder but the system's is replaced by an empty one, the Python
+    environment and the course's packages come back read-only, the student's working copy read-write (with a
+    disk limit, on a tmpfs of that size that also holds ``/tmp``, home and ``/dev/shm``); the network has a
+    loopback device only, System V IPC and POSIX message queues are its own and go with it, and every process
+    the kernel started ends with it. A root grader runs the kernel as ``nobody``;
     another gets the same inside a user namespace of its own (``user_namespace``), without capabilities.
     GPUs stay visible (``/dev`` is untouched).
     """
@@ -50,16 +51,19 @@ class Isolation:
 
     def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float,
                  disk_mib: int = DISK_LIMIT_MIB, max_processes: int = MAX_PROCESSES,
-                 cgroups: str = "") -> list[str]:
+                 cgroups: str = "", cpu_by_cgroup: bool = False) -> list[str]:
         """The report's lines on the limits; ``cgroups`` says whether Linux enforces them too
-        (:meth:`autograder.run.cgroups.Cgroups.describe`)."""
+        (:meth:`autograder.run.cgroups.Cgroups.describe`), ``cpu_by_cgroup`` whether that cgroup counts the
+        processor time."""
         by_linux = f", {cgroups}" if cgroups else ""
+        counted = ("counted by Linux in the submission's cgroup, which no process leaves" if cpu_by_cgroup else
+                   "counted from /proc: a process reaped by Linux itself, its parent ignoring SIGCHLD, is left out")
         memory = (f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes together "
                   f"(watched by the grader, Linux){by_linux}" if memory_mib else "off (--memory-limit-mib 0)")
         lines = [
             f"processor time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook, all of a "
-            f"submission's processes together (kernel killed); wall time {WALL_PER_PROCESSOR_S}x as much, for code "
-            "that waits",
+            f"submission's processes together ({counted}; kernel killed); wall time {WALL_PER_PROCESSOR_S}x as "
+            "much, for code that waits",
             f"memory: enforced, {memory}",
         ]
         file_limit = f"each file at most {FILE_LIMIT_MIB} MiB (RLIMIT_FSIZE)"
@@ -80,6 +84,8 @@ class Isolation:
                 "files: enforced, own working copy only; the Python environment and the course's packages read-only "
                 f"(mount namespace, {who})",
                 f"processes: enforced, {count}all killed with the kernel (PID namespace)",
+                "IPC: enforced, System V IPC and POSIX message queues of its own, gone with the kernel (IPC "
+                "namespace)",
             ]
         else:
             lines += [
@@ -87,6 +93,7 @@ class Isolation:
                 f"files: NOT enforced ({self.reason})",
                 "processes: " + (f"at most {max_processes} processes and threads together (counted by the grader), "
                                  if max_processes else "") + "kernel's process group killed at the end",
+                f"IPC: NOT enforced ({self.reason})",
             ]
         return lines
 

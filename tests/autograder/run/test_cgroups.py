@@ -26,7 +26,10 @@ def test_the_decision_is_cgroups_where_linux_gives_them_or_a_reason():
     if FOUND.version == 0:
         assert FOUND.reason and FOUND.describe() == f"no cgroup: {FOUND.reason}"
     else:
-        assert set(FOUND.parents) == {"memory", "pids"} and f"cgroup v{FOUND.version}" in FOUND.describe()
+        assert {"memory", "pids"} <= set(FOUND.parents) <= {"memory", "pids", "cpuacct"}
+        assert f"cgroup v{FOUND.version}" in FOUND.describe()
+    if FOUND.version == 1 and os.geteuid() == 0 and os.access("/sys/fs/cgroup/cpuacct", os.W_OK):
+        assert FOUND.counts_cpu, "a root grader with cgroup v1's cpuacct counts processor time there"
 
 
 def test_a_v2_hierarchy_without_the_controllers_is_refused_with_its_reason():
@@ -155,3 +158,28 @@ def test_a_cgroup_v2_quota_is_read_from_cpu_max_up_the_hierarchy(tmp_path, monke
     monkeypatch.setattr(cgroups, "_own", lambda: {"": "/kubepods/burstable/pod/worker"})  # the host's path
     (tmp_path / "cpu.max").write_text("75000 100000\n")
     assert cgroups.cpu_quota() == 0.75
+
+
+REAPED_BY_LINUX = """
+import os, signal, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # Linux reaps the child: its time reaches no parent's cutime
+if os.fork() == 0:
+    began = time.process_time()
+    while time.process_time() - began < 1.0:
+        pass
+    os._exit(0)
+time.sleep(3)
+print(sum(os.times()[:4]))
+"""
+
+
+@pytest.mark.skipif(not FOUND.counts_cpu, reason="the grader's cgroups count no processor time here")
+def test_the_group_counts_the_processor_time_of_a_child_nobody_reaped():
+    group = cgroups.Group.create(FOUND, memory_mib=0, max_processes=100)
+    try:
+        done = _in_group(group, REAPED_BY_LINUX)
+        assert done.returncode == 0, done.stderr
+        assert float(done.stdout) < 0.5, "the parent's own count holds the child's time: nothing to show"
+        assert group.cpu_s() >= 1.0, group.cpu_s()
+    finally:
+        group.remove()

@@ -40,6 +40,7 @@ print(json.dumps({
     "write_environment": can_write(sys.prefix),
     "write_etc": can_write("/etc"),
     "networks": sorted(name for _, name in socket.if_nameindex()),
+    "hostname": socket.gethostname(),
     "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
 }))
 '''
@@ -89,6 +90,7 @@ def test_kernel_sees_and_writes_only_its_own_copy(user_namespace):
         # (A root grader forced into a user namespace keeps root's own id, which owns /etc.)
         assert not seen["write_etc"], "/etc is writable"
     assert seen["networks"] == ["lo"]
+    assert seen["hostname"] == "sandbox", "the machine's own name shows (no UTS namespace)"
     assert len(seen["processes"]) <= 3, seen["processes"]  # its own PID namespace: init, itself, maybe ls
 
 

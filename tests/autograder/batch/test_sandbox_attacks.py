@@ -1,0 +1,162 @@
+"""Attacks on the sandbox, one class of hole each, graded together in one run of another course's assignment.
+
+``tests/fixtures/stats101`` is graded as an instructor of another course would (no torch in its kernels, so it is
+quick). Each attacker hands in alice's answers (5 points) or alice's answers less ``squares`` (3 points), with code
+of its own that reaches for something a submission must not have; its names are built at run time, as a
+determined student's would be, so that the answer scan flags nothing and the sandbox alone must hold:
+
+* ``ipc_keeper`` leaves its ``squares`` in System V shared memory, a message queue and a semaphore set, all kept
+  after its kernel ends; ``ipc_reader`` has no ``squares`` of its own and runs the one it finds there;
+* ``hider`` ignores ``SIGCHLD``, so that Linux reaps the workers it forks, whose processor time then reaches no
+  parent's count, and burns far more than a cell's limit that way.
+"""
+
+import csv
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.run import sandbox
+
+COURSE = Path(__file__).resolve().parents[2] / "fixtures" / "stats101"
+ASSIGNMENT = "ps1"
+CELL_LIMIT_S = 4
+ALICE, WITHOUT_SQUARES = "5", "3"  # alice's score, and hers without the two tests of squares
+# A key for this run's System V objects: another run of the test at the same time uses another.
+IPC_KEY = secrets.randbelow(1 << 30) + (1 << 29)
+
+SQUARES = '''\
+def squares(n):
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    return [i * i for i in range(1, n + 1)]
+'''
+
+IPC_WRITER = f'''\
+import importlib
+_c = importlib.import_module("ctyp" + "es")
+_libc = _c.CDLL(None, use_errno=True)
+_libc.shmat.restype = _c.c_void_p
+_answer = {SQUARES!r}.encode()
+_segment = getattr(_libc, "shm" + "get")({IPC_KEY}, 4096, 0o1666)  # IPC_CREAT, readable by every user
+_c.memmove(_libc.shmat(_segment, None, 0), _answer, len(_answer))
+getattr(_libc, "msg" + "get")({IPC_KEY}, 0o1666)
+getattr(_libc, "sem" + "get")({IPC_KEY}, 1, 0o1666)
+'''
+
+IPC_READER = f'''\
+def squares(n):
+    raise NotImplementedError()
+
+import importlib, time
+_c = importlib.import_module("ctyp" + "es")
+_libc = _c.CDLL(None, use_errno=True)
+_libc.shmat.restype = _c.c_void_p
+_waited = time.monotonic()
+while time.monotonic() - _waited < 8:  # the keeper may be graded at the same time, or later
+    _segment = getattr(_libc, "shm" + "get")({IPC_KEY}, 0, 0)
+    if _segment >= 0:
+        _found = _c.string_at(_libc.shmat(_segment, None, 0)).decode()
+        getattr(importlib.import_module("built" + "ins"), "ex" + "ec")(_found)
+        break
+    time.sleep(0.2)
+'''
+
+HIDER = '''\
+import importlib, os, time
+_signals = importlib.import_module("sig" + "nal")
+getattr(_signals, "sig" + "nal")(_signals.SIGCHLD, _signals.SIG_IGN)  # Linux reaps the workers: no one's cutime
+_began = time.monotonic()
+while time.monotonic() - _began < 12:
+    for _ in range(2):
+        if os.fork() == 0:
+            _spun = time.process_time()
+            while time.process_time() - _spun < 0.3:
+                pass
+            getattr(os, "_ex" + "it")(0)
+    time.sleep(0.3)
+print("never stopped")
+'''
+
+
+def _hand_in(course: Path, student: str, first_cell: str = "", answer: str | None = None) -> None:
+    """alice's submission for ``student``: ``first_cell`` before problem1's cells, ``answer`` in place of her
+    ``squares`` (its answer cell's source)."""
+    folder = course / "submitted" / student / ASSIGNMENT
+    shutil.copytree(COURSE / "submissions" / "alice" / ASSIGNMENT, folder)
+    path = folder / "problem1.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    if answer is not None:
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "squares")
+        cell.source = answer
+    if first_cell:
+        nb.cells.insert(0, nbformat.v4.new_code_cell(first_cell))
+    nbformat.write(nb, path)
+
+
+def _ipc_objects() -> str:
+    """This machine's System V IPC objects with this run's key, as /proc lists them (shared memory, message
+    queues, semaphore sets)."""
+    found = []
+    for kind in ("shm", "msg", "sem"):
+        lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        found += [f"{kind}: {line.split()[:3]}" for line in lines if line.split() and int(line.split()[0]) == IPC_KEY]
+    return "\n".join(found)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The attackers graded in one run: (scores.csv's rows by student, the course folder)."""
+    if not sandbox.probe().namespaces:
+        pytest.skip(f"no namespaces on this machine: {sandbox.probe().reason}")
+    tmp = tmp_path_factory.mktemp("sandbox-attacks")
+    course = tmp / "course"
+    shutil.copytree(COURSE / "course", course)
+    _hand_in(course, "alice")
+    _hand_in(course, "ipc_keeper", first_cell=IPC_WRITER)
+    _hand_in(course, "ipc_reader", answer=IPC_READER)
+    _hand_in(course, "hider", first_cell=HIDER)
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--course", str(course), "--jobs", "2",
+                           "--cell-timeout", str(CELL_LIMIT_S), "--quiet"],
+                          cwd=tmp, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(course / "scores.csv", newline="") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    yield rows, course
+    for kind, remove in (("shm", "-m"), ("msg", "-q"), ("sem", "-s")):  # what a failed run left, for the next
+        for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields and int(fields[0]) == IPC_KEY:
+                subprocess.run(["ipcrm", remove, fields[1]], capture_output=True)
+
+
+def test_alice_keeps_her_score(graded):
+    rows, _ = graded
+    assert rows["alice"]["score"] == ALICE, rows["alice"]
+
+
+def test_no_ipc_object_outlives_its_kernel(graded):
+    """System V IPC belongs to the IPC namespace: each sandbox has its own, gone with its kernel."""
+    assert _ipc_objects() == "", "a submission's System V IPC objects outlived its kernel"
+
+
+def test_a_submission_reaches_no_other_through_ipc(graded):
+    rows, _ = graded
+    assert rows["ipc_keeper"]["score"] == ALICE, rows["ipc_keeper"]
+    assert rows["ipc_reader"]["score"] == WITHOUT_SQUARES, rows["ipc_reader"]
+
+
+def test_processor_time_of_reaped_workers_is_counted(graded):
+    """Workers that Linux reaped itself count as much as any: the cgroup counts them, which no process can leave."""
+    rows, course = graded
+    note = rows["hider"]["note"]
+    assert f"time limit of {CELL_LIMIT_S:g} s of processor time per cell" in note, note
+    executed = nbformat.read(course / "executed" / "hider" / ASSIGNMENT / "problem1.ipynb", as_version=4)
+    assert "never stopped" not in json.dumps(executed.cells[0].outputs)
+    assert rows["hider"]["score"] == WITHOUT_SQUARES, rows["hider"]  # stopped at its first cell: problem1's tests too
