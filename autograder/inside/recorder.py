@@ -16,7 +16,8 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
     False raises ``AssertionError`` as the assertion did), ``raised(error)`` (the class names of the exception
     and its causes), ``hidden()`` (a context marking events as from hidden checks) and ``end()``, which
     publishes the events as one display output of MIME type ``application/vnd.course.probe+json``. Values are
-    JSON: containers with their type, tensors with type, device, dtype, shape and raw bytes (base64), devices,
+    JSON: containers with their type, tensors with type, device, dtype, shape and raw bytes (base64; a tensor of
+    any layout but the strided one is refused, ``"refused": "layout"``, and fails every comparison), devices,
     dtypes and classes by name, anything else as an opaque object of its class.
     """
     import base64
@@ -59,7 +60,9 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
         torch = torch_module()
         record = {"$": "tensor", "cls": qualname(type(value)), "plain": is_plain_tensor(value),
                   "device": str(value.device), "dtype": str(value.dtype), "shape": list(value.shape)}
-        if record["plain"] and not value.is_meta and value.layout == torch.strided:
+        if record["plain"] and not value.is_meta and value.layout != torch.strided:
+            record["refused"] = "layout"  # sparse and other layouts: no values recorded, so no comparison passes
+        elif record["plain"] and not value.is_meta:
             with torch._C.DisableTorchFunctionSubclass():
                 flat = value.detach().cpu().contiguous().reshape(-1)
                 raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""

@@ -55,6 +55,12 @@ class TensorValue:
     shape: tuple
     data: object  # a CPU torch.Tensor with the values, or None (no values: meta, or too large: see digest)
     digest: str | None = None
+    refused: str | None = None  # why the recorder kept no values of a tensor that has them ("layout")
+
+    @property
+    def holds(self) -> str:
+        """What this record holds of the values: ``"values"``, ``"digest"`` or ``"none"`` (a meta tensor)."""
+        return "values" if self.data is not None else "digest" if self.digest else "none"
 
     def tensor(self):
         """The values as a CPU tensor, for ``==`` with other values; an Opaque for a subclass or a digest."""
@@ -117,8 +123,9 @@ def _tensor(value: dict) -> TensorValue:
             data = torch.empty(shape, dtype=dtype)
         elif len(raw) == count * torch.empty((), dtype=dtype).element_size():
             data = torch.frombuffer(raw, dtype=dtype).reshape(shape).clone()
+    refused = value.get("refused")
     return TensorValue(bool(value.get("plain")), str(value["device"]), str(value["dtype"]), shape, data,
-                       value.get("sha256"))
+                       value.get("sha256"), str(refused) if refused is not None else None)
 
 
 def holds(kind: str, actual, expected) -> bool:
@@ -175,9 +182,11 @@ def _assert_tensor(got: TensorValue, expected=None, device=None) -> bool:
         return False
     if (got.device, got.dtype, got.shape) != (want, expected.dtype, expected.shape):
         return False
-    if got.data is not None and expected.data is not None:
+    if got.refused or expected.refused or got.holds != expected.holds:  # a record holds what the reference holds
+        return False
+    if expected.holds == "values":
         return _torch().equal(got.data, expected.data)
-    if got.digest or expected.digest:
+    if expected.holds == "digest":
         return got.digest == expected.digest
     return True  # neither has values (meta), as assert_tensor does
 
@@ -218,13 +227,20 @@ def compare(student: dict | None, reference: dict, sites: list[Site]) -> Outcome
         actual = got[2] if len(got) > 2 else None
         expectation = want[3] if len(want) > 3 else None
         if not holds(site.kind, actual, expectation):
-            return Outcome(False, f"{_where(sites, want[0])} failed")
+            refused = " (its value is a tensor of a layout whose values the grader does not record, such as a " \
+                      "sparse one)" if _refused(actual) else ""
+            return Outcome(False, f"{_where(sites, want[0])} failed{refused}")
     if len(events) > len(expected):
         extra = events[len(expected)]
         if isinstance(extra, list) and extra and extra[0] == "raised":
             return Outcome(False, f"after its last check, the run raised {_exception_name(extra)}")
         return Outcome(False, "it made more checks than the instructor's solution does")
     return Outcome(True)
+
+
+def _refused(value) -> bool:
+    """Whether a recorded value is a tensor the recorder refused to record the values of."""
+    return isinstance(value, dict) and value.get("$") == "tensor" and value.get("refused") is not None
 
 
 def self_check(reference: dict | None, sites: list[Site]) -> str | None:
