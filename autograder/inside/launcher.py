@@ -146,14 +146,9 @@ def mount_points(pid: int | str = "self") -> list[tuple[str, set[str]]]:
     (``/proc/PID/mountinfo``), each point as a path: the kernel's octal escapes (a space is ``\\040``)
     undone. Raises ``OSError`` where that file cannot be read."""
     with open(f"/proc/{pid}/mountinfo") as mounts:
-        lines = mounts.read().splitlines()
-    found = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 5:
-            point = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), fields[4])
-            found.append((point, set(fields[5].split(","))))
-    return found
+        rows = [line.split() for line in mounts.read().splitlines()]
+    return [(re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), fields[4]), set(fields[5].split(",")))
+            for fields in rows if len(fields) > 5]
 
 
 def _mounts_below(path: str) -> list[str]:
@@ -205,12 +200,9 @@ def _limit(spec: dict) -> None:
         # Python ignores SIGXFSZ, so in the kernel a write past it fails with "File too large" (EFBIG).
 
 
-_CLONE_NEWNS, _CLONE_NEWCGROUP, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
-_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-# What a container runtime unshares by default: System V IPC and POSIX message queues go with the IPC namespace
-# when its last process ends, so nothing a kernel made there outlives it or reaches another kernel.
-_NAMESPACES = _CLONE_NEWNS | _CLONE_NEWCGROUP | _CLONE_NEWUTS | _CLONE_NEWIPC | _CLONE_NEWNET | _CLONE_NEWPID
-HOSTNAME = "sandbox"
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWNET, NEWPID: what a container runtime unshares by default. System V IPC
+# and POSIX message queues go with the IPC namespace's last process: none of a kernel's outlives it or reaches another.
+_NAMESPACES, _CLONE_NEWUSER = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000, 0x10000000
 _PR_SET_PDEATHSIG = 1
 
 
@@ -297,7 +289,7 @@ def _init(spec: dict, command: list[str], start=None) -> int:
         Path("/proc/sys/kernel/pid_max").write_text(str(spec["max_processes"] + _RESERVED_PIDS))
     _mount_view(spec)
     _loopback_up()
-    socket.sethostname(HOSTNAME)  # the machine's name is not the kernel's to see
+    socket.sethostname("sandbox")  # the machine's name is not the kernel's to see
     home = Path("/tmp/home")
     home.mkdir(mode=0o700)
     os.chown(home, spec["uid"], spec["gid"])

@@ -33,6 +33,7 @@ from autograder.prepare.probes import notebook_sites
 from autograder.prepare.submission import fingerprint, write_whole
 from autograder.run import sandbox
 from autograder.run.jobfile import RunContext, ready
+from autograder.run.runner import KERNEL_LOG
 
 STUDENT = "(canary)"
 CACHE_ENV = "COURSE_REFERENCE_CACHE"
@@ -303,17 +304,21 @@ _BANNER_END = "To connect another client to this kernel, use:"  # ipykernel's, t
 
 
 def _last_words(job: Job) -> str:
-    """The last line the runner and its kernel wrote to the job's log, or ``""``.
+    """The last line the kernel wrote to its output (:data:`autograder.run.runner.KERNEL_LOG`), else the last line
+    of the runner's log, or ``""``.
 
-    Every kernel that starts writes ipykernel's banner there, ending with the path of its connection file
+    Every kernel that starts writes ipykernel's banner, ending with the path of its connection file
     (``--existing ...``): those are not its last words, only what comes after them is (a kernel that died
     before the banner gets the log's last line, as it stands).
     """
-    log = job.folder / "runner.log"
-    if not log.exists():
-        return ""
-    text = log.read_text(errors="replace")
-    if _BANNER_END in text:
-        first, _, rest = text.rsplit(_BANNER_END, 1)[1].lstrip().partition("\n")
-        text = rest if first.startswith("--existing") else first + "\n" + rest
-    return sandbox.last_line(text)
+    for name in (KERNEL_LOG, "runner.log"):
+        log = job.folder / name
+        if not log.exists():
+            continue
+        text = log.read_text(errors="replace")
+        if _BANNER_END in text:
+            first, _, rest = text.rsplit(_BANNER_END, 1)[1].lstrip().partition("\n")
+            text = rest if first.startswith("--existing") else first + "\n" + rest
+        if sandbox.last_line(text):
+            return sandbox.last_line(text)
+    return ""

@@ -144,9 +144,11 @@ class _Template:
         sys.stderr.flush()
         os._exit(code)
 
-    def start(self, cmd: list[str], env: dict[str, str], cwd: str | None) -> ForkedChild:
+    def start(self, cmd: list[str], env: dict[str, str], cwd: str | None, output: int | None = None) -> ForkedChild:
+        """Have the launcher run ``cmd``, its standard output and error to ``output`` (a file descriptor) if given."""
         try:
-            self.sock.send(json.dumps({"cmd": cmd, "env": env, "cwd": cwd}).encode())
+            request = json.dumps({"cmd": cmd, "env": env, "cwd": cwd}).encode()
+            socket.send_fds(self.sock, [request], [output] if output is not None else [])
             answer = self.sock.recv(_MESSAGE)
         finally:
             self.sock.close()
@@ -176,9 +178,13 @@ def _be_launcher(sock: socket.socket, parent: int) -> int:
     os.dup2(read_end, 0)
     os.close(read_end)
     os.close(write_end)
-    data = sock.recv(_MESSAGE)
+    data, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 1)
     if not data:  # not needed
         os._exit(0)
+    for fd in fds:  # the kernel's output, as Popen's stdout and stderr would give it
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     request = json.loads(data)
     try:
         os.setsid()  # start_new_session, as jupyter_client asks

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +23,80 @@ from autograder.run import sandbox
 
 NAME = "grading-sandbox"
 KERNEL = "grading"  # the kernel spec's name
+KERNEL_OUTPUT_BYTES = 1 << 20  # what a notebook's kernels may leave in their output file together
+
+
+class KernelOutput:
+    """Where a sandbox's standard output and error go: a pipe, copied by a thread of the runner into a file of its
+    own (never the runner's log, which the grader writes), up to what is left there of
+    :data:`KERNEL_OUTPUT_BYTES`; what comes past that is only counted, in a last line. What the grader reads of
+    a kernel's output comes over Jupyter's messages."""
+
+    def __init__(self, path: str):
+        self.log = open(path, "ab")
+        self.left = max(0, KERNEL_OUTPUT_BYTES - self.log.tell())
+        self.read_end, self.write_end = os.pipe()
+        self.thread = threading.Thread(target=self._copy, name="kernel-output", daemon=True)
+        self.thread.start()
+
+    def _copy(self) -> None:
+        dropped = 0
+        with self.log, os.fdopen(self.read_end, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                kept = chunk[:self.left]
+                self.log.write(kept)
+                self.log.flush()
+                self.left -= len(kept)
+                dropped += len(chunk) - len(kept)
+            if dropped:
+                self.log.write(f"\n[{dropped} more bytes of the kernel's output not kept: at most "
+                               f"{KERNEL_OUTPUT_BYTES} bytes per notebook]\n".encode())
+
+    def handed_over(self) -> None:
+        """The sandbox holds the pipe's write end now: this process lets go of its own."""
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self.write_end = -1
 
 
 class SandboxProvisioner(LocalProvisioner):
     """A local kernel whose process is the sandbox's launcher (then its init, then the kernel)."""
 
     spec_path = Unicode(help="the sandbox's settings for this kernel, as autograder.run.sandbox.Spec wrote them")
+    output: KernelOutput | None = None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         kwargs = await super().pre_launch(**kwargs)
         kwargs["cmd"] = sandbox.wrap(kwargs["cmd"], Path(self.spec_path))
+        path = json.loads(Path(self.spec_path).read_text()).get("kernel_output")
+        if path:
+            self.output = KernelOutput(path)
+            kwargs["stdout"] = kwargs["stderr"] = self.output.write_end
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any):
+        try:
+            return await self._launch(cmd, **kwargs)
+        finally:
+            if self.output is not None:
+                self.output.handed_over()
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await super().cleanup(restart)
+        if self.output is not None:  # what the kernel printed last reaches its file before the runner reads it
+            self.output.thread.join(timeout=5)
+
+    async def _launch(self, cmd: list[str], **kwargs: Any):
         launchers = getattr(self.parent, "launchers", None)
         options = self._scrub_kwargs(kwargs)
-        if not launchers or set(options) - {"env", "cwd", "independent"}:
+        output = options.pop("stdout", None)
+        if options.pop("stderr", output) != output or not launchers or set(options) - {"env", "cwd", "independent"}:
             return await super().launch_kernel(cmd, **kwargs)
         env = dict(options.get("env") or os.environ)
         if not options.get("independent"):
             env["JPY_PARENT_PID"] = str(os.getpid())  # as jupyter_client's launch_kernel sets it
-        self.process = launchers.pop(0).start([os.path.expanduser(part) for part in cmd], env, options.get("cwd"))
+        self.process = launchers.pop(0).start([os.path.expanduser(part) for part in cmd], env, options.get("cwd"),
+                                              output)
         self.pid = self.process.pid
         try:
             self.pgid = os.getpgid(self.pid)

@@ -32,6 +32,7 @@ from autograder.settings import WALL_PER_PROCESSOR_S
 # What the recorder publishes a probe's events as (autograder.inside.recorder writes the same type).
 MIME = "application/vnd.course.probe+json"
 MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more is recorded as nothing
+KERNEL_LOG = "kernel.log"  # in the job's folder: what its kernels wrote to their standard output and error
 
 
 class Session:
@@ -62,7 +63,7 @@ class Session:
                 spec = dataclasses.replace(spec, cgroup_procs=self.group.joins)
             except OSError as error:
                 status["cgroup"] = f"no cgroup: {error}"
-        self.spec = spec
+        self.spec = spec = dataclasses.replace(spec, kernel_output=str(Path(job["notebook_in"]).parent / KERNEL_LOG))
         ipc = Path(os.path.realpath(job["ipc_dir"]))  # the path the kernel sees inside the sandbox too
         specs = kernel_specs(Path(job["notebook_in"]).parent / f"{prefix}-kernelspec",
                              spec.write(ipc / f"{prefix}-sandbox.json"))

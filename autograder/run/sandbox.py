@@ -157,6 +157,7 @@ class Spec:
     uid: int = NOBODY
     gid: int = NOBODY
     cgroup_procs: list[str] = field(default_factory=list)  # the launcher joins these cgroups first
+    kernel_output: str = ""  # the file the sandbox's standard output and error go to (provisioner.KernelOutput)
 
     def __post_init__(self):
         if self.user_namespace:  # only the grader's own user id exists in its user namespace, as 0

@@ -1,8 +1,9 @@
 """The seam between what a grading job does and where it runs: an executor takes a job file, returns a future.
 
 A job is a folder :mod:`autograder.run.jobfile` wrote; running it fills the folder with what the runner writes
-(``out.ipynb``, ``status.json``, ``observations.json``, ``probes.log``, ``runner.log``). The future is done when
-those files are in the job's folder on this machine, so the grader reads them the same way whoever ran the job.
+(``out.ipynb``, ``status.json``, ``observations.json``, ``probes.log``, ``runner.log``, ``kernel.log``). The
+future is done when those files are in the job's folder on this machine, so the grader reads them the same way
+whoever ran the job.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ GRADED = ("00_environment", "01_device_placement", "02_cross_device_errors", "03
 CHOSEN = [argument for name in GRADED for argument in ("--assignment", name)]
 
 
-KERNEL_LOG = "ada-01-runner.log"
+KERNEL_LOG = "ada-01-kernel.log"
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def run(tmp_path_factory):
     workdir = tmp / "work"
     assert grade.main(["--workdir", str(workdir), "--cell-timeout", str(CELL_TIMEOUT_S), "--quiet", *CHOSEN]) == 0
     # a real kernel's log, kept beside the work folder: a later test removes the jobs' folders
-    shutil.copy(workdir / "jobs" / "ada" / "01_device_placement" / "01_device_placement" / "runner.log",
+    shutil.copy(workdir / "jobs" / "ada" / "01_device_placement" / "01_device_placement" / "kernel.log",
                 tmp / KERNEL_LOG)
     with (workdir / "scores.csv").open() as handle:
         rows = {(row["student"], row["assignment"]): row for row in csv.DictReader(handle)}
@@ -990,7 +990,7 @@ def test_a_reference_being_made_is_locked_for_other_graders_until_its_maker_lets
 
 
 def test_a_failed_canarys_message_quotes_what_the_kernel_said_after_its_banner_not_the_banner(run, tmp_path):
-    """Each kernel writes ipykernel's banner to its runner.log, ending with its connection file's path: a canary
+    """Each kernel writes ipykernel's banner to its kernel.log, ending with its connection file's path: a canary
     whose check failed named that path as "the kernel's last words" (seen on a GPU machine). A real kernel's log
     from the demo class's grading (a student's: the canary's references may come from the cache and its jobs not
     run; kept by the fixture, since a test before this one removes the jobs' folders): silent after its banner,
@@ -1003,11 +1003,14 @@ def test_a_failed_canarys_message_quotes_what_the_kernel_said_after_its_banner_n
     assert "--existing" in kept.read_text(), "the banner this test is about"
     folder = tmp_path / "job"
     folder.mkdir()
-    shutil.copy(kept, folder / "runner.log")
+    shutil.copy(kept, folder / "kernel.log")
     job = Job("(canary)", "01_device_placement", "01_device_placement", folder)
     assert _last_words(job) == ""
-    with (folder / "runner.log").open("a") as log:
+    with (folder / "kernel.log").open("a") as log:
         log.write("Fatal Python error: Segmentation fault\n\n")
     assert _last_words(job) == "Fatal Python error: Segmentation fault"
-    (folder / "runner.log").write_text("OSError: libtorch_cpu.so: failed to map segment from shared object\n")
+    (folder / "kernel.log").write_text("OSError: libtorch_cpu.so: failed to map segment from shared object\n")
     assert _last_words(job) == "OSError: libtorch_cpu.so: failed to map segment from shared object"  # died before
+    (folder / "kernel.log").unlink()  # the sandbox could not start: the runner's own log says why
+    (folder / "runner.log").write_text("sandbox: cannot enter namespaces: unshare: Operation not permitted\n")
+    assert _last_words(job) == "sandbox: cannot enter namespaces: unshare: Operation not permitted"

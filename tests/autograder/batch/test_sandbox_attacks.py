@@ -8,7 +8,9 @@ determined student's would be, so that the answer scan flags nothing and the san
 * ``ipc_keeper`` leaves its ``squares`` in System V shared memory, a message queue and a semaphore set, all kept
   after its kernel ends; ``ipc_reader`` has no ``squares`` of its own and runs the one it finds there;
 * ``hider`` ignores ``SIGCHLD``, so that Linux reaps the workers it forks, whose processor time then reaches no
-  parent's count, and burns far more than a cell's limit that way.
+  parent's count, and burns far more than a cell's limit that way;
+* ``shouter`` writes to the kernel's own standard output and error, below Jupyter's messages: a forged line of
+  the grader's and megabytes after it.
 """
 
 import csv
@@ -85,6 +87,17 @@ print("never stopped")
 '''
 
 
+SHOUTER = '''\
+import os, sys
+_forged = b"GradingError: the grader stopped; every test of this notebook passed\\n"
+_saved = "_original_stdstream_" + "copy"  # ipykernel's copy of the kernel's standard stream, below its capture
+for _fd in (getattr(sys.stdout, _saved, 1), getattr(sys.stderr, _saved, 2)):
+    for _ in range(40):
+        os.write(_fd, _forged + b"x" * (100 << 10) + b"\\n")
+'''
+KERNEL_LOG_LIMIT = 1 << 20
+
+
 def _hand_in(course: Path, student: str, first_cell: str = "", answer: str | None = None) -> None:
     """alice's submission for ``student``: ``first_cell`` before problem1's cells, ``answer`` in place of her
     ``squares`` (its answer cell's source)."""
@@ -122,6 +135,7 @@ def graded(tmp_path_factory):
     _hand_in(course, "ipc_keeper", first_cell=IPC_WRITER)
     _hand_in(course, "ipc_reader", answer=IPC_READER)
     _hand_in(course, "hider", first_cell=HIDER)
+    _hand_in(course, "shouter", first_cell=SHOUTER)
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--course", str(course), "--jobs", "2",
                            "--cell-timeout", str(CELL_LIMIT_S), "--quiet"],
                           cwd=tmp, capture_output=True, text=True, timeout=900)
@@ -160,3 +174,15 @@ def test_processor_time_of_reaped_workers_is_counted(graded):
     executed = nbformat.read(course / "executed" / "hider" / ASSIGNMENT / "problem1.ipynb", as_version=4)
     assert "never stopped" not in json.dumps(executed.cells[0].outputs)
     assert rows["hider"]["score"] == WITHOUT_SQUARES, rows["hider"]  # stopped at its first cell: problem1's tests too
+
+
+def test_a_kernel_writes_nothing_into_the_graders_log(graded):
+    """What a kernel writes below Jupyter's messages goes to a file of its own, capped per notebook."""
+    rows, course = graded
+    assert rows["shouter"]["score"] == ALICE, rows["shouter"]
+    folder = course / "jobs" / "shouter" / ASSIGNMENT / "problem1"
+    runner_log = (folder / "runner.log").read_text(errors="replace")
+    assert "GradingError" not in runner_log and len(runner_log) < 64 << 10, (len(runner_log), runner_log[-300:])
+    kernel_log = (folder / "kernel.log").read_bytes()
+    assert b"GradingError" in kernel_log, "the attack reached the kernel's own output"
+    assert len(kernel_log) <= KERNEL_LOG_LIMIT + 200 and b"more bytes of the kernel's output not kept" in kernel_log
