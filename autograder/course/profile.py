@@ -31,6 +31,7 @@ class CourseProfile:
     """The plain profile: a course whose notebooks need nothing but Python and what they import themselves."""
 
     kernel = KernelSetup()
+    stand_ins: tuple[str, ...] = ()  # device types the grader simulates: an answer that names one is reviewed
 
     def devices(self) -> str:
         """What the report says each submission is checked on; "" says nothing."""
@@ -57,6 +58,7 @@ class DeviceCourse(CourseProfile):
     kernel = KernelSetup(packages=("numpy", "torch", "torch.nn", "torch.testing", "torch._subclasses.fake_tensor",
                                    "devcourse.*"),
                          setup="devcourse.grading.device_matrix", plain_tensor="devcourse.grading.is_plain_tensor")
+    stand_ins = ("sim",)
 
     def devices(self) -> str:
         from devcourse.grading import device_matrix

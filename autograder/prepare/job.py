@@ -137,19 +137,23 @@ def _located(tree: ast.AST) -> list[ast.AST]:
 
 def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
             guard_name: str, imports: str, reference: bool = False,
-            stubs: tuple[str, str] = DEFAULT_STUBS) -> dict:
+            stubs: tuple[str, str] = DEFAULT_STUBS, stand_ins: tuple[str, ...] = ()) -> dict:
     """Write the job's assembled notebook, working copy and what its verdict needs; return what the runner runs
     (the names of the guard and the recorder in the kernel, and each test's probe).
 
     ``imports`` are the source's import lines (:func:`course_imports`); ``reference`` makes the instructor's
     probes, which record the expected sides too (the canary's run); ``stubs``, what an answer cell the student
-    deleted gets (:func:`~autograder.prepare.submission.assemble`).
+    deleted gets (:func:`~autograder.prepare.submission.assemble`); ``stand_ins``, the device types the grader
+    simulates (:attr:`autograder.course.profile.CourseProfile.stand_ins`), which an answer names only where its
+    exercise's solution does.
     """
     nb = assemble(source, submitted, stubs)
     course_cells = {c.get("id") for c in source.cells if not is_answer(c)}
     student_cells = [c for c in nb.cells if c.cell_type == "code" and (is_answer(c) or not nbgrader_meta(c))
                      and c.get("id") not in course_cells]
-    job.findings = scan(student_cells)
+    asked = frozenset(nbgrader_meta(c).get("grade_id", "") for c in source.cells if is_answer(c)
+                      and scan([c], stand_ins) != scan([c]))  # its solution names a simulated device itself
+    job.findings = scan(student_cells, stand_ins, asked)
     recorder_name = guard_name + "_probe"
     tests = [cell for cell in nb.cells if is_test(cell)]
     codes, _ = notebook_probes([cell.source for cell in tests], recorder_name, reference)

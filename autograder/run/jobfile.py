@@ -50,7 +50,8 @@ def ready(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookN
     folder of submissions.
     """
     description = prepare(job, source, submitted, submitted_dir, run.guard_name,
-                          run.imports[job.assignment][job.notebook], reference, run.stubs)
+                          run.imports[job.assignment][job.notebook], reference, run.stubs,
+                          profile_named(run.settings.profile or "").stand_ins)
     hide = [*hidden_checkout(), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
     _place(job.folder, description, run.settings, run.isolation, run.ipc_root, hide, run.cgroups)
     return job.folder / "job.json"
