@@ -12,17 +12,19 @@ def install(name, packages=(), setup="", plain_tensor=""):  # noqa: C901 - one c
     tell a trusted tensor (:class:`autograder.course.profile.KernelSetup`).
 
     Calling ``name`` puts back, as before any student code ran: every attribute of the modules of ``IPython``,
-    ``ipykernel``, ``builtins`` and ``packages`` (``torch.allclose``, ``isinstance``, the course's assertion
-    helpers ...) and their ``sys.modules`` entries; the methods of ``torch.Tensor``, ``nn.Module`` and its
+    ``ipykernel``, ``builtins``, ``linecache`` and ``packages`` (``torch.allclose``, ``isinstance``, the course's
+    assertion helpers ...) and their ``sys.modules`` entries; the methods of ``torch.Tensor``, ``nn.Module`` and its
     subclasses, the course's classes and IPython's shell (``showtraceback``, ``run_cell``, exception handlers,
     transformers, event callbacks); ``sys.stdout``/``stderr``, ``sys.excepthook``/``displayhook``, and no trace
     or profile function. ``name.eq``/``name.ne`` (what a test's ``==``/``!=`` become) refuse a value, or an item
     of a container, whose class brought an ``==`` of its own after student code ran; ``name.equal`` ... (for
     ``torch.equal``, ``allclose``, ``isclose``, ``testing.assert_close``) refuse a tensor of any subclass but
-    those the course trusts and compare with ``__torch_function__`` overrides off.
+    those the course trusts and compare with ``__torch_function__`` overrides off. ``name.forget()``, a probe's
+    first line, takes that cell's source out of ``linecache``.
     """
     import builtins
     import importlib
+    import linecache
     import pkgutil
     import sys
     import threading
@@ -41,7 +43,8 @@ def install(name, packages=(), setup="", plain_tensor=""):  # noqa: C901 - one c
         getattr(importlib.import_module(module), function)()
     torch = sys.modules.get("torch")
 
-    roots = {"IPython", "ipykernel", "builtins", "unittest", *(p.split(".")[0] for p in packages)}
+    roots = {"IPython", "ipykernel", "builtins", "unittest", "linecache", *(p.split(".")[0] for p in packages)}
+    sources = linecache.cache  # where IPython keeps each cell's source, for tracebacks
     modules = {key: module for key, module in sys.modules.items()
                if module is not None and key.split(".")[0] in roots}
     module_dicts = {key: (module, dict(vars(module))) for key, module in modules.items()}
@@ -193,7 +196,12 @@ def install(name, packages=(), setup="", plain_tensor=""):  # noqa: C901 - one c
         builtins.__dict__[name] = restore
         return restore
 
-    restore.eq, restore.ne = eq, ne
+    def forget():
+        """Take the calling cell's source out of ``linecache`` (a probe's: its hidden checks are not for the student's
+        code to read, from a frame or by ``inspect``)."""
+        sources.pop(sys._getframe(1).f_code.co_filename, None)
+
+    restore.eq, restore.ne, restore.forget = eq, ne, forget
     for attr, checked in tensor_checks.items():
         setattr(restore, attr, checked)
     builtins.__dict__[name] = restore

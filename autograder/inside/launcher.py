@@ -289,7 +289,7 @@ def _init(spec: dict, command: list[str], start=None) -> int:
         Path("/proc/sys/kernel/pid_max").write_text(str(spec["max_processes"] + _RESERVED_PIDS))
     _mount_view(spec)
     _loopback_up()
-    socket.sethostname("sandbox")  # the machine's name is not the kernel's to see
+    socket.sethostname("localhost")  # not the machine's; gloo and others resolve it (/etc/hosts) to loopback
     home = Path("/tmp/home")
     home.mkdir(mode=0o700)
     os.chown(home, spec["uid"], spec["gid"])

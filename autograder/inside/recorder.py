@@ -14,8 +14,9 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
     The recorder offers ``value(site, actual[, expected])`` (a value comparison's encoded actual side; the
     instructor's probe passes the expected side too), ``check(site, passed)`` (a condition, True or False;
     False raises ``AssertionError`` as the assertion did), ``raised(error)`` (the class names of the exception
-    and its causes), ``hidden()`` (a context marking events as from hidden checks) and ``end()``, which
-    publishes the events as one display output of MIME type ``application/vnd.course.probe+json``. Values are
+    and its causes), ``hidden()`` (a context marking events as from hidden checks) and ``end(token)``, which
+    publishes the events, and the token the grader gave this run of the probe, as one display output of MIME type
+    ``application/vnd.course.probe+json``. Values are
     JSON: containers with their type, tensors with type, device, dtype, shape and raw bytes (base64; a tensor of
     any layout but the strided one is refused, ``"refused": "layout"``, and fails every comparison), devices,
     dtypes and classes by name, anything else as an opaque object of its class.
@@ -172,7 +173,7 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
                 error = error.__cause__ or error.__context__
             self._add(["raised", *names])
 
-        def end(self):
-            publish({"events": self.events})
+        def end(self, token=None):
+            publish({"events": self.events} if token is None else {"events": self.events, "token": token})
 
     builtins.__dict__[name] = Recorder()

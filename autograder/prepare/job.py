@@ -85,10 +85,14 @@ class _StrictComparisons(ast.NodeTransformer):
         return node
 
 
-def test_prelude(guard_name: str, imports: str) -> str:
+def test_prelude(guard_name: str, imports: str, probe: bool = False) -> str:
     """What the grader runs in a test's cell before the test: its guard's start, then the course's imports
-    (:func:`course_imports`); a traceback counts these lines too (:func:`autograder.record.hints.frame_as_written`)."""
-    return f"{guard_name}()\n{imports}\n"
+    (:func:`course_imports`); a traceback counts these lines too (:func:`autograder.record.hints.frame_as_written`).
+
+    A ``probe``'s guard ran in a cell of its own just before (:meth:`autograder.run.runner.Session.probes`): its
+    first line takes its own source out of ``linecache`` instead.
+    """
+    return f"{guard_name}{'.forget' if probe else ''}()\n{imports}\n"
 
 
 def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
@@ -158,7 +162,7 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     tests = [cell for cell in nb.cells if is_test(cell)]
     codes, _ = notebook_probes([cell.source for cell in tests], recorder_name, reference)
     probes = [[nbgrader_meta(cell)["grade_id"],
-               test_prelude(guard_name, imports) + strict_comparisons(code, guard_name)]
+               test_prelude(guard_name, imports, probe=True) + strict_comparisons(code, guard_name)]
               for cell, code in zip(tests, codes)]
     for cell in tests:
         cell.source = (test_prelude(guard_name, imports)

@@ -21,6 +21,9 @@ VALUE_CALLS = {"assert_tensor": "tensor", "torch.testing.assert_close": "assert_
 VALUE_ASSERTS = {"torch.equal": "equal", "torch.allclose": "allclose"}
 # Functions that run in other processes (DDP ranks): their assertions stay as written.
 WORKER_RUNNERS = {"run_functions"}
+# What a probe hands its recorder's end, for the runner to replace with a token of that run of it: the record it
+# publishes is told apart from any other display of the same type (autograder.run.runner.Session.probes).
+PROBE_TOKEN = "_course_probe_token"
 UNBOUND = "_course_probe_unused"  # what a student's probe binds instead of a loop target that only feeds expectations
 
 
@@ -347,7 +350,7 @@ def _notebook_probes(tests: tuple[str, ...], recorder: str,
             ast.parse(f"{local} = __import__('builtins').__dict__[{recorder!r}]").body[0],
             ast.parse(f"{local}.begin()").body[0],
             ast.Try(body=body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[]),
-            ast.parse(f"{local}.end()").body[0],
+            ast.parse(f"{local}.end({PROBE_TOKEN!r})").body[0],
         ], type_ignores=[])
         probes.append(ast.unparse(ast.fix_missing_locations(module)))
     return tuple(probes), tuple(sites)

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import test_id
+from autograder.prepare.probes import PROBE_TOKEN
 from autograder.inside import launcher
 from autograder.run import cgroups, sandbox
 from autograder.run.kernel import first_cell, kernel_env
@@ -245,15 +247,20 @@ class Session:
             if grade_id not in wanted:
                 continue
             self.status["probe"] = grade_id
-            cell = nbformat.v4.new_code_cell(code)
+            # The guard first, in a cell of its own: what student code hooked into IPython (a transformer, a
+            # callback before each cell, linecache's cache) is gone before IPython reads the probe's source.
+            if not self.execute(nbformat.v4.new_code_cell(f"{self.job['guard_name']}()"), 0, store_history=False):
+                return
+            token = secrets.token_hex(16)  # this run's: a display of the same type from anywhere else lacks it
+            cell = nbformat.v4.new_code_cell(code.replace(repr(PROBE_TOKEN), repr(token)))
             # Index 0: display updates sent later land on the guard's cell, never on one shown.
             done = self.execute(cell, 0, store_history=False)
-            payloads = [o.data[MIME] for o in cell.outputs
-                        if o.output_type == "display_data" and MIME in o.get("data", {})]
+            payloads = [o.data[MIME] for o in cell.outputs if o.output_type == "display_data"
+                        and isinstance(o.get("data", {}).get(MIME), dict) and o.data[MIME].get("token") == token]
             with open(self.job["probes_log"], "a", errors="replace") as log:  # for the instructor, never shown
                 log.write(f"--- {grade_id}\n" + "".join(_text(o) for o in cell.outputs)[-20000:] + "\n")
             if payloads and len(json.dumps(payloads[-1])) <= MAX_OBSERVATIONS_BYTES:
-                observations[grade_id] = payloads[-1]
+                observations[grade_id] = {"events": payloads[-1].get("events")}
             if not done:
                 return
         self.status["probe"] = None

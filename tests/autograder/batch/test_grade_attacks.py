@@ -15,8 +15,8 @@ feedback alone must hold:
 * ``leaker`` has the right answers, and dumps all it can reach (history, the frames of every
   thread but the installed libraries', ``linecache``, ``inspect``, the environment, ``/proc``, files) in base64,
   which no filter of the outputs would recognise,
-  at the first call of an answer from each cell (tests included), from a thread that keeps going,
-  and through a display it updates later.
+  at the first call of an answer from each cell (tests included, and their probes, whose hidden checks it must
+  not reach either), from a thread that keeps going, and through a display it updates later.
 """
 
 import base64
@@ -199,9 +199,12 @@ def test_no_hidden_test_reaches_what_the_student_sees(attacked):
     # The leaker ran, and what it could reach while the notebook ran is there: a visible test's source.
     visible = visible_source(next(c.source for c in graded.cells if "list_devices() must return" in c.source))
     assert base64.b64encode(visible.splitlines()[0].strip().encode()).decode() in shown
-    # ... and it reached hidden lines while the probes ran: in their output, which goes to the instructor's log only
+    # ... and it ran while the probes ran, yet reached no hidden line there: a probe's source is not in linecache,
+    # and what student code hooked into IPython is gone before IPython reads it
     log = (workdir / "jobs" / "leaker" / "00_environment" / "00_environment" / "probes.log").read_text()
-    assert any(base64.b64encode(line.encode()).decode() in log for line in hidden), "the leaker reached no hidden line"
+    assert log.count("\n") > 20, "the leaker printed nothing while the probes ran"
+    reached = [line for line in hidden if base64.b64encode(line.encode()).decode() in log]
+    assert reached == [], f"the leaker read hidden lines while the probes ran: {reached}"
     for line in hidden:
         for text in _encodings(line):
             assert text not in shown, f"hidden test line in the graded notebook's outputs: {line}"

@@ -10,9 +10,14 @@ determined student's would be, so that the answer scan flags nothing and the san
 * ``hider`` ignores ``SIGCHLD``, so that Linux reaps the workers it forks, whose processor time then reaches no
   parent's count, and burns far more than a cell's limit that way;
 * ``shouter`` writes to the kernel's own standard output and error, below Jupyter's messages: a forged line of
-  the grader's and megabytes after it.
+  the grader's and megabytes after it;
+* ``peeker`` has alice's ``squares``, which prints, in base64, the source of each cell that first calls it, as
+  ``linecache`` holds it: a hidden check's, when the grader runs the test again;
+* ``mimic`` has alice's ``squares``, which has IPython display an empty record of the checks' type after each
+  cell that calls it: a display that is not the check's own, and must not count against her.
 """
 
+import base64
 import csv
 import json
 import secrets
@@ -97,6 +102,33 @@ for _fd in (getattr(sys.stdout, _saved, 1), getattr(sys.stderr, _saved, 2)):
 '''
 KERNEL_LOG_LIMIT = 1 << 20
 
+PEEKER = SQUARES + '''
+import base64, importlib, linecache
+_answer, _callers = squares, set()
+
+def squares(n):
+    caller = getattr(importlib.import_module("sys"), "_get" + "frame")(1).f_code.co_filename
+    if caller not in _callers:
+        _callers.add(caller)
+        print("PEEK", base64.b64encode("".join(linecache.getlines(caller)).encode()).decode(), flush=True)
+    return _answer(n)
+'''
+MIMIC = SQUARES + '''
+import importlib
+_answer = squares
+_shell = getattr(importlib.import_module("IPy" + "thon"), "get_" + "ipython")()
+_publish = getattr(importlib.import_module("IPy" + "thon.display"), "publish_display_data")
+
+def _record_of_nothing(*_):
+    _publish({"application/vnd.course.probe+json": {"events": []}})
+
+def squares(n):
+    if _record_of_nothing not in _shell.events.callbacks["post_run_cell"]:
+        _shell.events.register("post_run_cell", _record_of_nothing)  # after the cell: after a check's own record
+    return _answer(n)
+'''
+HIDDEN_LINE = "for bad in (0, -3):"  # problem1's hidden check: in no notebook a student has
+
 
 def _hand_in(course: Path, student: str, first_cell: str = "", answer: str | None = None) -> None:
     """alice's submission for ``student``: ``first_cell`` before problem1's cells, ``answer`` in place of her
@@ -136,6 +168,8 @@ def graded(tmp_path_factory):
     _hand_in(course, "ipc_reader", answer=IPC_READER)
     _hand_in(course, "hider", first_cell=HIDER)
     _hand_in(course, "shouter", first_cell=SHOUTER)
+    _hand_in(course, "peeker", answer=PEEKER)
+    _hand_in(course, "mimic", answer=MIMIC)
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--course", str(course), "--jobs", "2",
                            "--cell-timeout", str(CELL_LIMIT_S), "--quiet"],
                           cwd=tmp, capture_output=True, text=True, timeout=900)
@@ -186,3 +220,23 @@ def test_a_kernel_writes_nothing_into_the_graders_log(graded):
     kernel_log = (folder / "kernel.log").read_bytes()
     assert b"GradingError" in kernel_log, "the attack reached the kernel's own output"
     assert len(kernel_log) <= KERNEL_LOG_LIMIT + 200 and b"more bytes of the kernel's output not kept" in kernel_log
+
+
+def test_a_hidden_check_is_not_in_linecache_while_it_runs(graded):
+    """The peeker's prints during the probes reach only the instructor's probes.log; none holds the hidden check."""
+    rows, course = graded
+    assert rows["peeker"]["score"] == ALICE, rows["peeker"]
+    log = (course / "jobs" / "peeker" / ASSIGNMENT / "problem1" / "probes.log").read_text()
+    peeked = [base64.b64decode(line.split()[1]).decode() for line in log.splitlines()
+              if line.startswith("PEEK ") and len(line.split()) == 2] + ["" for line in log.splitlines()
+                                                                          if line == "PEEK "]
+    assert peeked, "the peeker ran during the probes"
+    assert not any(HIDDEN_LINE in text for text in peeked), [text for text in peeked if HIDDEN_LINE in text]
+
+
+def test_a_display_of_the_records_type_that_is_not_the_checks_own_is_ignored(graded):
+    rows, course = graded
+    assert rows["mimic"]["score"] == ALICE, rows["mimic"]
+    executed = nbformat.read(course / "executed" / "mimic" / ASSIGNMENT / "problem1.ipynb", as_version=4)
+    assert "application/vnd.course.probe+json" in json.dumps([c.get("outputs") for c in executed.cells]), \
+        "the attack displayed its records"
