@@ -20,6 +20,11 @@ DISK_LIMIT_MIB = 2048  # all a submission writes, its working copy, /tmp and /de
 
 MAX_PROCESSES = 1024  # processes and threads of one submission together (the course needs fewer than 100)
 
+# Per notebook: one past a limit gets 0 points, with a note naming it; every other notebook is graded as before.
+MAX_CODE_CELLS = 500  # code cells of a submitted notebook (the course's have fewer than 100)
+MAX_NOTEBOOK_MIB = 32  # a submitted notebook's file
+RECORDED_LIMIT_MIB = 256  # what a notebook's probes record, all together (values sent whole up to 32 MiB each)
+
 
 @dataclass(frozen=True)
 class Result:
@@ -49,6 +54,7 @@ class Settings:
     memory_mib: int = MEMORY_LIMIT_MIB
     disk_mib: int = DISK_LIMIT_MIB  # all a submission writes, together (with namespaces; not with keep_work)
     max_processes: int = MAX_PROCESSES  # processes and threads of a submission, together
+    recorded_mib: int = RECORDED_LIMIT_MIB  # what a notebook's probes record, together
     db_url: str | None = None
     feedback: bool = True
     # the feedback pages made by a process of their own while the grader goes on

@@ -17,7 +17,7 @@ from autograder.course.config import answer_stubs, course_directory
 from autograder.judge import reference
 from autograder.judge.verdict import judge
 from autograder.prepare.job import Job, course_imports
-from autograder.prepare.submission import SubmissionError, fingerprint, read_submission
+from autograder.prepare.submission import OverLimit, SubmissionError, fingerprint, read_submission
 from autograder.record.feedback import page_notes
 from autograder.record.feedback_worker import FeedbackApart
 from autograder.record.gradebook import EXECUTED, GradebookLock, failure_of, nbgrader_api, ready_gradebook
@@ -170,6 +170,9 @@ class ClassRun:
                 self.notes.setdefault(pair, []).append(f"graded {path.name} as {notebook}.ipynb")
             try:
                 nb = read_submission(path, grade_ids_of(source), others)
+            except OverLimit as error:  # graded without an answer: 0 points, and its gradebook entry says so
+                self.notes.setdefault(pair, []).append(str(error))
+                nb = nbformat.v4.new_notebook(metadata=source.metadata)
             except SubmissionError as error:
                 self.notes.setdefault(pair, []).append(f"not graded: {error}")
                 continue

@@ -35,8 +35,11 @@ from autograder.settings import (
     CELL_TIMEOUT_S,
     DISK_LIMIT_MIB,
     GRADEBOOK_ENV,
+    MAX_CODE_CELLS,
+    MAX_NOTEBOOK_MIB,
     MAX_PROCESSES,
     MEMORY_LIMIT_MIB,
+    RECORDED_LIMIT_MIB,
     TIME_LIMIT_S,
     WALL_PER_PROCESSOR_S,
     Settings,
@@ -97,6 +100,9 @@ def _limits(parser: argparse.ArgumentParser) -> None:
                              "in memory), 0 for none (default: %(default)s)")
     parser.add_argument("--max-processes", type=int, default=MAX_PROCESSES, metavar="N",
                         help="processes and threads of a submission, together, 0 for no limit (default: %(default)s)")
+    parser.add_argument("--recorded-limit-mib", type=int, default=RECORDED_LIMIT_MIB, metavar="MIB",
+                        help="what the tests of one notebook record, together, when the grader runs them again; a "
+                             "notebook past it gets 0 points (default: %(default)s)")
 
 
 def _record(parser: argparse.ArgumentParser) -> None:
@@ -227,7 +233,8 @@ def _settings(args, options: argparse.ArgumentParser) -> Settings:
         options.error(str(error))
     return Settings(profile=profile, jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
                     memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
-                    max_processes=args.max_processes, db_url=args.db_url, feedback=not args.no_feedback,
+                    max_processes=args.max_processes, recorded_mib=args.recorded_limit_mib, db_url=args.db_url,
+                    feedback=not args.no_feedback,
                     feedback_apart={"auto": None, "yes": True, "no": False}[args.feedback_apart],
                     progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
                     rerun_canary=args.rerun_canary, reference_cache=args.reference_cache,
@@ -255,6 +262,8 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
                                                              0 if settings.keep_work else settings.disk_mib,
                                                              settings.max_processes, cgroups.find().describe(),
                                                              cgroups.find().counts_cpu)),
+              f"  notebook: at most {MAX_CODE_CELLS} code cells and {MAX_NOTEBOOK_MIB} MiB, and "
+              f"{settings.recorded_mib} MiB of values its tests record together; past one, 0 points for it",
               *bytecode.advice(bytecode.uncompiled())]
     checked_first = {"graded": "of each assignment with submissions",
                      "all": "of every assignment" + (" chosen" if settings.assignments else "")}[settings.canary]

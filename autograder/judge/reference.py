@@ -82,8 +82,8 @@ def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunCont
     if settings.on_cluster:
         return None
     limits = [settings.cell_timeout_s, settings.time_limit_s, settings.memory_mib, settings.disk_mib,
-              settings.max_processes, settings.sandbox, settings.keep_work, run.isolation.namespaces,
-              run.isolation.user_namespace, run.cgroups.version]
+              settings.max_processes, settings.recorded_mib, settings.sandbox, settings.keep_work,
+              run.isolation.namespaces, run.isolation.user_namespace, run.cgroups.version]
     parts = [str(KEY_FORMAT), assignment, notebook, fingerprint(source_dir, recursive=True), machine,
              json.dumps(limits)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()

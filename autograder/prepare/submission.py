@@ -16,14 +16,25 @@ import nbformat
 
 from autograder.course.cells import grade_ids_of, is_answer, nbgrader_meta
 from autograder.course.config import DEFAULT_STUBS
+from autograder.settings import MAX_CODE_CELLS, MAX_NOTEBOOK_MIB
 
 
 class SubmissionError(Exception):
     """A notebook that cannot be graded; its message is the report's note."""
 
 
+class OverLimit(SubmissionError):
+    """A notebook past a limit per notebook (:data:`autograder.settings.MAX_CODE_CELLS`, ``MAX_NOTEBOOK_MIB``): it is
+    graded as if no answer were in it, so it gets 0 points; its message names the limit."""
+
+
 def read_submission(path: Path, own: set[str], other_sources: dict[str, set[str]]):
-    """Read a submitted notebook, or raise SubmissionError saying why it cannot be graded."""
+    """Read a submitted notebook, or raise SubmissionError saying why it cannot be graded (:class:`OverLimit`: why
+    it gets 0 points)."""
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_MIB << 20:
+        raise OverLimit(f"{path.name} is {size / (1 << 20):.0f} MiB, over the limit of {MAX_NOTEBOOK_MIB} MiB per "
+                        "notebook: 0 points for it")
     try:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
@@ -35,6 +46,10 @@ def read_submission(path: Path, own: set[str], other_sources: dict[str, set[str]
         owners = [name for name, other in other_sources.items() if ids & other]
         where = f"the notebook of {owners[0]}" if owners else "not from this assignment"
         raise SubmissionError(f"{path.name} is {where}")
+    cells = sum(cell.cell_type == "code" for cell in nb.cells)
+    if cells > MAX_CODE_CELLS:
+        raise OverLimit(f"{path.name} has {cells} code cells, over the limit of {MAX_CODE_CELLS} per notebook: "
+                        "0 points for it")
     return nb
 
 

@@ -78,6 +78,7 @@ def _place(folder: Path, description: dict, settings: Settings, isolation: sandb
         "notebook_in": str(folder / "in.ipynb"), "notebook_out": str(folder / "out.ipynb"),
         "status_out": str(folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
         "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
+        "recorded_bytes": settings.recorded_mib << 20,
         "observations_out": str(folder / "observations.json"), "probes_log": str(folder / "probes.log"),
         "sandbox": spec.__dict__, "cgroups": {"version": groups.version, "parents": groups.parents},
         "kernel": profile.kernel.as_dict(),

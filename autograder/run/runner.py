@@ -33,7 +33,6 @@ from autograder.settings import WALL_PER_PROCESSOR_S
 
 # What the recorder publishes a probe's events as (autograder.inside.recorder writes the same type).
 MIME = "application/vnd.course.probe+json"
-MAX_OBSERVATIONS_BYTES = 256 << 20  # what one probe may record, encoded; more is recorded as nothing
 KERNEL_LOG = "kernel.log"  # in the job's folder: what its kernels wrote to their standard output and error
 
 
@@ -95,16 +94,12 @@ class Session:
         self.status["stopped"] = self.status["stopped"] or reason
         process = self.process
         if process is not None:
-            try:  # the sandbox's launcher ends everything the kernel started, then itself
+            with contextlib.suppress(Exception):  # the launcher ends all the kernel started, then itself; else below
                 process.terminate()
                 process.wait(timeout=5)
-            except Exception:  # noqa: BLE001 - whatever happened, make sure below
-                pass
             for send in (lambda: os.killpg(process.pid, signal.SIGKILL), lambda: process.kill()):
-                try:
+                with contextlib.suppress(OSError):
                     send()
-                except OSError:
-                    pass
 
     def _memory_limit(self, why: str) -> str:
         return f"memory limit of {self.spec.memory_mib} MiB for all its processes together ({why})"
@@ -259,8 +254,12 @@ class Session:
                         and isinstance(o.get("data", {}).get(MIME), dict) and o.data[MIME].get("token") == token]
             with open(self.job["probes_log"], "a", errors="replace") as log:  # for the instructor, never shown
                 log.write(f"--- {grade_id}\n" + "".join(_text(o) for o in cell.outputs)[-20000:] + "\n")
-            if payloads and len(json.dumps(payloads[-1])) <= MAX_OBSERVATIONS_BYTES:
+            if payloads:
                 observations[grade_id] = {"events": payloads[-1].get("events")}
+                recorded = sum(len(json.dumps(record)) for record in observations.values())
+                if recorded > self.job["recorded_bytes"]:
+                    raise OverRecorded(f"limit of {self.job['recorded_bytes'] >> 20} MiB of recorded values per "
+                                       "notebook: 0 points for it")
             if not done:
                 return
         self.status["probe"] = None
@@ -276,6 +275,10 @@ def passed_tests(cells: list) -> list[str]:
     """The grade_ids of the test cells that ran and raised nothing, in order."""
     return [test_id(cell) for cell in cells if test_id(cell) and cell.execution_count is not None
             and not any(o.output_type == "error" for o in cell.outputs)]
+
+
+class OverRecorded(Exception):
+    """A notebook's probes recorded more than its limit: none of what they recorded counts."""
 
 
 class Cancelled(Exception):
@@ -350,6 +353,9 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
             status["probes_again"] = again["stopped"] or "done"
     except Cancelled:  # its kernel, if one started, ended with first.started(); the watchdog below
         return None
+    except OverRecorded as over:
+        observations.clear()
+        status["stopped"] = status["stopped"] or str(over)
     except DeadKernelError:
         now["session"]._died()
     except Exception as error:  # noqa: BLE001 - the report says what happened; the batch goes on
@@ -365,11 +371,8 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
 
 def _text(output) -> str:
     """What an output says, as plain text (a probe's record left out)."""
-    if output.output_type == "stream":
-        return output.text
-    if output.output_type == "error":
-        return "\n".join(output.traceback) + "\n"
-    return ""
+    return output.text if output.output_type == "stream" else \
+        "\n".join(output.traceback) + "\n" if output.output_type == "error" else ""
 
 
 def _go_from_stdin() -> bool:

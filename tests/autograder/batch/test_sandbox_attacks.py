@@ -14,7 +14,10 @@ determined student's would be, so that the answer scan flags nothing and the san
 * ``peeker`` has alice's ``squares``, which prints, in base64, the source of each cell that first calls it, as
   ``linecache`` holds it: a hidden check's, when the grader runs the test again;
 * ``mimic`` has alice's ``squares``, which has IPython display an empty record of the checks' type after each
-  cell that calls it: a display that is not the check's own, and must not count against her.
+  cell that calls it: a display that is not the check's own, and must not count against her;
+* ``crowd`` hands in 600 more empty code cells, ``bloat`` a notebook of 33 MiB, and ``hoarder``'s ``squares`` takes
+  the token of the check that calls it from the check's code and has IPython display a record of 600 KiB with it
+  after the check: each is past a limit per notebook (code cells, size, recorded values: 1 MiB in this run).
 """
 
 import base64
@@ -127,16 +130,36 @@ def squares(n):
         _shell.events.register("post_run_cell", _record_of_nothing)  # after the cell: after a check's own record
     return _answer(n)
 '''
+HOARDER = SQUARES + '''
+import importlib, re
+_answer = squares
+_shell = getattr(importlib.import_module("IPy" + "thon"), "get_" + "ipython")()
+_publish = getattr(importlib.import_module("IPy" + "thon.display"), "publish_display_data")
+
+def _hoard(result):
+    for token in re.findall(r"end\\('([0-9a-f]{32})'\\)", result.info.raw_cell or ""):  # the check's own token
+        _publish({"application/vnd.course.probe+json": {"events": [["x" * (600 << 10)]], "token": token}})
+
+def squares(n):
+    if _hoard not in _shell.events.callbacks["post_run_cell"]:
+        _shell.events.register("post_run_cell", _hoard)
+    return _answer(n)
+'''
+RECORDED_LIMIT_MIB = 1
 HIDDEN_LINE = "for bad in (0, -3):"  # problem1's hidden check: in no notebook a student has
 
 
-def _hand_in(course: Path, student: str, first_cell: str = "", answer: str | None = None) -> None:
+def _hand_in(course: Path, student: str, first_cell: str = "", answer: str | None = None, cells: int = 0,
+             markdown: str = "") -> None:
     """alice's submission for ``student``: ``first_cell`` before problem1's cells, ``answer`` in place of her
-    ``squares`` (its answer cell's source)."""
+    ``squares`` (its answer cell's source), ``cells`` empty code cells and a ``markdown`` cell after them."""
     folder = course / "submitted" / student / ASSIGNMENT
     shutil.copytree(COURSE / "submissions" / "alice" / ASSIGNMENT, folder)
     path = folder / "problem1.ipynb"
     nb = nbformat.read(path, as_version=4)
+    nb.cells += [nbformat.v4.new_code_cell("") for _ in range(cells)]
+    if markdown:
+        nb.cells.append(nbformat.v4.new_markdown_cell(markdown))
     if answer is not None:
         cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "squares")
         cell.source = answer
@@ -170,8 +193,12 @@ def graded(tmp_path_factory):
     _hand_in(course, "shouter", first_cell=SHOUTER)
     _hand_in(course, "peeker", answer=PEEKER)
     _hand_in(course, "mimic", answer=MIMIC)
+    _hand_in(course, "crowd", cells=600)
+    _hand_in(course, "bloat", markdown="x" * (33 << 20))
+    _hand_in(course, "hoarder", answer=HOARDER)
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--course", str(course), "--jobs", "2",
-                           "--cell-timeout", str(CELL_LIMIT_S), "--quiet"],
+                           "--cell-timeout", str(CELL_LIMIT_S), "--recorded-limit-mib", str(RECORDED_LIMIT_MIB),
+                           "--quiet"],
                           cwd=tmp, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with open(course / "scores.csv", newline="") as handle:
@@ -240,3 +267,15 @@ def test_a_display_of_the_records_type_that_is_not_the_checks_own_is_ignored(gra
     executed = nbformat.read(course / "executed" / "mimic" / ASSIGNMENT / "problem1.ipynb", as_version=4)
     assert "application/vnd.course.probe+json" in json.dumps([c.get("outputs") for c in executed.cells]), \
         "the attack displayed its records"
+
+
+@pytest.mark.parametrize("student, limit", [
+    ("crowd", "over the limit of 500 per notebook"),
+    ("bloat", "over the limit of 32 MiB per notebook"),
+    ("hoarder", f"limit of {RECORDED_LIMIT_MIB} MiB of recorded values per notebook"),
+])
+def test_a_notebook_past_a_limit_gets_0_points_with_a_note_naming_it(graded, student, limit):
+    """problem1 is past the limit: 0 points for it; problem2, alice's, keeps its 3."""
+    rows, _ = graded
+    assert rows[student]["score"] == WITHOUT_SQUARES, rows[student]
+    assert limit in rows[student]["note"] and "0 points for it" in rows[student]["note"], rows[student]["note"]
