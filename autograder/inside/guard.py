@@ -196,10 +196,15 @@ def install(name, packages=(), setup="", plain_tensor=""):  # noqa: C901 - one c
         builtins.__dict__[name] = restore
         return restore
 
-    def forget():
+    def forget(keep=()):
         """Take the calling cell's source out of ``linecache`` (a probe's: its hidden checks are not for the student's
-        code to read, from a frame or by ``inspect``)."""
-        sources.pop(sys._getframe(1).f_code.co_filename, None)
+        code to read, from a frame or by ``inspect``), all but the line ranges ``keep`` ((first, last), from 1)."""
+        cell = sys._getframe(1).f_code.co_filename
+        entry = sources.pop(cell, None)
+        if entry is not None and keep:
+            lines = [line if any(first <= number <= last for first, last in keep) else "\n"
+                     for number, line in enumerate(entry[2], 1)]
+            sources[cell] = (entry[0], None, lines, cell)
 
     restore.eq, restore.ne, restore.forget = eq, ne, forget
     for attr, checked in tensor_checks.items():

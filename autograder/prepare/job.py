@@ -18,7 +18,7 @@ import nbformat
 
 from autograder.course.config import DEFAULT_STUBS
 from autograder.course.cells import is_answer, is_test, nbgrader_meta, visible_source
-from autograder.prepare.probes import notebook_probes
+from autograder.prepare.probes import notebook_probes, worker_functions
 from autograder.prepare.scan import ipython_free, scan
 from autograder.prepare.submission import assemble
 
@@ -85,14 +85,26 @@ class _StrictComparisons(ast.NodeTransformer):
         return node
 
 
-def test_prelude(guard_name: str, imports: str, probe: bool = False) -> str:
+def test_prelude(guard_name: str, imports: str, probe: bool = False, keep: tuple = ()) -> str:
     """What the grader runs in a test's cell before the test: its guard's start, then the course's imports
     (:func:`course_imports`); a traceback counts these lines too (:func:`autograder.record.hints.frame_as_written`).
 
     A ``probe``'s guard ran in a cell of its own just before (:meth:`autograder.run.runner.Session.probes`): its
-    first line takes its own source out of ``linecache`` instead.
+    first line takes its own source out of ``linecache`` instead, all but the line ranges ``keep``.
     """
-    return f"{guard_name}{'.forget' if probe else ''}()\n{imports}\n"
+    return f"{guard_name}.forget({list(keep)!r})\n{imports}\n" if probe else f"{guard_name}()\n{imports}\n"
+
+
+def probe_cell(test: str, probe: str, guard_name: str, imports: str) -> str:
+    """The cell that runs ``probe``, the probe of the test cell ``test``: what the probe's functions that run in
+    another process need of the source (they are sent there as they stand) stays in ``linecache``, nothing else."""
+    body = strict_comparisons(probe, guard_name)
+    offset = test_prelude(guard_name, imports).count("\n")
+    workers = worker_functions(ast.parse(ipython_free(test)))
+    keep = [(min([node.lineno, *(d.lineno for d in node.decorator_list)]) + offset, node.end_lineno + offset)
+            for node in ast.walk(ast.parse(body))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in workers]
+    return test_prelude(guard_name, imports, probe=True, keep=keep) + body
 
 
 def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
@@ -161,8 +173,7 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     recorder_name = guard_name + "_probe"
     tests = [cell for cell in nb.cells if is_test(cell)]
     codes, _ = notebook_probes([cell.source for cell in tests], recorder_name, reference)
-    probes = [[nbgrader_meta(cell)["grade_id"],
-               test_prelude(guard_name, imports, probe=True) + strict_comparisons(code, guard_name)]
+    probes = [[nbgrader_meta(cell)["grade_id"], probe_cell(cell.source, code, guard_name, imports)]
               for cell, code in zip(tests, codes)]
     for cell in tests:
         cell.source = (test_prelude(guard_name, imports)

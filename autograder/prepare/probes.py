@@ -46,7 +46,7 @@ def _dotted(node: ast.AST) -> str:
     return ".".join([node.id, *parts]) if isinstance(node, ast.Name) else ""
 
 
-def _worker_functions(tree: ast.AST) -> set[str]:
+def worker_functions(tree: ast.AST) -> set[str]:
     """Names of the functions a test hands to another process (every name in a ``run_functions`` call)."""
     names = set()
     for node in ast.walk(tree):
@@ -323,7 +323,7 @@ def _notebook_probes(tests: tuple[str, ...], recorder: str,
     sites: list[Site] = []
     analyses, trees = [], []
     for source in sources:
-        workers = _worker_functions(ast.parse(source))
+        workers = worker_functions(ast.parse(source))
         analysis = _Rewrite(source, local, reference=True, first=len(sites))  # sees every expected side in place
         analysis.workers = workers
         trees.append(analysis.visit(ast.parse(source)))
