@@ -18,21 +18,27 @@ determined student's would be, so that the answer scan flags nothing and the san
 * ``crowd`` hands in 600 more empty code cells, ``bloat`` a notebook of 33 MiB, and ``hoarder``'s ``squares`` takes
   the token of the check that calls it from the check's code and has IPython display a record of 600 KiB with it
   after the check: each is past a limit per notebook (code cells, size, recorded values: 1 MiB in this run).
+
+Apart from that run, a run killed outright while a kernel holds System V shared memory leaves neither.
 """
 
 import base64
 import csv
 import json
+import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder.run import sandbox
+from autograder.run.watch import RUN_MARKER, processes_of
 
 COURSE = Path(__file__).resolve().parents[2] / "fixtures" / "stats101"
 ASSIGNMENT = "ps1"
@@ -279,3 +285,57 @@ def test_a_notebook_past_a_limit_gets_0_points_with_a_note_naming_it(graded, stu
     rows, _ = graded
     assert rows[student]["score"] == WITHOUT_SQUARES, rows[student]
     assert limit in rows[student]["note"] and "0 points for it" in rows[student]["note"], rows[student]["note"]
+
+
+KEEPER_THAT_WAITS = IPC_WRITER.replace("4096", str(64 << 20)) + '''
+import time
+while True:  # until the run is killed
+    time.sleep(1)
+'''
+
+
+def _ipc_namespaces() -> dict[int, str]:
+    """Every process of this machine: pid -> its IPC namespace."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found[int(entry)] = os.readlink(f"/proc/{entry}/ns/ipc")
+        except OSError:
+            continue
+    return found
+
+
+def test_a_killed_run_leaves_no_process_and_no_ipc_object(tmp_path):
+    """The grader killed outright while a kernel holds 64 MiB of System V shared memory: every process of the run
+    ends, and with the last one the kernel's IPC namespace, whose objects go with it."""
+    if not sandbox.probe().namespaces:
+        pytest.skip(f"no namespaces on this machine: {sandbox.probe().reason}")
+    course = tmp_path / "course"
+    shutil.copytree(COURSE / "course", course)
+    _hand_in(course, "keeper", first_cell=KEEPER_THAT_WAITS)
+    mark = f"killed-with-ipc-{os.getpid()}"
+    run = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "--course", str(course), "--jobs", "1",
+                            "--quiet", "--no-feedback"], cwd=tmp_path, env={**os.environ, RUN_MARKER: mark},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    namespace, deadline = None, time.monotonic() + 120
+    try:
+        while namespace is None:
+            assert run.poll() is None and time.monotonic() < deadline, "the keeper's kernel never held its memory"
+            for pid in processes_of(mark):
+                try:
+                    if "SYSV" in Path(f"/proc/{pid}/maps").read_text():
+                        namespace = os.readlink(f"/proc/{pid}/ns/ipc")
+                except OSError:
+                    continue
+            time.sleep(0.2)
+        assert namespace != os.readlink("/proc/self/ns/ipc"), "the kernel shares the grader's IPC namespace"
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while processes_of(mark) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_of(mark) == {}, "a process of the killed run is left"
+        assert namespace not in _ipc_namespaces().values(), "the kernel's IPC namespace, and its objects, are left"
+    finally:
+        if run.poll() is None:
+            run.kill()
