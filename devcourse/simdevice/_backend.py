@@ -266,8 +266,24 @@ def _with_current_index(original, follows_default: bool):
     return call
 
 
+def _on_its_own_index(original):
+    """``Tensor.new_tensor`` or ``Tensor.new``, giving a tensor on a simulated device without ``device=`` its own
+    index, as CUDA's does (PyTorch builds it from the device type alone, and the device guard of a Python backend
+    says index 0)."""
+    def call(self, *args, **kwargs):
+        # (``t.new(tensor)`` takes no device: it is that tensor's)
+        aliased = original is _original_new and args and isinstance(args[0], torch.Tensor)
+        if kwargs.get("device") is None and type(self) is SimTensor and not aliased:
+            kwargs["device"] = self.device
+        return original(self, *args, **kwargs)
+
+    call.__doc__, call.__wrapped__ = original.__doc__, original
+    return call
+
+
 _original_to = torch.Tensor.to
 _original_new_tensor = torch.Tensor.new_tensor
+_original_new = torch.Tensor.new
 _original_factories = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
 
 
@@ -399,7 +415,8 @@ def enable(count: int = 2) -> None:
         torch.Tensor.pin_memory = _pin_memory
         torch.Tensor.is_pinned = _is_pinned
         torch.Tensor.to = _to
-        torch.Tensor.new_tensor = _with_current_index(_original_new_tensor, follows_default=False)
+        torch.Tensor.new_tensor = _on_its_own_index(_with_current_index(_original_new_tensor, follows_default=False))
+        torch.Tensor.new = _on_its_own_index(_original_new)
         # ``with torch.device(...)`` and set_default_device give a device to the
         # functions of one set, which holds the originals: add the wrappers too.
         constructors = _device_mode._device_constructors()

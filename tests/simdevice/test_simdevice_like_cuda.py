@@ -52,6 +52,21 @@ def test_a_move_keeps_each_parameter_object_and_weight_ties(device):
     assert weight.device.type == "cpu" and weight.dtype == torch.float64
 
 
+@pytest.mark.parametrize("make", [
+    lambda x: x.new_tensor([1.0, 2.0]), lambda x: x.new([1.0, 2.0]), lambda x: x.new(3), lambda x: x.new(2, 2),
+    lambda x: x.new_zeros(2), lambda x: x.new_ones(2), lambda x: x.new_empty(2), lambda x: x.new_full((2,), 3.0),
+    lambda x: x.new_empty_strided((2,), (1,)),
+], ids=["new_tensor", "new(data)", "new(size)", "new(sizes)", "new_zeros", "new_ones", "new_empty", "new_full",
+        "new_empty_strided"])
+def test_new_tensors_land_on_their_tensors_index_as_on_cuda(make):
+    """CUDA's ``x.new_*`` land on ``x``'s device (PyTorch builds ``new_tensor`` and ``new`` from the device type,
+    with the current device's index): public style-transfer code failed on ``sim:1`` with a false two-device
+    error, as would any DDP rank above 0."""
+    for index in (0, 1):
+        assert make(torch.ones(2, device=f"sim:{index}")).device == torch.device(f"sim:{index}")
+    assert make(torch.ones(2)).device == torch.device("cpu")
+
+
 def _train_with_optimizer_built_first(device, optimizer):
     torch.manual_seed(0)
     model = _Tied()
