@@ -148,6 +148,12 @@ def _copy_from(source, destination, non_blocking=False):
     return destination
 
 
+def _local_scalar_dense(tensor):
+    # Reached only where PyTorch excludes Python dispatch: torch.tensor([...]) of 0-dim tensors on the device
+    # reads each one's value, as CUDA does by a copy to the host.
+    return tensor._values.item()
+
+
 def _tagger(storage) -> str | None:
     return getattr(storage, "_sim_location", None)
 
@@ -402,6 +408,7 @@ def enable(count: int = 2) -> None:
         library.impl("empty.memory_format", _empty, "PrivateUse1")
         library.impl("empty_strided", _empty_strided, "PrivateUse1")
         library.impl("_copy_from", _copy_from, "PrivateUse1")
+        library.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
         _register_factories(library)
         _state["library"] = library
         from devcourse.simdevice import _accelerator, _autocast, _oncpu, _streams

@@ -92,6 +92,8 @@ class SimTensor(torch.Tensor):
         return self._values.tolist()
 
     def numpy(self, *, force: bool = False):
+        if force:  # as PyTorch's: a copy on the host, detached, its conjugate and negative bits resolved
+            return self.detach().cpu().resolve_conj().resolve_neg().numpy()
         raise TypeError(
             f"can't convert {self.device} device type tensor to numpy. "
             "Use Tensor.cpu() to copy the tensor to host memory first."
@@ -338,6 +340,16 @@ def _plan(func) -> tuple:
     return plan
 
 
+def _generator(func, args: tuple, kwargs: dict):
+    """The ``generator=`` a random operator was given, or None."""
+    if "generator" in kwargs:
+        return kwargs["generator"]
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.name == "generator":
+            return args[position] if position < len(args) else None
+    return None
+
+
 def check_devices(func, args: tuple, kwargs: dict):
     """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
 
@@ -376,6 +388,14 @@ def check_devices(func, args: tuple, kwargs: dict):
         if error is not None:
             raise error
         return None
+    if name in ("index", "_unsafe_index"):  # index's meta function, for every device type (CUDA's too)
+        self, indices = args[0], args[1]
+        if any(i is not None and i.device.type != "cpu" and i.device != self.device for i in indices):
+            raise RuntimeError(f"indices should be either on cpu or on the same device as the indexed tensor "
+                               f"({self.device})")
+    generator = _generator(func, args, kwargs)
+    if generator is not None and generator.device.type != NAME:  # check_generator, in DistributionsHelper.h
+        raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{generator.device.type}'")
     if name in _INDEXING:  # index tensors may stay on the CPU: check self and values only
         values = (args[0], *args[2:])
     else:

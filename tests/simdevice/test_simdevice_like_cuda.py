@@ -8,6 +8,8 @@ source (wording), named in each test.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -65,6 +67,37 @@ def test_new_tensors_land_on_their_tensors_index_as_on_cuda(make):
     for index in (0, 1):
         assert make(torch.ones(2, device=f"sim:{index}")).device == torch.device(f"sim:{index}")
     assert make(torch.ones(2)).device == torch.device("cpu")
+
+
+def test_indices_on_another_device_are_refused_as_indexs_meta_function_refuses_them():
+    """``check_indices_on_cpu_or_selfdevice`` (aten/src/ATen/native/TensorAdvancedIndexing.cpp), in ``index``'s
+    meta function, which every device type runs: indices on the CPU or on the indexed tensor's device only."""
+    values = torch.arange(4.0)
+    with pytest.raises(RuntimeError, match=re.escape("indices should be either on cpu or on the same device as the "
+                                                     "indexed tensor (cpu)")):
+        values[torch.tensor([0, 1], device="sim:0")]
+    with pytest.raises(RuntimeError, match=re.escape("indexed tensor (sim:0)")):
+        values.to("sim:0")[torch.tensor([0, 1], device="sim:1")]
+    assert values.to("sim:1")[torch.tensor([0, 1])].device == torch.device("sim:1"), "CPU indices are fine"
+
+
+def test_a_cpu_generator_is_refused_for_the_device_as_cuda_refuses_it():
+    """``check_generator`` (aten/src/ATen/core/DistributionsHelper.h): "Expected a 'cuda' device type for
+    generator but found 'cpu'" on CUDA."""
+    with pytest.raises(RuntimeError, match="Expected a 'sim' device type for generator but found 'cpu'"):
+        torch.randn(2, device="sim:0", generator=torch.Generator())
+    assert torch.randn(2, generator=torch.Generator().manual_seed(0)).to("sim:0").device == torch.device("sim:0")
+
+
+def test_numpy_force_copies_to_the_host_and_tensor_reads_0_dim_device_tensors():
+    """``Tensor.numpy(force=True)`` copies a device tensor to the host (torch/_tensor.py's docs, as for CUDA);
+    ``torch.tensor`` of a list of 0-dim device tensors reads each value (CUDA copies each to the host)."""
+    values = torch.arange(3.0, device="sim:1", requires_grad=True)
+    assert values.numpy(force=True).tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(TypeError, match="can't convert sim:1 device type tensor to numpy"):
+        values.detach().numpy()
+    made = torch.tensor([values[0].detach(), values[2].detach()])
+    assert made.device == torch.device("cpu") and made.tolist() == [0.0, 2.0]
 
 
 def _train_with_optimizer_built_first(device, optimizer):
