@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _clock, _cudaforms, _cudaonly, _memory
+from devcourse.simdevice import _clock, _cudaforms, _cudaonly, _memory, _opchecks
 from devcourse.simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
 from devcourse.simdevice._cudaforms import TABLE as _TABLE
 from devcourse.simdevice._state import NAME, resolve
@@ -340,16 +340,6 @@ def _plan(func) -> tuple:
     return plan
 
 
-def _generator(func, args: tuple, kwargs: dict):
-    """The ``generator=`` a random operator was given, or None."""
-    if "generator" in kwargs:
-        return kwargs["generator"]
-    for position, argument in enumerate(func._schema.arguments):
-        if argument.name == "generator":
-            return args[position] if position < len(args) else None
-    return None
-
-
 def check_devices(func, args: tuple, kwargs: dict):
     """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
 
@@ -388,14 +378,7 @@ def check_devices(func, args: tuple, kwargs: dict):
         if error is not None:
             raise error
         return None
-    if name in ("index", "_unsafe_index"):  # index's meta function, for every device type (CUDA's too)
-        self, indices = args[0], args[1]
-        if any(i is not None and i.device.type != "cpu" and i.device != self.device for i in indices):
-            raise RuntimeError(f"indices should be either on cpu or on the same device as the indexed tensor "
-                               f"({self.device})")
-    generator = _generator(func, args, kwargs)
-    if generator is not None and generator.device.type != NAME:  # check_generator, in DistributionsHelper.h
-        raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{generator.device.type}'")
+    _opchecks.own_checks(name, func, args, kwargs)
     if name in _INDEXING:  # index tensors may stay on the CPU: check self and values only
         values = (args[0], *args[2:])
     else:

@@ -100,6 +100,30 @@ def test_numpy_force_copies_to_the_host_and_tensor_reads_0_dim_device_tensors():
     assert made.device == torch.device("cpu") and made.tolist() == [0.0, 2.0]
 
 
+class _MaskNotABuffer(torch.nn.Module):
+    """Causal attention's mask kept as a plain attribute, not a buffer: ``Module.to`` leaves it on the CPU (the
+    mistake of a public tutorial, whose CUDA run prints "expected self and mask to be on the same device, but got
+    mask on cpu and self on cuda:0")."""
+
+    def __init__(self):
+        super().__init__()
+        self.scores = torch.nn.Linear(4, 4)
+        self.mask = torch.triu(torch.ones(4, 4), diagonal=1).bool()
+
+    def forward(self, x):
+        return self.scores(x).masked_fill(self.mask, float("-inf"))
+
+
+def test_masked_fill_with_the_mask_left_on_the_cpu_raises_cudas_error():
+    """``masked_fill__cuda`` (aten/src/ATen/native/cuda/Indexing.cu) checks self and mask for one device."""
+    model = _MaskNotABuffer().to("sim:0")
+    with pytest.raises(RuntimeError, match=re.escape("expected self and mask to be on the same device, but got mask "
+                                                     "on cpu and self on sim:0")):
+        model(torch.ones(4, 4, device="sim:0"))
+    model.mask = model.mask.to("sim:0")
+    assert model(torch.ones(4, 4, device="sim:0")).device == torch.device("sim:0")
+
+
 def _train_with_optimizer_built_first(device, optimizer):
     torch.manual_seed(0)
     model = _Tied()

@@ -1,0 +1,35 @@
+"""Checks that some operators make of their own on CUDA, which the simulated device makes the same way.
+
+:func:`devcourse.simdevice._tensor.check_devices` calls :func:`own_checks` before its same-device rules; each
+check names the PyTorch source it follows. On a CPU-only machine without the simulated device nothing calls it.
+"""
+
+from __future__ import annotations
+
+from devcourse.simdevice._state import NAME
+
+
+def _generator(func, args: tuple, kwargs: dict):
+    """The ``generator=`` a random operator was given, or None."""
+    if "generator" in kwargs:
+        return kwargs["generator"]
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.name == "generator":
+            return args[position] if position < len(args) else None
+    return None
+
+
+def own_checks(name: str, func, args: tuple, kwargs: dict) -> None:
+    """The checks of their own that some operators make on CUDA, before any same-device check."""
+    if name in ("index", "_unsafe_index"):  # index's meta function, for every device type (CUDA's too)
+        self, indices = args[0], args[1]
+        if any(i is not None and i.device.type != "cpu" and i.device != self.device for i in indices):
+            raise RuntimeError(f"indices should be either on cpu or on the same device as the indexed tensor "
+                               f"({self.device})")
+    if name in ("masked_fill", "masked_fill_") and args[0].device.type == NAME and args[1].device != args[0].device:
+        # masked_fill__cuda (aten/src/ATen/native/cuda/Indexing.cu): one device, a 0-dim CPU mask included
+        raise RuntimeError(f"expected self and mask to be on the same device, but got mask on {args[1].device} "
+                           f"and self on {args[0].device}")
+    generator = _generator(func, args, kwargs)
+    if generator is not None and generator.device.type != NAME:  # check_generator, in DistributionsHelper.h
+        raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{generator.device.type}'")
