@@ -258,6 +258,7 @@ class Session:
                 observations[grade_id] = {"events": payloads[-1].get("events")}
                 recorded = sum(len(json.dumps(record)) for record in observations.values())
                 if recorded > self.job["recorded_bytes"]:
+                    observations.clear()
                     raise OverRecorded(f"limit of {self.job['recorded_bytes'] >> 20} MiB of recorded values per "
                                        "notebook: 0 points for it")
             if not done:
@@ -278,7 +279,7 @@ def passed_tests(cells: list) -> list[str]:
 
 
 class OverRecorded(Exception):
-    """A notebook's probes recorded more than its limit: none of what they recorded counts."""
+    """A notebook's probes recorded more than its limit: none of what they recorded counts (they are cleared)."""
 
 
 class Cancelled(Exception):
@@ -353,13 +354,11 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
             status["probes_again"] = again["stopped"] or "done"
     except Cancelled:  # its kernel, if one started, ended with first.started(); the watchdog below
         return None
-    except OverRecorded as over:
-        observations.clear()
-        status["stopped"] = status["stopped"] or str(over)
     except DeadKernelError:
         now["session"]._died()
     except Exception as error:  # noqa: BLE001 - the report says what happened; the batch goes on
-        status["stopped"] = status["stopped"] or f"{type(error).__name__}: {error}"
+        said = str(error) if isinstance(error, OverRecorded) else f"{type(error).__name__}: {error}"
+        status["stopped"] = status["stopped"] or said
     finally:
         watchdog.cancel()
     status["seconds"] = round(time.monotonic() - started, 2)
