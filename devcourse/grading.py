@@ -329,11 +329,14 @@ def _cuda_generators(count: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def simulated_mps(available: bool = True) -> Iterator[None]:
-    """Make ``torch.backends.mps`` report an Apple-silicon GPU (or none), for code that discovers devices.
+def simulated_mps(available: bool = True, built: bool | None = None) -> Iterator[None]:
+    """Make ``torch.backends.mps`` and ``torch.mps`` report an Apple-silicon GPU (or none), for code that discovers
+    devices.
 
-    Inside the block ``torch.backends.mps.is_available()`` and ``is_built()``
-    answer ``available``, as on a Mac with (or without) MPS. With MPS, the
+    Inside the block ``torch.backends.mps.is_available()``, ``torch.mps.is_available()`` and
+    ``torch.mps.device_count()`` answer ``available`` (1 or 0), and ``torch.backends.mps.is_built()`` answers
+    ``built`` (default: ``available``), as on a Mac with (or without) MPS; ``built=True, available=False`` is a Mac
+    whose PyTorch has MPS and whose macOS cannot run it (CUDA absent too). With MPS, the
     rest of the machine is a Mac's too: ``torch.accelerator`` names ``mps``
     with one device, ``torch.cuda`` sees no GPU, the simulated accelerator,
     if on, is hidden, and ``best_device()`` gives ``mps:0``. Nothing else is simulated:
@@ -344,12 +347,15 @@ def simulated_mps(available: bool = True) -> Iterator[None]:
     """
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context
+        built = available if built is None else built
         patch(_replaced(torch.backends.mps, is_available=lambda: available))
-        patch(_replaced(torch.backends.mps, is_built=lambda: available))
-        if available:  # a Mac: MPS is its accelerator, with one device, and it has no CUDA
+        patch(_replaced(torch.backends.mps, is_built=lambda: built))
+        # torch.mps answers from its own module (is_available calls its device_count), not torch.backends.mps
+        patch(_replaced(torch.mps, is_available=lambda: available, device_count=lambda: int(available)))
+        if built:  # a Mac: MPS is its accelerator (one device, or none it can use), and it has no CUDA
             patch(_replaced(torch.cuda, is_available=lambda: False))
             patch(_replaced(torch.cuda, device_count=lambda: 0))
-            patch(_accelerator_of_machine("mps", 1))
+            patch(_accelerator_of_machine("mps", int(available)))
         elif _machine_accelerator_type() == "mps":  # a Mac whose MPS is unavailable (a macOS too old, say)
             patch(_accelerator_of_machine("mps", 0))
         else:

@@ -45,6 +45,20 @@ def test_simulated_mps_is_found_by_name_and_given_its_index():
         assert not torch.backends.mps.is_available() and not torch.backends.mps.is_built()
 
 
+def test_a_simulated_mac_answers_through_every_public_api():
+    """torch.mps.is_available() answers from torch.mps's own device_count, not torch.backends.mps: a correct answer
+    written with it lost a point on the simulated Mac when only torch.backends.mps was patched."""
+    with simulated_mps():
+        assert torch.mps.is_available() and torch.mps.device_count() == 1
+        assert torch.accelerator.current_accelerator() == torch.device("mps") and not torch.cuda.is_available()
+    with simulated_mps(False):
+        assert not torch.mps.is_available() and torch.mps.device_count() == 0
+    with simulated_mps(available=False, built=True):  # PyTorch with MPS on a macOS that cannot run it
+        assert torch.backends.mps.is_built() and not torch.backends.mps.is_available()
+        assert not torch.mps.is_available() and not torch.cuda.is_available()
+        assert torch.accelerator.device_count() == 0
+
+
 def test_matrix_rejects_unknown_kind():
     with pytest.raises(ValueError, match="kind must be one of"):
         device_matrix("gpu")
