@@ -1,0 +1,65 @@
+"""The first ops of PyTorch's own OpInfo database give the CPU's values on the simulated device, or are refused in
+its own words (benchmarks/simdevice_ops.py runs them all and writes the figure to docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import devcourse.simdevice as sim
+
+pytest.importorskip("torch.testing._internal.common_methods_invocations", reason="needs expecttest")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simdevice_ops.py"
+FIRST_OPS = 60  # a few seconds here; the script's full run takes minutes
+
+
+def _sweep_module():
+    spec = importlib.util.spec_from_file_location("simdevice_ops", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    sim.enable(2)
+    return _sweep_module()
+
+
+def test_the_first_ops_of_pytorchs_database_agree_or_are_refused(sweep):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcomes = [sweep.run_op(op, 3) for op in sweep.op_database()[:FIRST_OPS]]
+    assert sum(o.kind == "agrees" for o in outcomes) >= FIRST_OPS * 3 // 4, [o.kind for o in outcomes]
+    assert [(o.name, o.detail) for o in outcomes if o.kind == "fails"] == []
+
+
+def test_the_sweep_tells_a_wrong_value_and_a_foreign_error_from_agreement(sweep):
+    """The sweep can fail: a value off by one, and an error the CPU does not raise, are failures."""
+    assert sweep._same(torch.ones(2), torch.ones(2, device="sim:0")) == ""
+    assert sweep._same(torch.ones(2), torch.ones(2, device="sim:0") + 1).startswith("other values")
+    assert sweep._same(torch.ones(2), torch.ones(3, device="sim:0")).startswith("(3,)")
+    assert sweep._same(float("nan"), float("nan")) == ""
+
+    class Broken:
+        name, dtypes = "broken", {torch.float32}
+
+        def sample_inputs(self, device, dtype, requires_grad=False):
+            from torch.testing._internal.opinfo.core import SampleInput
+
+            return [SampleInput(torch.ones(2))]
+
+        def __call__(self, tensor):
+            if tensor.device.type == "sim":
+                raise ValueError("not on this device")
+            return tensor
+
+    outcome = sweep.run_op(Broken(), 1)
+    assert outcome.kind == "fails" and outcome.detail == "ValueError: not on this device"
