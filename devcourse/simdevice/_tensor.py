@@ -157,6 +157,11 @@ def _decompose(func, key, args: tuple, kwargs: dict):
 
 
 _SLOW = object()
+# Operators that make or read the conjugate and negative bits themselves: they get the views as they are.
+_VIEWS_OF_BITS = frozenset({torch.ops.aten._conj.default, torch.ops.aten._neg_view.default,
+                            torch.ops.aten.resolve_conj.default, torch.ops.aten.resolve_neg.default,
+                            torch.ops.aten.conj_physical.default, torch.ops.aten.is_conj.default,
+                            torch.ops.aten.is_neg.default})
 
 
 def _fast(func, args: tuple):
@@ -175,7 +180,10 @@ def _fast(func, args: tuple):
                 device = value.device
             elif value.device != device:
                 return _SLOW
-            inner.append(value._values)
+            values = value._values
+            if values.is_conj() or values.is_neg():  # a conjugate or negative view: the general path
+                return _SLOW
+            inner.append(values)
         elif kind is list or kind is tuple:
             if any(isinstance(v, (torch.Tensor, list, tuple)) for v in value):  # nested: collectives
                 return _SLOW
@@ -222,13 +230,20 @@ def _cannot_run(func, exc: NotImplementedError) -> NotImplementedError:
     )
 
 
-def _unwrap(value):
+def _unwrap(value, reads: bool = True):
     kind = type(value)
     if kind is SimTensor:
-        return value._values
+        return _read(value._values) if reads else value._values
     if (kind is list or kind is tuple) and any(type(v) is SimTensor for v in value):
-        return kind(v._values if type(v) is SimTensor else v for v in value)
+        return kind((_read(v._values) if reads else v._values) if type(v) is SimTensor else v for v in value)
     return value
+
+
+def _read(values: torch.Tensor) -> torch.Tensor:
+    """The values as an operator reads them: a conjugate or negative view resolved. Inside ``__torch_dispatch__``
+    PyTorch's Conjugate and Negative keys are left out, so a CPU kernel would read such a view's memory as it
+    lies, without the conjugation or negation the view stands for."""
+    return values.resolve_conj().resolve_neg() if values.is_conj() or values.is_neg() else values
 
 
 def _collective(func, args: tuple, kwargs: dict):
@@ -270,8 +285,9 @@ def run(func, args: tuple, kwargs: dict):
                 kwargs["device"] = torch.device("cpu")
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
-    inner_args = [_unwrap(a) for a in args]
-    inner_kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+    reads = not _plan(func)[3] and func not in _VIEWS_OF_BITS  # an operator that writes keeps its views as they are
+    inner_args = [_unwrap(a, reads) for a in args]
+    inner_kwargs = {k: _unwrap(v, reads) for k, v in kwargs.items()}
     try:
         out = func(*inner_args, **inner_kwargs)
     except NotImplementedError as exc:

@@ -124,6 +124,16 @@ def test_masked_fill_with_the_mask_left_on_the_cpu_raises_cudas_error():
     assert model(torch.ones(4, 4, device="sim:0")).device == torch.device("sim:0")
 
 
+def test_conjugate_and_negative_views_are_read_as_what_they_stand_for():
+    """A conjugate view (``conj()``) and a negative one (``conj().imag``) hold a bit, not other values: an operator
+    that reads them gives what the CPU gives (found by benchmarks/simdevice_ops.py: fft.hfftn differed)."""
+    z = torch.randn(4, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    there = z.to("sim:1").conj()
+    assert torch.equal((there * 1).cpu(), z.conj() * 1)
+    assert torch.allclose(torch.fft.fft(there).cpu(), torch.fft.fft(z.conj()))
+    assert torch.equal(there.conj().cpu(), z) and torch.equal((there.imag + 0).cpu(), z.conj().imag + 0)
+
+
 def _train_with_optimizer_built_first(device, optimizer):
     torch.manual_seed(0)
     model = _Tied()
