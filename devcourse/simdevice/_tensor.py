@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _clock, _cudaforms, _cudaonly, _memory, _opchecks
+from devcourse.simdevice import _bits, _clock, _cudaforms, _cudaonly, _memory, _opchecks
 from devcourse.simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
 from devcourse.simdevice._cudaforms import TABLE as _TABLE
 from devcourse.simdevice._state import NAME, resolve
@@ -157,11 +157,6 @@ def _decompose(func, key, args: tuple, kwargs: dict):
 
 
 _SLOW = object()
-# Operators that make or read the conjugate and negative bits themselves: they get the views as they are.
-_VIEWS_OF_BITS = frozenset({torch.ops.aten._conj.default, torch.ops.aten._neg_view.default,
-                            torch.ops.aten.resolve_conj.default, torch.ops.aten.resolve_neg.default,
-                            torch.ops.aten.conj_physical.default, torch.ops.aten.is_conj.default,
-                            torch.ops.aten.is_neg.default})
 
 
 def _fast(func, args: tuple):
@@ -180,10 +175,9 @@ def _fast(func, args: tuple):
                 device = value.device
             elif value.device != device:
                 return _SLOW
-            values = value._values
-            if values.is_conj() or values.is_neg():  # a conjugate or negative view: the general path
+            if value._values.is_conj() or value._values.is_neg():  # a conjugate or negative view: the general path
                 return _SLOW
-            inner.append(values)
+            inner.append(value._values)
         elif kind is list or kind is tuple:
             if any(isinstance(v, (torch.Tensor, list, tuple)) for v in value):  # nested: collectives
                 return _SLOW
@@ -233,17 +227,10 @@ def _cannot_run(func, exc: NotImplementedError) -> NotImplementedError:
 def _unwrap(value, reads: bool = True):
     kind = type(value)
     if kind is SimTensor:
-        return _read(value._values) if reads else value._values
+        return _bits.read(value._values) if reads else value._values
     if (kind is list or kind is tuple) and any(type(v) is SimTensor for v in value):
-        return kind((_read(v._values) if reads else v._values) if type(v) is SimTensor else v for v in value)
+        return kind(_unwrap(v, reads) for v in value)
     return value
-
-
-def _read(values: torch.Tensor) -> torch.Tensor:
-    """The values as an operator reads them: a conjugate or negative view resolved. Inside ``__torch_dispatch__``
-    PyTorch's Conjugate and Negative keys are left out, so a CPU kernel would read such a view's memory as it
-    lies, without the conjugation or negation the view stands for."""
-    return values.resolve_conj().resolve_neg() if values.is_conj() or values.is_neg() else values
 
 
 def _collective(func, args: tuple, kwargs: dict):
@@ -285,7 +272,7 @@ def run(func, args: tuple, kwargs: dict):
                 kwargs["device"] = torch.device("cpu")
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
-    reads = not _plan(func)[3] and func not in _VIEWS_OF_BITS  # an operator that writes keeps its views as they are
+    reads = not _plan(func)[3] and func not in _bits.MAKERS  # an operator that writes keeps its views as they are
     inner_args = [_unwrap(a, reads) for a in args]
     inner_kwargs = {k: _unwrap(v, reads) for k, v in kwargs.items()}
     try:
@@ -359,17 +346,14 @@ def _plan(func) -> tuple:
 def check_devices(func, args: tuple, kwargs: dict):
     """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
 
-    Operators with a CUDA kernel that PyTorch generates a device check for
-    raise ``... but got <arg> is on <device>, different from other tensors on
-    <device> (when checking argument in method wrapper_<BACKEND>_<name>)``,
-    checking the arguments in the generated order. Operators without it
-    (elementwise ones go through TensorIterator) raise ``... but found at
-    least two devices, <a> and <b>!``, where ``<a>`` is the first device that
-    is not the CPU and a 0-dim CPU tensor is allowed, as TensorIterator does.
-    Convolutions raise what CUDA's convolution raises (see ``_cudaforms``).
-    Returns a composite dispatch key when an operator that CUDA would run as a
-    composite of others mixes devices: the caller then runs the composite,
-    whose parts raise what they raise on CUDA.
+    Operators with a CUDA kernel that PyTorch generates a device check for raise ``... but got <arg> is on
+    <device>, different from other tensors on <device> (when checking argument in method
+    wrapper_<BACKEND>_<name>)``, checking the arguments in the generated order. Operators without it (elementwise
+    ones go through TensorIterator) raise ``... but found at least two devices, <a> and <b>!``, where ``<a>`` is
+    the first device that is not the CPU and a 0-dim CPU tensor is allowed, as TensorIterator does. Convolutions
+    raise what CUDA's convolution raises (see ``_cudaforms``); some operators' own checks come first
+    (``_opchecks``). Returns a composite dispatch key when an operator that CUDA would run as a composite of others
+    mixes devices: the caller then runs the composite, whose parts raise what they raise on CUDA.
     """
     name, method, checked, _ = _plan(func)
     if name in _TRANSFERS:
