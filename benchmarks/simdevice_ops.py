@@ -10,7 +10,7 @@ CPU's values (NaN where the CPU has NaN), or is *refused* when the device says i
 run it (a ``NotImplementedError`` naming the simulated device); it *fails* when it raises anything else (an
 error the CPU does not raise, a traceback from inside the device's code) or gives other values. A sample the
 CPU itself refuses is left out. Prints the ops that agree, are refused and fail, of all, and each failing op
-with its first difference; ``tests/simdevice/test_simdevice_ops.py`` runs the first ops of the database and
+with its first difference; ``tests/simdevice/test_simdevice_ops.py`` runs every op over its first samples and
 fails on any op that fails.
 """
 
