@@ -67,6 +67,15 @@ class _DeviceModule:
         return None  # random numbers come from the CPU generator
 
     @staticmethod
+    def get_rng_state(device: object = None) -> torch.Tensor:
+        """The CPU generator's state, where the device's random numbers come from (``fork_rng`` saves it)."""
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device: object = None) -> None:
+        torch.set_rng_state(state)
+
+    @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:
         return [torch.float16, torch.bfloat16]
 

@@ -134,6 +134,18 @@ def test_conjugate_and_negative_views_are_read_as_what_they_stand_for():
     assert torch.equal(there.conj().cpu(), z) and torch.equal((there.imag + 0).cpu(), z.conj().imag + 0)
 
 
+def test_fork_rng_for_the_device_gives_back_the_random_state_it_found():
+    """``torch.random.fork_rng(device_type=...)`` saves and restores the device's generator through its device
+    module (torch/random.py); the simulated device's random numbers come from the CPU's generator."""
+    torch.manual_seed(0)
+    first, second = torch.randn(3, device="sim:0"), torch.randn(3, device="sim:0")
+    torch.manual_seed(0)
+    assert torch.equal(torch.randn(3, device="sim:0").cpu(), first.cpu())
+    with torch.random.fork_rng(devices=[0, 1], device_type="sim"):
+        torch.randn(5, device="sim:1")
+    assert torch.equal(torch.randn(3, device="sim:0").cpu(), second.cpu())
+
+
 def _train_with_optimizer_built_first(device, optimizer):
     torch.manual_seed(0)
     model = _Tied()
