@@ -6,7 +6,12 @@ check names the PyTorch source it follows. On a CPU-only machine without the sim
 
 from __future__ import annotations
 
+import torch
+
 from devcourse.simdevice._state import NAME
+
+# The operators with checks here (the random ones take their generator by keyword, so never the fast path).
+NAMES = frozenset({"index", "_unsafe_index", "masked_fill", "masked_fill_", "_pack_padded_sequence"})
 
 
 def _generator(func, args: tuple, kwargs: dict):
@@ -30,6 +35,12 @@ def own_checks(name: str, func, args: tuple, kwargs: dict) -> None:
         # masked_fill__cuda (aten/src/ATen/native/cuda/Indexing.cu): one device, a 0-dim CPU mask included
         raise RuntimeError(f"expected self and mask to be on the same device, but got mask on {args[1].device} "
                            f"and self on {args[0].device}")
+    if name == "_pack_padded_sequence":  # checkLongTensor (aten/src/ATen/native/PackedSequence.cpp), every device
+        lengths = args[1]
+        if lengths.dim() != 1 or lengths.device.type != "cpu" or lengths.dtype != torch.int64:
+            kind = torch.empty(0, dtype=lengths.dtype).type().removeprefix("torch.").removesuffix("Tensor")
+            raise RuntimeError(f"'lengths' argument should be a 1D CPU int64 tensor, but got {lengths.dim()}D "
+                               f"{lengths.device} {kind} tensor")
     generator = _generator(func, args, kwargs)
     if generator is not None and generator.device.type != NAME:  # check_generator, in DistributionsHelper.h
         raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{generator.device.type}'")

@@ -146,6 +146,19 @@ def test_fork_rng_for_the_device_gives_back_the_random_state_it_found():
     assert torch.equal(torch.randn(3, device="sim:0").cpu(), second.cpu())
 
 
+def test_pack_padded_sequence_with_lengths_on_the_device_raises_cudas_error():
+    """``checkLongTensor`` (aten/src/ATen/native/PackedSequence.cpp) wants the lengths on the CPU on every device;
+    on CUDA it reads "'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor" (a common
+    public mistake)."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    padded, lengths = torch.randn(3, 5, 4, device="sim:0"), torch.tensor([5, 3, 2])
+    with pytest.raises(RuntimeError, match=re.escape("'lengths' argument should be a 1D CPU int64 tensor, but got 1D "
+                                                     "sim:0 Long tensor")):
+        pack_padded_sequence(padded, lengths.to("sim:0"), batch_first=True)
+    assert pack_padded_sequence(padded, lengths, batch_first=True).data.device == torch.device("sim:0")
+
+
 def _train_with_optimizer_built_first(device, optimizer):
     torch.manual_seed(0)
     model = _Tied()
