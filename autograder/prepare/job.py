@@ -19,7 +19,7 @@ import nbformat
 from autograder.course.config import DEFAULT_STUBS
 from autograder.course.cells import is_answer, is_test, nbgrader_meta, visible_source
 from autograder.prepare.probes import notebook_probes, worker_functions
-from autograder.prepare.scan import ipython_free, scan
+from autograder.prepare.scan import ipython_free, names_stand_in, scan
 from autograder.prepare.submission import assemble
 
 
@@ -167,8 +167,8 @@ def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.Noteboo
     course_cells = {c.get("id") for c in source.cells if not is_answer(c)}
     student_cells = [c for c in nb.cells if c.cell_type == "code" and (is_answer(c) or not nbgrader_meta(c))
                      and c.get("id") not in course_cells]
-    asked = frozenset(nbgrader_meta(c).get("grade_id", "") for c in source.cells if is_answer(c)
-                      and scan([c], stand_ins) != scan([c]))  # its solution names a simulated device itself
+    asked = frozenset(nbgrader_meta(c).get("grade_id", "") for c in source.cells  # its solution names one itself
+                      if is_answer(c) and names_stand_in(c, stand_ins))
     job.findings = scan(student_cells, stand_ins, asked)
     recorder_name = guard_name + "_probe"
     tests = [cell for cell in nb.cells if is_test(cell)]

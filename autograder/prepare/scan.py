@@ -87,11 +87,25 @@ def _findings(tree: ast.AST, modules: set[str], inspect_names: set[str], stand_i
         name = _forbidden_use(node, inspect_names)
         if name:
             findings.append(f"line {line} uses {name}")
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                node.value.split(":")[0] in stand_ins and node.value.partition(":")[2] in ("", *"0123456789"):
+        if _names_stand_in(node, stand_ins):
             findings.append(f"line {line} names the simulated device {node.value!r}, which its exercise does not")
         findings += [f"line {int(f.split()[1]) + offset} {f.split(' ', 2)[2]}" for f in _changes(node, modules)]
     return findings
+
+
+def _names_stand_in(node: ast.AST, stand_ins: tuple[str, ...]) -> bool:
+    """Whether ``node`` is a string naming one of ``stand_ins`` as a device (``"sim"``, ``"sim:1"``)."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+        node.value.split(":")[0] in stand_ins and node.value.partition(":")[2] in ("", *"0123456789")
+
+
+def names_stand_in(cell, stand_ins: tuple[str, ...]) -> bool:
+    """Whether a cell's code, as IPython runs it, names one of ``stand_ins`` as a device (see :func:`scan`)."""
+    try:
+        tree = ast.parse(ipython_code(cell.source))
+    except SyntaxError:
+        return False
+    return any(_names_stand_in(node, stand_ins) for node in ast.walk(tree))
 
 
 def _magic(node: ast.AST) -> tuple[str, str | None] | None:
@@ -132,7 +146,6 @@ def ipython_code(source: str) -> str:
         return "\n" * blank + _transformer().transform_cell(renamed)
     except Exception:  # noqa: BLE001 - what IPython cannot transform, it cannot run either
         return ipython_free(renamed)
-
 
 
 def _imported(trees: list[ast.Module]) -> tuple[set[str], set[str]]:
