@@ -14,8 +14,13 @@ MAKERS = frozenset(getattr(torch.ops.aten, name).default for name in (
     "_conj", "_neg_view", "resolve_conj", "resolve_neg", "conj_physical", "is_conj", "is_neg"))
 
 
+def marked(values: torch.Tensor) -> bool:
+    """Whether ``values`` is a conjugate or negative view."""
+    return values.is_conj() or values.is_neg()
+
+
 def read(values: torch.Tensor) -> torch.Tensor:
     """The values as an operator reads them: a conjugate or negative view resolved. Inside ``__torch_dispatch__``
     PyTorch's Conjugate and Negative keys are left out, so a CPU kernel would read such a view's memory as it
     lies, without the conjugation or negation the view stands for."""
-    return values.resolve_conj().resolve_neg() if values.is_conj() or values.is_neg() else values
+    return values.resolve_conj().resolve_neg() if marked(values) else values

@@ -6,6 +6,8 @@ check names the PyTorch source it follows. On a CPU-only machine without the sim
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from devcourse.simdevice._state import NAME
@@ -14,14 +16,18 @@ from devcourse.simdevice._state import NAME
 NAMES = frozenset({"index", "_unsafe_index", "masked_fill", "masked_fill_", "_pack_padded_sequence"})
 
 
+@functools.cache
+def _generator_position(func) -> int | None:
+    """Where an operator's schema takes ``generator``, or None: read once per operator."""
+    return next((i for i, argument in enumerate(func._schema.arguments) if argument.name == "generator"), None)
+
+
 def _generator(func, args: tuple, kwargs: dict):
     """The ``generator=`` a random operator was given, or None."""
     if "generator" in kwargs:
         return kwargs["generator"]
-    for position, argument in enumerate(func._schema.arguments):
-        if argument.name == "generator":
-            return args[position] if position < len(args) else None
-    return None
+    position = _generator_position(func)
+    return args[position] if position is not None and position < len(args) else None
 
 
 def own_checks(name: str, func, args: tuple, kwargs: dict) -> None:

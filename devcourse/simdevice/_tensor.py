@@ -175,7 +175,7 @@ def _fast(func, args: tuple):
                 device = value.device
             elif value.device != device:
                 return _SLOW
-            if value._values.is_conj() or value._values.is_neg():  # a conjugate or negative view: the general path
+            if _bits.marked(value._values):  # a conjugate or negative view: the general path
                 return _SLOW
             inner.append(value._values)
         elif kind is list or kind is tuple:
