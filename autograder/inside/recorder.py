@@ -16,10 +16,10 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
     False raises ``AssertionError`` as the assertion did), ``raised(error)`` (the class names of the exception
     and its causes), ``hidden()`` (a context marking events as from hidden checks) and ``end(token)``, which
     publishes the events, and the token the grader gave this run of the probe, as one display output of MIME type
-    ``application/vnd.course.probe+json``. Values are
-    JSON: containers with their type, tensors with type, device, dtype, shape and raw bytes (base64; a tensor of
-    any layout but the strided one is refused, ``"refused": "layout"``, and fails every comparison), devices,
-    dtypes and classes by name, anything else as an opaque object of its class.
+    ``application/vnd.course.probe+json``. Values are JSON: containers with their type, tensors with type,
+    device, dtype, shape and raw bytes (base64; a tensor of any layout but the strided one is refused,
+    ``"refused": "layout"``, and fails every comparison), devices, dtypes and classes by name, anything else as an
+    opaque object of its class.
     """
     import base64
     import builtins

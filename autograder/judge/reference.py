@@ -319,6 +319,7 @@ def _last_words(job: Job) -> str:
         if _BANNER_END in text:
             first, _, rest = text.rsplit(_BANNER_END, 1)[1].lstrip().partition("\n")
             text = rest if first.startswith("--existing") else first + "\n" + rest
-        if sandbox.last_line(text):
-            return sandbox.last_line(text)
+        said = sandbox.last_line(text)
+        if said:
+            return said
     return ""

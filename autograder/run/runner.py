@@ -23,8 +23,8 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import test_id
-from autograder.prepare.probes import PROBE_TOKEN
 from autograder.inside import launcher
+from autograder.prepare.probes import PROBE_TOKEN
 from autograder.run import cgroups, sandbox
 from autograder.run.kernel import first_cell, kernel_env
 from autograder.run.provisioner import KERNEL, kernel_specs

@@ -312,8 +312,6 @@ def _to(self, *args, **kwargs):
 _to.__doc__ = _original_to.__doc__
 
 
-
-
 def enable(count: int = 2) -> None:
     """Register the device type with ``count`` devices; idempotent for one count, and never undone (PyTorch
     allows one PrivateUse1 name per process).

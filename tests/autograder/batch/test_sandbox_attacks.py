@@ -174,14 +174,12 @@ def _hand_in(course: Path, student: str, first_cell: str = "", answer: str | Non
     nbformat.write(nb, path)
 
 
-def _ipc_objects() -> str:
-    """This machine's System V IPC objects with this run's key, as /proc lists them (shared memory, message
-    queues, semaphore sets)."""
-    found = []
-    for kind in ("shm", "msg", "sem"):
-        lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
-        found += [f"{kind}: {line.split()[:3]}" for line in lines if line.split() and int(line.split()[0]) == IPC_KEY]
-    return "\n".join(found)
+def _ipc_objects() -> list[tuple[str, list[str]]]:
+    """This machine's System V IPC objects with this run's key, as /proc lists them: (kind, the row's fields) of
+    shared memory (shm), message queues (msg) and semaphore sets (sem)."""
+    rows = [(kind, line.split()) for kind in ("shm", "msg", "sem")
+            for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]]
+    return [(kind, fields) for kind, fields in rows if fields and int(fields[0]) == IPC_KEY]
 
 
 @pytest.fixture(scope="module")
@@ -210,11 +208,8 @@ def graded(tmp_path_factory):
     with open(course / "scores.csv", newline="") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     yield rows, course
-    for kind, remove in (("shm", "-m"), ("msg", "-q"), ("sem", "-s")):  # what a failed run left, for the next
-        for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields and int(fields[0]) == IPC_KEY:
-                subprocess.run(["ipcrm", remove, fields[1]], capture_output=True)
+    for kind, fields in _ipc_objects():  # what a failed run left, for the next
+        subprocess.run(["ipcrm", {"shm": "-m", "msg": "-q", "sem": "-s"}[kind], fields[1]], capture_output=True)
 
 
 def test_alice_keeps_her_score(graded):
@@ -224,7 +219,7 @@ def test_alice_keeps_her_score(graded):
 
 def test_no_ipc_object_outlives_its_kernel(graded):
     """System V IPC belongs to the IPC namespace: each sandbox has its own, gone with its kernel."""
-    assert _ipc_objects() == "", "a submission's System V IPC objects outlived its kernel"
+    assert _ipc_objects() == [], "a submission's System V IPC objects outlived its kernel"
 
 
 def test_a_submission_reaches_no_other_through_ipc(graded):
