@@ -156,7 +156,11 @@ def asynchronous(kernel_s: float, first_call_s: float | None = None):
     has; all by sleeping. So a clock read around launches without a
     synchronize measures only the launches, as on a GPU, and events recorded
     around them measure the device's time. Values are what they always are
-    (computed at once). Leaving the block waits for every device. On any
-    machine; nothing changes outside the block.
+    (computed at once), except that a ``non_blocking`` copy into pinned host
+    memory (``.to("cpu", non_blocking=True)`` makes its result pinned, as on
+    CUDA) arrives only when the program waits for the stream that copies:
+    read earlier, it holds what the memory held (zeros for a new tensor).
+    Leaving the block waits for every device. On any machine; nothing changes
+    outside the block.
     """
     return _clock.running(kernel_s, first_call_s)

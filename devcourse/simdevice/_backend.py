@@ -15,6 +15,7 @@ import torch
 from torch.utils import _device as _device_mode
 
 from devcourse.simdevice import _clock, _memory, _moves
+from devcourse.simdevice import _state as _state_module
 from devcourse.simdevice._state import NAME, current_index, resolve, set_current_index
 from devcourse.simdevice._state import state as _state
 from devcourse.simdevice._tensor import SimTensor
@@ -222,6 +223,13 @@ def _pin_memory(self, device=None):
     # there, pinning still asks CUDA for page-locked memory.
     if torch.cuda.is_available():
         return _original_pin_memory(self, "cuda")
+    if not _state_module.shown():  # hidden: pinning answers as on this machine without the simulated device
+        from devcourse.simdevice._accelerator import machine_accelerator
+
+        machine = machine_accelerator(check_available=True)
+        if machine is None:
+            raise RuntimeError("Cannot access accelerator device when none is available.")  # PyTorch's, CPU-only
+        return _original_pin_memory(self, machine.type)
     if self.device.type != "cpu":
         raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
     if _is_pinned(self):

@@ -1,10 +1,9 @@
 """Asynchronous execution, simulated: operators return before the device has run them.
 
-A GPU runs operators queued per stream while Python goes on, and the program waits only where it must
-(synchronize, reading values on the host). The simulated device computes at once; while :func:`running` is on
-(:func:`devcourse.simdevice.asynchronous`), :func:`account` charges each operator device time on its stream and
-the waiting calls sleep until their streams are done. Values are unchanged; only when the program waits changes.
-"""
+A GPU runs operators queued per stream while Python goes on; the program waits only where it must (synchronize,
+reading values on the host). While :func:`running` is on, :func:`account` charges each operator device time on its
+stream and the waiting calls sleep until their streams are done. Values are computed at once, but a ``non_blocking``
+copy to pinned host memory arrives only when the program waits for its stream (:func:`late_copy`)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,8 @@ _busy_until: dict[tuple[int, int], float] = {}  # (device index, stream id) -> w
 _seen: set[tuple[int, object]] = set()  # (device index, operator) launched since running() began
 _stream_ids = itertools.count(1)  # 0 is each device's default stream
 _current = threading.local()  # .streams: {device index: stream id}, per thread as on CUDA
+# Copies to pinned host memory not arrived yet: (device index, stream id, when it will have run, destination, values).
+_late: list[tuple[int, int, float, torch.Tensor, torch.Tensor]] = []
 
 _aten = torch.ops.aten
 # Operators that hand a value to the host, and so wait for the device first.
@@ -53,6 +54,7 @@ def running(kernel_s: float, first_call_s: float | None = None) -> Iterator[None
     finally:
         wait_all()
         with _lock:
+            _late.clear()
             _kernel_s.clear()
             _busy_until.clear()
             _seen.clear()
@@ -99,6 +101,49 @@ def sleep_until(moment: float) -> None:
 def wait(index: int, stream: int | None = None) -> None:
     """Sleep until simulated device ``index`` has run every operator launched on ``stream`` (None: on all)."""
     sleep_until(reached(index, stream))
+    _arrive(index, stream)
+
+
+def wait_until(index: int, moment: float) -> None:
+    """Sleep until ``moment`` (an event's), when device ``index`` has run what was launched before it."""
+    sleep_until(moment)
+    _arrive(index, None, moment)
+
+
+def _arrive(index: int, stream: int | None, moment: float | None = None) -> None:
+    """Let the late copies of device ``index`` on ``stream`` (None: any) that run by ``moment`` arrive."""
+    with _lock:
+        arriving = [c for c in _late if c[0] == index and stream in (None, c[1]) and (moment is None or c[2] <= moment)]
+        _late[:] = [c for c in _late if not any(c is a for a in arriving)]
+    with torch.no_grad():
+        for _, _, _, destination, values in arriving:
+            destination.copy_(values)
+
+
+def late_copy(func, args: tuple, copy):
+    """Run ``copy()``, a ``non_blocking`` copy from a simulated device to pinned host memory, as a GPU runs it.
+
+    It returns at once and the values arrive when the device gets to it on the current stream: until the program
+    waits for that stream (a synchronize, an event recorded after it, a blocking copy on it), the destination
+    holds what it held before; a new tensor's memory (pinned, as CUDA's ``_to_copy`` makes it) holds zeros.
+    """
+    source = args[1] if func is _aten.copy_.default else args[0]
+    index = source.device.index
+    _launch(index, func)
+    before = args[0].detach().clone() if func is _aten.copy_.default else None
+    out = copy()
+    destination = out.detach()
+    values = destination.clone()
+    with torch.no_grad():
+        if before is None:
+            destination.untyped_storage()._sim_pinned = True
+            destination.zero_()
+        else:
+            destination.copy_(before)
+    with _lock:
+        stream = current_stream(index)
+        _late.append((index, stream, _busy_until.get((index, stream), 0.0), destination, values))
+    return out
 
 
 def wait_all() -> None:
@@ -118,8 +163,9 @@ def _launch(index: int, func) -> None:
         _busy_until[key] = max(time.perf_counter(), _busy_until.get(key, 0.0)) + cost
 
 
-def account(func, args: tuple, kwargs: dict) -> None:
-    """Called for each operator on a simulated device, before it runs: wait for it, or queue it."""
+def account(func, args: tuple, kwargs: dict) -> bool:
+    """Called for each operator on a simulated device, before it runs: wait for it, or queue it. True for a
+    ``non_blocking`` copy to pinned host memory, which the caller runs through :func:`late_copy`."""
     values = [item for value in (*args, *kwargs.values())
               for item in (value if isinstance(value, (list, tuple)) else (value,))]  # torch.cat([...]) too
     devices = {value.device.index for value in values if isinstance(value, torch.Tensor) and value.device.type == NAME}
@@ -131,6 +177,9 @@ def account(func, args: tuple, kwargs: dict) -> None:
         if not kwargs.get("non_blocking") and not (len(args) > 2 and args[2]):
             for index in devices:
                 wait(index, current_stream(index))  # a copy to the host runs on the current stream
-        return
+            return False
+        # a copy into pageable memory completes before it returns (CUDA's cudaMemcpyAsync to pageable memory)
+        return func is _aten._to_copy.default or (func is _aten.copy_.default and args[0].is_pinned())
     for index in devices:
         _launch(index, func)
+    return False

@@ -37,7 +37,10 @@ class Stream(_BaseStream):
     def query(self) -> bool:
         if not self._sim():
             return super().query()
-        return _clock.reached(self.device_index, self.stream_id) <= time.perf_counter()
+        done = _clock.reached(self.device_index, self.stream_id) <= time.perf_counter()
+        if done:
+            _clock.wait(self.device_index, self.stream_id)  # at once: what the stream ran has arrived
+        return done
 
     def synchronize(self) -> None:
         if not self._sim():
@@ -138,13 +141,16 @@ class Event(_BaseEvent):
     def query(self) -> bool:
         if not self._sim():
             return super().query()
-        return self._at is None or self._at <= time.perf_counter()
+        done = self._at is None or self._at <= time.perf_counter()
+        if done and self._at is not None:
+            _clock.wait_until(self._index, self._at)  # what the device ran by then has arrived
+        return done
 
     def synchronize(self) -> None:
         if not self._sim():
             return super().synchronize()
         if self._at is not None:
-            _clock.sleep_until(self._at)
+            _clock.wait_until(self._index, self._at)
         return None
 
     def wait(self, stream=None) -> None:

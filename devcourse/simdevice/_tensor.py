@@ -119,25 +119,30 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if _clock._kernel_s:
-            _clock.account(func, args, kwargs or {})
-        try:
-            if not kwargs:
-                out = _fast(func, args)
-                if out is not _SLOW:
-                    return out
-            kwargs = kwargs or {}
-            if func.namespace == "c10d":
-                return _collective(func, args, kwargs)
-            composite = check_devices(func, args, kwargs)
-            if composite is not None:
-                return _decompose(func, composite, args, kwargs)
-            return run(func, args, kwargs)
-        except _NotStrided as exc:
-            raise NotImplementedError(
-                f"the simulated device cannot run {func}: its result would be a {exc.args[0]} tensor, and the "
-                f"simulated device holds dense (strided) tensors only (a limit of the simulated device)"
-            ) from None
+        if _clock._kernel_s and _clock.account(func, args, kwargs or {}):
+            return _clock.late_copy(func, args, lambda: _dispatch(func, args, kwargs))
+        return _dispatch(func, args, kwargs)
+
+
+def _dispatch(func, args: tuple, kwargs: dict | None):
+    """Every operator on a simulated tensor: the fast path, collectives, device checks, then the CPU's kernel."""
+    try:
+        if not kwargs:
+            out = _fast(func, args)
+            if out is not _SLOW:
+                return out
+        kwargs = kwargs or {}
+        if func.namespace == "c10d":
+            return _collective(func, args, kwargs)
+        composite = check_devices(func, args, kwargs)
+        if composite is not None:
+            return _decompose(func, composite, args, kwargs)
+        return run(func, args, kwargs)
+    except _NotStrided as exc:
+        raise NotImplementedError(
+            f"the simulated device cannot run {func}: its result would be a {exc.args[0]} tensor, and the "
+            f"simulated device holds dense (strided) tensors only (a limit of the simulated device)"
+        ) from None
 
 
 class _NotStrided(Exception):
@@ -250,15 +255,8 @@ def _collective(func, args: tuple, kwargs: dict):
 
 
 def _first_device(args, kwargs) -> torch.device | None:
-    for value in (*args, *kwargs.values()):
-        kind = type(value)
-        if kind is SimTensor:
-            return value.device
-        if kind is list or kind is tuple:
-            for v in value:
-                if type(v) is SimTensor:
-                    return v.device
-    return None
+    flat = (v for value in (*args, *kwargs.values()) for v in (value if type(value) in (list, tuple) else (value,)))
+    return next((v.device for v in flat if type(v) is SimTensor), None)
 
 
 def run(func, args: tuple, kwargs: dict):

@@ -446,6 +446,24 @@ from itertools import chain
 ''',
     ),
     Mistake(
+        id="every_batch_pinned",
+        url="https://github.com/karpathy/nanoGPT/pull/120",
+        summary="Training code pinned every batch with .pin_memory() before its non_blocking copy, which "
+                "failed when training on the CPU or on a Mac's GPU.",
+        assignment="02_cross_device_errors",
+        answer="prepare_batch",
+        code=_PREPARE_BATCH_HEAD + '''\
+    data, label = batch
+    return data.pin_memory().to(device, non_blocking=True), label.pin_memory().to(device, non_blocking=True)
+''',
+        fix=_PREPARE_BATCH_HEAD + '''\
+    data, label = batch
+    if torch.device(device).type == "cuda":  # page-locked memory speeds up copies to a CUDA GPU only
+        data, label = data.pin_memory(), label.pin_memory()
+    return data.to(device, non_blocking=True), label.to(device, non_blocking=True)
+''',
+    ),
+    Mistake(
         id="integer_ids_left_on_cpu",
         url="https://github.com/yangjianxin1/GPT2-chitchat/issues/8",
         summary="Left the integer input_ids on the CPU while the model was on the GPU, so the embedding's "

@@ -376,3 +376,52 @@ def test_streams_run_side_by_side_until_one_waits_for_the_other():
     assert 199.9 <= begin.elapsed_time(overlapped) < 300  # four products each, side by side: not 400 ms
     assert 199.9 <= begin.elapsed_time(side_done) < 300
     assert begin.elapsed_time(ordered) >= begin.elapsed_time(side_done) + 49.9  # after the side stream's work
+
+
+def test_a_non_blocking_copy_to_pinned_memory_arrives_only_when_the_program_waits():
+    """02's race, shown deterministically: a ``non_blocking`` copy from the device into pinned host memory returns
+    before the values arrive; they are there once the program synchronizes with the stream that copies. CUDA's
+    ``_to_copy`` (aten/src/ATen/native/TensorConversions.cpp, ``pin_out``) makes the new tensor pinned; a copy into
+    pageable memory completes before it returns, as cudaMemcpyAsync to pageable memory does."""
+    x = torch.arange(1.0, 4.0, device="sim:1")
+    with sim.asynchronous(kernel_s=0.001):
+        early = x.to("cpu", non_blocking=True)
+        assert early.is_pinned() and early.tolist() == [0.0, 0.0, 0.0]  # read too early: not arrived
+        torch.accelerator.synchronize(1)
+        assert early.tolist() == [1.0, 2.0, 3.0]
+
+        buffer = torch.full((3,), 7.0).pin_memory()
+        buffer.copy_(x * 2, non_blocking=True)
+        assert buffer.tolist() == [7.0, 7.0, 7.0]  # what the buffer held before
+        torch.Event(device="sim:0").synchronize()  # another device's event: not this copy's stream
+        assert buffer.tolist() == [7.0, 7.0, 7.0]
+        done = torch.Event(device="sim:1")
+        done.record()
+        done.synchronize()
+        assert buffer.tolist() == [2.0, 4.0, 6.0]
+
+        pageable = torch.zeros(3)
+        pageable.copy_(x * 3, non_blocking=True)
+        assert pageable.tolist() == [3.0, 6.0, 9.0]
+        late = x.to("cpu", non_blocking=True)
+        x.cpu()  # a blocking copy on the same stream waits for the one before it
+        assert late.tolist() == [1.0, 2.0, 3.0]
+        last = (x * 5).to("cpu", non_blocking=True)
+    assert last.tolist() == [5.0, 10.0, 15.0]  # leaving the block waits for every device
+    assert x.to("cpu", non_blocking=True).tolist() == [1.0, 2.0, 3.0]  # outside it operators finish before returning
+
+
+def test_pinning_on_a_machine_without_an_accelerator_fails_as_there():
+    """Hidden, as on the device matrix's CPU of a CPU-only machine, pinning raises PyTorch's own error for a machine
+    without an accelerator (a real CPU-only torch raises it; nanoGPT's pull request 120 met it), and a DataLoader
+    asked to pin warns and hands out ordinary batches; shown, pinning works as on a GPU machine."""
+    if torch.cuda.is_available():
+        pytest.skip("a machine with CUDA pins with CUDA")
+    with sim.shown_as_accelerator(False):
+        with pytest.raises(RuntimeError, match="^Cannot access accelerator device when none is available.$"):
+            torch.ones(2).pin_memory()
+        with pytest.warns(UserWarning, match="no accelerator is found"):
+            batch = next(iter(torch.utils.data.DataLoader(torch.arange(4.0), batch_size=2, pin_memory=True)))
+        assert not batch.is_pinned()
+    with sim.shown_as_accelerator(True):
+        assert torch.ones(2).pin_memory().is_pinned()
