@@ -63,7 +63,7 @@ def accelerator_or_simulated(index: int = 1) -> torch.device:
     """A device that is not the CPU: the machine's own accelerator where it has one, else ``sim:index``.
 
     On a CPU-only machine it turns the simulated accelerator on, as the
-    grader's device matrix does (:func:`devcourse.grading.simulated_devices`),
+    grader's device matrix does (:func:`devcourse.stand_ins.simulated_devices`),
     shows it to ``torch.accelerator`` from then on (the matrix alone leaves it
     hidden, see :func:`devcourse.simdevice.show`), and returns ``sim:index``
     (0 or 1). On a machine with CUDA, an Apple GPU
@@ -81,7 +81,7 @@ def accelerator_or_simulated(index: int = 1) -> torch.device:
     if hardware_accelerator() is not None:
         return best_device()
     from devcourse import simdevice
-    from devcourse.grading import simulated_devices
+    from devcourse.stand_ins import simulated_devices
 
     devices = simulated_devices()
     simdevice.show()  # the lesson's accelerator from now on, as torch.accelerator names it

@@ -2,88 +2,77 @@
 
 The *device matrix* (:func:`device_matrix`) is the CPU, then every ``cuda:N`` on a machine with CUDA, else the
 simulated ``sim:0`` and ``sim:1`` (:mod:`devcourse.simdevice`), which hold real values, so checks compare values
-on every device. The notebooks' checks call :func:`check_on_devices`.
-Introduced in 01_device_placement.
+on every device; then the machines of :mod:`devcourse.machines` a check names. The notebooks' checks call
+:func:`check_on_devices`. Introduced in 01_device_placement.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterator, Literal
+from typing import Callable, ContextManager, Iterator, Literal, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from devcourse import simdevice
+from devcourse.machines import SIMULATED, Machine, machine
+from devcourse.stand_ins import SIMULATED_COUNT, replaced, simulated_cuda, simulated_devices, simulated_mps
+
+__all__ = [
+    "SIMULATED_COUNT", "GradingDevice", "assert_tensor", "check_on_a_mac", "check_on_devices", "check_on_machine",
+    "describe_exception", "device_matrix", "has_values", "is_plain_tensor", "not_checked_here", "other_index",
+    "recorded_autocast", "simulated_cuda", "simulated_devices", "simulated_mps",
+]
 
 Kind = Literal["tensor", "module"]
 
 _KINDS = ("tensor", "module")
-SIMULATED_COUNT = 2
 NOT_CHECKED: list[str] = []  # checks that asked for a machine this one cannot stand for (check_on_devices)
 
 
 @dataclass(frozen=True)
 class GradingDevice:
-    """One entry of the device matrix.
-
-    ``stand_in`` is ``""`` for a device this machine really has and
-    ``"sim"`` for a device of the simulated accelerator.
-    """
+    """One entry of the device matrix: a device, and the machine it belongs to (None: this machine, as it is)."""
 
     device: torch.device
-    stand_in: str = ""
+    machine: Machine | None = None
+
+    @property
+    def stand_in(self) -> str:
+        """The name of the machine stood for (``"sim"``, ``"mac"``, ...), ``""`` for this machine's own device."""
+        return "" if self.machine is None else self.machine.name
 
     @property
     def real(self) -> bool:
         """True when this machine really has the device (not simulated)."""
-        return not self.stand_in
+        return self.machine is None
 
     def activate(self) -> ContextManager[object]:
         """The machine a check on this device runs on, as PyTorch and the course's helpers describe it.
 
-        On a simulated device, ``torch.accelerator`` names the simulated accelerator (a machine that has it).
-        On the CPU of a machine without CUDA, it names none, simulated device on or not (a CPU-only laptop).
-        On a machine's own devices, nothing changes.
+        A stood-for machine answers as itself (:class:`devcourse.machines.Machine`). On the CPU of a machine
+        without CUDA, ``torch.accelerator`` names none, simulated device on or not (a CPU-only laptop). On a
+        machine's own devices, nothing changes.
         """
-        if self.stand_in == "sim":
-            return simdevice.shown_as_accelerator(True)
-        if self.stand_in == "mac":
-            from devcourse.mac import simulated_mac
-
-            return simulated_mac()
-        if self.real and self.device.type == "cpu" and simdevice.is_enabled() and not torch.cuda.is_available():
+        if self.machine is not None:
+            return self.machine.stand_in()
+        if self.device.type == "cpu" and simdevice.is_enabled() and not torch.cuda.is_available():
             return simdevice.shown_as_accelerator(False)
         return contextlib.nullcontext()
 
     def __str__(self) -> str:
-        if self.stand_in == "sim":
-            return f"{self.device} (simulated device: real values in host memory)"
-        if self.stand_in == "mac":
-            return f"mps:0 of a simulated Mac (its values on {self.device})"
-        return str(self.device)
+        return str(self.device) if self.machine is None else self.machine.describe(self.device)
 
 
-def simulated_devices() -> list[torch.device]:
-    """Two simulated devices, ``[sim:0, sim:1]``, turning the simulated accelerator on, hidden, if it is off.
-
-    Hidden (:func:`devcourse.simdevice.show`): ``torch.accelerator`` keeps answering as on this machine,
-    except in a check that runs on a simulated device (:meth:`GradingDevice.activate`). So turning it on
-    for the device matrix, as the grader does before a student's first cell, changes nothing an answer
-    sees elsewhere: ``torch.accelerator.current_accelerator()`` is ``None`` on a CPU-only machine, as on
-    the student's laptop. A notebook that turns it on itself (``simdevice.enable()``,
-    :func:`devcourse.devices.accelerator_or_simulated`) shows it, in a grading kernel as in the
-    student's. If the process already turned it on with another count, its first two devices (or its
-    only one) are used.
-    """
-    if not simdevice.is_enabled():
-        simdevice.enable(SIMULATED_COUNT, shown=False)
-    return simdevice.devices()[:SIMULATED_COUNT]
+def _named(machines: Sequence[str], mac: bool) -> list[Machine]:
+    """The machines a check names (``mac=True`` is ``machines=("mac",)``), each once, in order."""
+    names = [*machines, *(("mac",) if mac else ())]
+    return [machine(name) for name in dict.fromkeys(names)]
 
 
-def device_matrix(kind: Kind = "tensor", mac: bool = False) -> list[GradingDevice]:
-    """The devices a check of this ``kind`` runs on, CPU first; with ``mac=True``, a Mac's GPU last.
+def device_matrix(kind: Kind = "tensor", mac: bool = False, machines: Sequence[str] = ()) -> list[GradingDevice]:
+    """The devices a check of this ``kind`` runs on, CPU first, then those of the ``machines`` it names.
 
     ``kind="tensor"`` is for code that takes and returns tensors;
     ``kind="module"`` for code that moves or runs ``nn.Module`` objects.
@@ -92,37 +81,34 @@ def device_matrix(kind: Kind = "tensor", mac: bool = False) -> list[GradingDevic
     them apart again.
 
     On a CPU-only machine: ``[cpu, sim:0, sim:1]``. With N GPUs: ``cpu`` and
-    every ``cuda:N``. ``mac=True`` adds, on a machine without CUDA, the GPU of
-    a simulated Mac (:mod:`devcourse.mac`: MPS's device names, one device, no
-    float64, MPS's out-of-memory errors; the check is handed ``sim:0``, where
-    the Mac's values live): for exercises that resolve a device, load a
-    checkpoint or handle running out of memory. A machine with CUDA cannot
-    stand for a Mac (the simulated device that holds its values is not turned
+    every ``cuda:N``. ``machines`` adds one entry per machine of
+    :data:`devcourse.machines.MACHINES` (``"laptop"``, ``"two-gpus"``, ``"mac"``, ``"mac-without-mps"``; ``mac=True``
+    is ``"mac"``), where this machine can stand for it: a simulated Mac (:mod:`devcourse.mac`: MPS's device names,
+    one device, no float64, MPS's out-of-memory errors) is handed ``sim:0``, where its values live, the others the
+    CPU. A machine with CUDA cannot stand for a Mac (the simulated device that holds its values is not turned
     on beside CUDA): there :func:`not_checked_here` names it. The simulated devices are never added beside
     CUDA: a registered out-of-tree device becomes PyTorch's current accelerator, which would change what
     student code on a GPU machine sees.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
+    named = _named(machines, mac)
     devices = [GradingDevice(torch.device("cpu"))]
     if torch.cuda.is_available():
-        return devices + [GradingDevice(torch.device("cuda", i)) for i in range(torch.cuda.device_count())]
-    devices += [GradingDevice(d, stand_in="sim") for d in simulated_devices()]
-    if mac:
-        devices.append(GradingDevice(simulated_devices()[0], stand_in="mac"))
-    return devices
+        devices += [GradingDevice(torch.device("cuda", i)) for i in range(torch.cuda.device_count())]
+    else:
+        devices += [GradingDevice(d, SIMULATED) for d in simulated_devices()]
+    return devices + [GradingDevice(m.device(), m) for m in named if not m.can_stand_here()]
 
 
-def not_checked_here(mac: bool = False) -> list[str]:
-    """The machines a check asks for (``mac=True``: a Mac) that this machine cannot stand for, each with why."""
-    if mac and torch.cuda.is_available():
-        return ["a Mac (MPS): its GPU is simulated on the simulated device, which is not turned on beside CUDA"]
-    return []
+def not_checked_here(mac: bool = False, machines: Sequence[str] = ()) -> list[str]:
+    """The machines a check names that this machine cannot stand for, each with why."""
+    return [why for why in (m.can_stand_here() for m in _named(machines, mac)) if why]
 
 
 def check_on_devices(check: Callable[[torch.device], object], kind: Kind = "tensor",
-                     mac: bool = False) -> list[GradingDevice]:
-    """Call ``check(device)`` once for each device of the matrix (``mac=True``: a simulated Mac's GPU too).
+                     mac: bool = False, machines: Sequence[str] = ()) -> list[GradingDevice]:
+    """Call ``check(device)`` once for each device of the matrix, with the ``machines`` it names.
 
     The first failure is raised as an ``AssertionError`` whose message names
     the check and the device it failed on, with the original error chained.
@@ -134,13 +120,17 @@ def check_on_devices(check: Callable[[torch.device], object], kind: Kind = "tens
     """
     checked = []
     name = getattr(check, "__name__", repr(check))
-    for missing in not_checked_here(mac):
-        NOT_CHECKED.append(f"{name}: not checked on {missing}")
-        print(f"{name}: not checked on {missing}")
-    for entry in device_matrix(kind, mac=mac):
+    _say_not_checked(name, not_checked_here(mac, machines))
+    for entry in device_matrix(kind, mac=mac, machines=machines):
         _run_check(check, name, entry)
         checked.append(entry)
     return checked
+
+
+def _say_not_checked(name: str, missing: list[str]) -> None:
+    for why in missing:
+        NOT_CHECKED.append(f"{name}: not checked on {why}")
+        print(f"{name}: not checked on {why}")
 
 
 def _run_check(check: Callable[[torch.device], object], name: str, entry: GradingDevice) -> None:
@@ -170,21 +160,27 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def check_on_a_mac(check: Callable[[torch.device], object], kind: Kind = "tensor") -> list[GradingDevice]:
-    """Call ``check(device)`` as on a Mac only: the last entry of ``device_matrix(kind, mac=True)``.
+def check_on_machine(name: str, check: Callable[[torch.device], object],
+                     kind: Kind = "tensor") -> list[GradingDevice]:
+    """Call ``check(device)`` on machine ``name`` of :data:`devcourse.machines.MACHINES` only.
 
-    For hidden tests that add a Mac to a check the visible test already ran on the rest of the matrix.
-    Where this machine cannot stand for a Mac (:func:`not_checked_here`), a line says so and nothing
-    runs. Returns the devices checked.
+    For hidden tests that add a machine to a check the visible test already ran on the rest of the matrix.
+    Where this machine cannot stand for it (:func:`not_checked_here`), a line says so and nothing runs.
+    Returns the devices checked.
     """
-    name = getattr(check, "__name__", repr(check))
-    for missing in not_checked_here(mac=True):
-        NOT_CHECKED.append(f"{name}: not checked on {missing}")
-        print(f"{name}: not checked on {missing}")
+    label = getattr(check, "__name__", repr(check))
+    missing = not_checked_here(machines=(name,))
+    _say_not_checked(label, missing)
+    if missing:
         return []
-    entry = device_matrix(kind, mac=True)[-1]
-    _run_check(check, name, entry)
+    entry = device_matrix(kind, machines=(name,))[-1]
+    _run_check(check, label, entry)
     return [entry]
+
+
+def check_on_a_mac(check: Callable[[torch.device], object], kind: Kind = "tensor") -> list[GradingDevice]:
+    """Call ``check(device)`` as on a Mac only: :func:`check_on_machine` with ``"mac"``."""
+    return check_on_machine("mac", check, kind)
 
 
 def other_index(device: torch.device | str) -> torch.device | None:
@@ -244,178 +240,6 @@ def assert_tensor(actual: object, expected: torch.Tensor, device: torch.device |
 
 
 @contextlib.contextmanager
-def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
-    """Make ``torch.cuda`` report ``count`` devices, for code that discovers devices.
-
-    Inside the block ``torch.cuda.is_available()``, ``device_count()``,
-    ``current_device()`` and ``get_device_name(i)`` answer as a machine with
-    ``count`` GPUs named ``"{name} {i}"`` would, and so do
-    ``torch.accelerator`` (``current_accelerator()`` is ``cuda``,
-    ``device_count()`` is ``count``), ``torch.get_device_module()`` and
-    ``torch.backends.mps`` (no MPS beside CUDA GPUs); the simulated
-    accelerator, if on, is hidden. With ``count=0``, ``torch.cuda`` says no
-    GPU and the rest stays this machine's. The GPUs' random generators are
-    simulated too (``get_rng_state``/``set_rng_state`` and their ``_all``
-    forms: one state per GPU; an index past the last GPU raises
-    ``IndexError``, as CUDA's tuple of generators does), so restoring the
-    states of more GPUs than the machine has fails as on a real one; with
-    no GPU, setting a state does nothing, as PyTorch queues it until CUDA
-    starts. Nothing else is simulated:
-    tensors cannot be created on these devices (the simulated accelerator,
-    :mod:`devcourse.simdevice`, holds tensors). Works the same on a CPU-only machine and on a GPU machine.
-
-    Introduced in 00_environment.
-    """
-    if count < 0:
-        raise ValueError(f"count must be >= 0, not {count}")
-
-    def device_name(device: object = None) -> str:
-        index = _index_of(device)
-        if not 0 <= index < count:
-            raise RuntimeError(f"invalid device id {index}: {count} simulated CUDA devices")
-        return f"{name} {index}"
-
-    with contextlib.ExitStack() as stack:
-        patch = stack.enter_context
-        patch(_replaced(torch.cuda, is_available=lambda: count > 0))
-        patch(_replaced(torch.cuda, device_count=lambda: count))
-        patch(_replaced(torch.cuda, current_device=lambda: 0))
-        patch(_replaced(torch.cuda, get_device_name=device_name))
-        patch(_cuda_generators(count))
-        if count > 0:  # a machine with CUDA GPUs: its accelerator is CUDA, and it is no Mac
-            patch(_replaced(torch.backends.mps, is_available=lambda: False))
-            patch(_replaced(torch.backends.mps, is_built=lambda: False))
-            patch(_accelerator_of_machine("cuda", count))
-        elif _machine_accelerator_type() == "cuda":  # a CUDA build that sees no GPU
-            patch(_accelerator_of_machine("cuda", 0))
-        else:
-            patch(_accelerator_of_machine(_machine_accelerator_type(), _machine_device_count()))
-        yield
-
-
-@contextlib.contextmanager
-def _cuda_generators(count: int) -> Iterator[None]:
-    """The random states of ``count`` simulated GPUs (see :func:`simulated_cuda`)."""
-    states = {index: torch.zeros(16, dtype=torch.uint8) for index in range(count)}  # CUDA's Philox state: 16 bytes
-
-    def generator_index(device: object = "cuda") -> int:
-        index = _index_of(device if not isinstance(device, str) or device != "cuda" else None)
-        if not 0 <= index < count:  # torch.cuda.default_generators[index], a tuple of one per GPU
-            raise IndexError("tuple index out of range")
-        return index
-
-    def get_rng_state(device: object = "cuda") -> torch.Tensor:
-        return states[generator_index(device)].clone()
-
-    def set_rng_state(new_state: torch.Tensor, device: object = "cuda") -> None:
-        if count == 0:
-            return  # PyTorch queues the call until CUDA starts, which it never does without a GPU
-        states[generator_index(device)] = new_state.clone()
-
-    def get_rng_state_all() -> list[torch.Tensor]:
-        return [get_rng_state(index) for index in range(count)]
-
-    def set_rng_state_all(new_states) -> None:
-        for index, state in enumerate(new_states):
-            set_rng_state(state, index)
-
-    with contextlib.ExitStack() as stack:
-        for module in (torch.cuda, torch.cuda.random):
-            for name, function in (("get_rng_state", get_rng_state), ("set_rng_state", set_rng_state),
-                                   ("get_rng_state_all", get_rng_state_all), ("set_rng_state_all", set_rng_state_all)):
-                if count > 0 or name != "get_rng_state":  # without a GPU, PyTorch's own refuses
-                    stack.enter_context(_replaced(module, **{name: function}))
-        yield
-
-
-@contextlib.contextmanager
-def simulated_mps(available: bool = True, built: bool | None = None) -> Iterator[None]:
-    """Make ``torch.backends.mps`` and ``torch.mps`` report an Apple-silicon GPU (or none), for code that discovers
-    devices.
-
-    Inside the block ``torch.backends.mps.is_available()``, ``torch.mps.is_available()`` and
-    ``torch.mps.device_count()`` answer ``available`` (1 or 0), and ``torch.backends.mps.is_built()`` answers
-    ``built`` (default: ``available``), as on a Mac with (or without) MPS; ``built=True, available=False`` is a Mac
-    whose PyTorch has MPS and whose macOS cannot run it (CUDA absent too). With MPS, the
-    rest of the machine is a Mac's too: ``torch.accelerator`` names ``mps``
-    with one device, ``torch.cuda`` sees no GPU, the simulated accelerator,
-    if on, is hidden, and ``best_device()`` gives ``mps:0``. Nothing else is simulated:
-    tensors cannot be created on ``mps`` outside a Mac. Works the same on a
-    CPU-only machine, a GPU machine and a Mac.
-
-    Introduced in 00_environment.
-    """
-    with contextlib.ExitStack() as stack:
-        patch = stack.enter_context
-        built = available if built is None else built
-        patch(_replaced(torch.backends.mps, is_available=lambda: available))
-        patch(_replaced(torch.backends.mps, is_built=lambda: built))
-        # torch.mps answers from its own module (is_available calls its device_count), not torch.backends.mps
-        patch(_replaced(torch.mps, is_available=lambda: available, device_count=lambda: int(available)))
-        if built:  # a Mac: MPS is its accelerator (one device, or none it can use), and it has no CUDA
-            patch(_replaced(torch.cuda, is_available=lambda: False))
-            patch(_replaced(torch.cuda, device_count=lambda: 0))
-            patch(_accelerator_of_machine("mps", int(available)))
-        elif _machine_accelerator_type() == "mps":  # a Mac whose MPS is unavailable (a macOS too old, say)
-            patch(_accelerator_of_machine("mps", 0))
-        else:
-            patch(_accelerator_of_machine(_machine_accelerator_type(), _machine_device_count()))
-        yield
-
-
-def _machine_accelerator_type() -> str | None:
-    """The device type of this machine's own accelerator as its build names it (cuda, xpu, mps), or None."""
-    from devcourse.simdevice._accelerator import machine_accelerator
-
-    found = machine_accelerator()
-    return None if found is None else found.type
-
-
-def _machine_device_count() -> int:
-    kind = _machine_accelerator_type()
-    if kind is None:
-        return 0
-    if kind == "mps":
-        return int(torch.backends.mps.is_available())
-    return getattr(torch, kind).device_count()
-
-
-@contextlib.contextmanager
-def _accelerator_of_machine(kind: str | None, count: int) -> Iterator[None]:
-    """``torch.accelerator`` and ``torch.get_device_module()`` as on a machine whose accelerator is ``kind`` (None:
-    none) with ``count`` usable devices; the simulated accelerator, if on, hidden, as the machine lacks it."""
-
-    def current_accelerator(check_available: bool = False) -> torch.device | None:
-        if kind is None or (check_available and count == 0):
-            return None
-        return torch.device(kind)
-
-    def refuse_without_devices() -> None:
-        if count == 0:
-            raise RuntimeError("Cannot access accelerator device when none is available.")
-
-    def current_device_index() -> int:
-        refuse_without_devices()
-        return 0
-
-    real_module = torch.get_device_module
-
-    def get_device_module(device=None):
-        return real_module(device if device is not None else (kind or "cpu"))
-
-    with contextlib.ExitStack() as stack:
-        patch = stack.enter_context
-        if simdevice.is_enabled():
-            patch(simdevice.shown_as_accelerator(False))
-        patch(_replaced(torch.accelerator, current_accelerator=current_accelerator))
-        patch(_replaced(torch.accelerator, is_available=lambda: kind is not None and count > 0))
-        patch(_replaced(torch.accelerator, device_count=lambda: count if kind is not None else 0))
-        patch(_replaced(torch.accelerator, current_device_index=current_device_index))
-        patch(_replaced(torch, get_device_module=get_device_module))
-        yield
-
-
-@contextlib.contextmanager
 def recorded_autocast() -> Iterator[list[tuple[str, torch.dtype | None, bool]]]:
     """Record every ``torch.autocast(...)`` made in the block, and stand in for device types without autocast.
 
@@ -445,32 +269,5 @@ def recorded_autocast() -> Iterator[list[tuple[str, torch.dtype | None, bool]]]:
     def exit_(self, *exc):
         return False if self.recorded_only else real_exit(self, *exc)
 
-    with _replaced(cls, __init__=init, __enter__=enter, __exit__=exit_):
+    with replaced(cls, __init__=init, __enter__=enter, __exit__=exit_):
         yield calls
-
-
-@contextlib.contextmanager
-def _replaced(owner: object, **attributes) -> Iterator[None]:
-    """``owner``'s ``attributes`` replaced for the block, then put back as they were. torch has no seam for
-    reporting another machine's devices, so the simulated machines stand in for its functions, as a test double."""
-    missing = object()
-    saved = {name: vars(owner).get(name, missing) for name in attributes}
-    for name, value in attributes.items():
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is missing:  # it was inherited: the owner's own goes, the inherited one shows again
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-
-
-def _index_of(device: object) -> int:
-    if device is None:
-        return 0
-    if isinstance(device, int):
-        return device
-    parsed = torch.device(device)
-    return 0 if parsed.index is None else parsed.index

@@ -2,7 +2,7 @@
 
 PyTorch's MPS backend runs on Apple silicon only, and the course's checks run on Linux: inside
 :func:`simulated_mac` the code under test meets a Mac whose GPU is the simulated ``sim:0``
-(:func:`devcourse.grading.device_matrix` with ``mac=True``). Introduced in 00_environment.
+(:data:`devcourse.machines.MACHINES`' ``"mac"``). Introduced in 00_environment.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from devcourse import simdevice
+from devcourse.stand_ins import replaced, simulated_devices, simulated_mps
 
 MPS = torch.device("mps", 0)
 
@@ -147,7 +148,7 @@ class _MacMode(TorchFunctionMode):
 def simulated_mac() -> Iterator[torch.device]:
     """Run the block as on a Mac; yields the device a check on the Mac is handed.
 
-    The machine (:func:`devcourse.grading.simulated_mps`): ``torch.backends.mps`` is available, ``torch.cuda``
+    The machine (:func:`devcourse.stand_ins.simulated_mps`): ``torch.backends.mps`` is available, ``torch.cuda``
     sees no GPU, ``torch.accelerator`` names ``mps`` with one device, ``best_device()`` gives ``mps:0``. A
     tensor, module or checkpoint sent to ``mps`` (with or without index) lands on ``sim:0`` (:func:`stand_in`).
     Its limits, as PyTorch's source writes them (not run on a Mac): a float64 tensor raises MPS's
@@ -159,7 +160,6 @@ def simulated_mac() -> Iterator[torch.device]:
     Turns the simulated device on (hidden from ``torch.accelerator``) if it is off. Works on any machine
     where the simulated device can be turned on, that is one without CUDA.
     """
-    from devcourse.grading import _replaced, simulated_devices, simulated_mps
 
     simulated_devices()
     real_module_to, real_load = nn.Module.to, torch.load
@@ -180,10 +180,10 @@ def simulated_mac() -> Iterator[torch.device]:
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context
         patch(simulated_mps())
-        patch(_replaced(nn.Module, to=module_to))
-        patch(_replaced(torch, load=load))
-        patch(_replaced(torch.accelerator, synchronize=lambda device=None, /: None))
-        patch(_replaced(torch.mps, synchronize=lambda: None))
-        patch(_replaced(torch.mps, empty_cache=lambda: None))
+        patch(replaced(nn.Module, to=module_to))
+        patch(replaced(torch, load=load))
+        patch(replaced(torch.accelerator, synchronize=lambda device=None, /: None))
+        patch(replaced(torch.mps, synchronize=lambda: None))
+        patch(replaced(torch.mps, empty_cache=lambda: None))
         patch(_MacMode())
         yield stand_in()

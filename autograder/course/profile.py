@@ -63,13 +63,13 @@ class DeviceCourse(CourseProfile):
     def devices(self) -> str:
         from devcourse.grading import device_matrix
 
-        labels = {"": "", "sim": " (simulated)"}
-        return " ".join(f"{entry.device}{labels.get(entry.stand_in, '')}" for entry in device_matrix("tensor"))
+        return " ".join(f"{entry.device}{'' if entry.real else ' (simulated)'}" for entry in device_matrix("tensor"))
 
     def not_checked(self) -> list[str]:
         from devcourse.grading import not_checked_here
+        from devcourse.machines import MACHINES
 
-        return not_checked_here(mac=True)
+        return not_checked_here(machines=tuple(MACHINES))
 
 
 class ProfileError(Exception):

@@ -77,12 +77,14 @@ def test_the_matrix_ends_with_the_mac_where_asked():
 
 def test_a_check_that_cannot_run_here_says_so(monkeypatch, capsys):
     """On a machine with CUDA the Mac is not checked, and the cell's output and NOT_CHECKED say so."""
-    monkeypatch.setattr(grading, "not_checked_here", lambda mac=False: ["a Mac (MPS): not here"] if mac else [])
     monkeypatch.setattr(grading, "NOT_CHECKED", [])
     calls = []
-    assert grading.check_on_a_mac(calls.append) == [] and calls == []
-    assert "append: not checked on a Mac (MPS): not here" in capsys.readouterr().out
-    assert grading.NOT_CHECKED == ["append: not checked on a Mac (MPS): not here"]
+    with grading.simulated_cuda(1):
+        assert grading.check_on_a_mac(calls.append) == [] and calls == []
+    said = ("append: not checked on a simulated Mac: stood for on the simulated device, which is not turned on "
+            "beside CUDA")
+    assert said in capsys.readouterr().out
+    assert grading.NOT_CHECKED == [said]
 
 
 def test_every_backends_out_of_memory_error_is_one_and_the_look_alikes_are_not():

@@ -201,3 +201,46 @@ def test_a_lying_tensor_subclass_fails_on_every_device():
         assert torch.equal(liar, expected.to(entry.device))  # it lies to plain calls
         with pytest.raises(AssertionError, match="got a subclass: _(Sim)?Liar"):
             assert_tensor(liar, expected, entry.device)
+
+
+def test_every_machine_answers_as_its_data_says():
+    """Each machine of devcourse.machines answers through torch.accelerator as its data says, holds float64 where
+    it says so, and a check on it is handed a device where its values live."""
+    from devcourse.grading import GradingDevice
+    from devcourse.machines import MACHINES
+
+    assert set(MACHINES) >= {"laptop", "two-gpus", "mac", "mac-without-mps"}
+    for machine in MACHINES.values():
+        if machine.can_stand_here():
+            continue
+        entry = GradingDevice(machine.device(), machine)
+        with entry.activate():
+            current = torch.accelerator.current_accelerator()
+            assert (None if current is None else current.type) == machine.accelerator, machine.name
+            assert torch.accelerator.device_count() == machine.devices, machine.name
+            assert torch.cuda.is_available() == (machine.accelerator == "cuda" and machine.devices > 0)
+            float64 = torch.zeros(1, device=entry.device)
+            if machine.float64:
+                float64.double()
+            else:
+                with pytest.raises(TypeError, match="MPS framework doesn't support float64"):
+                    float64.double()
+        assert str(entry).startswith("mps:0 of" if machine.name == "mac" else f"{entry.device} of")
+
+
+def test_a_laptop_cannot_pin_and_two_gpus_have_drawn_apart():
+    """The laptop refuses to pin memory in PyTorch's words for a machine without an accelerator; the two GPUs'
+    generators hold two states (seed, then offset), so saving only the current GPU's state loses one."""
+    from devcourse.grading import device_matrix
+
+    laptop, gpus = device_matrix("module", machines=("laptop", "two-gpus"))[-2:]
+    assert (laptop.stand_in, gpus.stand_in) == ("laptop", "two-gpus")
+    with laptop.activate():
+        with pytest.raises(RuntimeError, match="^Cannot access accelerator device when none is available.$"):
+            torch.ones(2).pin_memory()
+    with gpus.activate():
+        first, second = torch.cuda.get_rng_state_all()
+        assert not torch.equal(first, second) and torch.equal(torch.cuda.get_rng_state(), first)
+        assert first[:8].tolist() == second[:8].tolist()  # seeded alike: only how much each drew differs
+    with pytest.raises(ValueError, match="no machine 'tpu': the machines are laptop, two-gpus"):
+        device_matrix(machines=("tpu",))

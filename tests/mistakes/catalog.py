@@ -106,6 +106,21 @@ MISTAKES_00 = [
 '''),
     ),
     Mistake(
+        id="auto_device_mps_when_built",
+        url="https://github.com/jeffheaton/app_deep_learning/issues/2",
+        summary="The suggested device check chose 'mps' whenever torch.backends.mps.is_built() was true, which a "
+                "Mac whose macOS cannot run MPS also reports (pytorch/pytorch#78343), so work went to a device "
+                "that is not there.",
+        assignment="00_environment",
+        answer="resolve_device",
+        code=_resolve('''\
+    if request == "auto":
+        if torch.backends.mps.is_built():
+            return torch.device("mps", 0)
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+'''),
+    ),
+    Mistake(
         id="device_list_knows_only_cuda",
         url="https://github.com/nrflynn2/ml-drug-discovery/pull/28",
         summary="get_device() only checked torch.cuda.is_available(), so MPS (and XPU) machines silently fell "
