@@ -177,6 +177,12 @@ def _deserializer(storage, location: str):
             f"this process. Call devcourse.simdevice.enable() first, or use torch.load with "
             f"map_location=torch.device('cpu') to map your storages to the CPU."
         )
+    index = current_index() if match.group(1) is None else int(match.group(1))
+    if index >= count():  # torch.serialization._validate_device's words, as CUDA's checkpoints meet them
+        raise RuntimeError(
+            f"Attempting to deserialize object on {NAME.upper()} device {index} but torch.{NAME}.device_count() is "
+            f"{count()}. Please use torch.load with map_location to map your storages to an existing device."
+        )
     storage._sim_target = resolve(location)
     return storage
 

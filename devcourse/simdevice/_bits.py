@@ -24,3 +24,23 @@ def read(values: torch.Tensor) -> torch.Tensor:
     PyTorch's Conjugate and Negative keys are left out, so a CPU kernel would read such a view's memory as it
     lies, without the conjugation or negation the view stands for."""
     return values.resolve_conj().resolve_neg() if marked(values) else values
+
+
+class Marked:
+    """The methods of a tensor on the simulated device that ask for its conjugate and negative bits: they answer for
+    its values, as a CUDA tensor answers for itself (the wrapper's dispatch keys never carry the bits, so PyTorch's
+    own methods would find none: ``is_conj()`` False, and ``resolve_conj()`` the view itself)."""
+
+    _values: torch.Tensor
+
+    def is_conj(self) -> bool:
+        return self._values.is_conj()
+
+    def is_neg(self) -> bool:
+        return self._values.is_neg()
+
+    def resolve_conj(self):
+        return self.clone() if self._values.is_conj() else self  # a clone reads the view: a tensor without the bit
+
+    def resolve_neg(self):
+        return self.clone() if self._values.is_neg() else self

@@ -102,7 +102,7 @@ class Event(_BaseEvent):
 
     The mark is the moment its stream will have run what was launched before it (outside
     :func:`devcourse.simdevice.asynchronous`, the moment of recording); ``elapsed_time`` is the milliseconds
-    between two marks, checked with the messages of PyTorch's ``c10/core/impl/InlineEvent.h``.
+    between two marks, checked with the messages and exception types of PyTorch's ``c10/core/impl/InlineEvent.h``.
     """
 
     def __new__(cls, device=None, *, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
@@ -169,9 +169,9 @@ class Event(_BaseEvent):
         if other != NAME:
             raise RuntimeError(f"Event device type {NAME.upper()} does not match other's device type {other.upper()}.")
         if not (self._timing and getattr(end_event, "_timing", False)):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         if self._at is None or end_event._at is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
         if not (self.query() and end_event.query()):
             raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return (end_event._at - self._at) * 1000.0

@@ -30,7 +30,7 @@ _INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "
 _COMPOSITES = (torch._C.DispatchKey.CompositeExplicitAutograd, torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
-class SimTensor(torch.Tensor):
+class SimTensor(_bits.Marked, torch.Tensor):
     """A tensor on a simulated device; its values are the CPU tensor ``_values``."""
 
     _values: torch.Tensor

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import gc
 import io
+import re
 import subprocess
 import sys
 import textwrap
@@ -192,7 +193,9 @@ def test_a_cpu_checkpoint_loads_onto_a_simulated_device():
     for map_location in ("sim:1", {"cpu": "sim:1"}, torch.device("sim:1")):
         loaded = torch.load(io.BytesIO(buffer.getvalue()), map_location=map_location)
         assert loaded["w"].device == torch.device("sim", 1) and loaded["w"].tolist() == [0.0, 1.0, 2.0]
-    with pytest.raises(RuntimeError, match="invalid device ordinal: sim:5"):
+    with pytest.raises(RuntimeError, match=re.escape("Attempting to deserialize object on SIM device 5 but "
+                                                     "torch.sim.device_count() is 2. Please use torch.load with "
+                                                     "map_location")):
         torch.load(io.BytesIO(buffer.getvalue()), map_location="sim:5")
 
 

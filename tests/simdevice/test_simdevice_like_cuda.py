@@ -132,6 +132,9 @@ def test_conjugate_and_negative_views_are_read_as_what_they_stand_for():
     assert torch.equal((there * 1).cpu(), z.conj() * 1)
     assert torch.allclose(torch.fft.fft(there).cpu(), torch.fft.fft(z.conj()))
     assert torch.equal(there.conj().cpu(), z) and torch.equal((there.imag + 0).cpu(), z.conj().imag + 0)
+    # torch.conj's docs: a view with the conjugate bit, which resolve_conj materializes (a tensor without it)
+    assert there.is_conj() and not there.resolve_conj().is_conj() and not there.conj().is_conj()
+    assert torch.equal(there.resolve_conj().cpu(), z.conj().resolve_conj()) and there.resolve_neg() is there
 
 
 def test_fork_rng_for_the_device_gives_back_the_random_state_it_found():
@@ -332,12 +335,12 @@ def test_event_timing_measures_the_devices_time_and_the_two_classic_mistakes_sho
 
 def test_events_check_what_cuda_checks():
     start, end = torch.Event(device="sim:1", enable_timing=True), torch.Event(device="sim:1", enable_timing=True)
-    with pytest.raises(RuntimeError, match="Both events must be recorded before calculating elapsed time"):
+    with pytest.raises(ValueError, match="Both events must be recorded before calculating elapsed time"):
         start.elapsed_time(end)
     start.record()
     end.record(torch.accelerator.current_stream(1))
     assert start.query() and end.device == torch.device("sim", 1) and start.elapsed_time(end) >= 0
-    with pytest.raises(RuntimeError, match="Both events must be created with argument 'enable_timing=True'"):
+    with pytest.raises(ValueError, match="Both events must be created with argument 'enable_timing=True'"):
         start.elapsed_time(torch.accelerator.current_stream(1).record_event())
     with pytest.raises(RuntimeError, match="Event device index 1 does not match recording stream's device index 0"):
         start.record(torch.accelerator.current_stream(0))
