@@ -342,6 +342,20 @@ def view_as_real_on_the_device(d0, d1):
 
 
 @probe()
+def write_through_conjugate_view(d0, d1):
+    z = torch.tensor([1 + 2j, 3 - 1j], device=d0)
+    z.conj().mul_(2j)
+    return [z.cpu().real.tolist(), z.cpu().imag.tolist()]
+
+
+@probe()
+def setitem_through_conjugate_view(d0, d1):
+    z = torch.tensor([1 + 2j, 3 - 1j], device=d0)
+    z.conj()[0] = 5 + 5j
+    return [z.cpu().real.tolist(), z.cpu().imag.tolist()]
+
+
+@probe()
 def write_through_negative_view(d0, d1):
     z = torch.tensor([1 + 2j], device=d0)
     z.conj().imag.add_(1.0)

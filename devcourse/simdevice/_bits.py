@@ -1,8 +1,9 @@
-"""Conjugate and negative views on the simulated device: read as what they stand for.
+"""Conjugate and negative views on the simulated device: read and written as what they stand for.
 
-A conjugate view (``z.conj()``) or a negative one (``z.conj().imag``) holds a bit, not other values. Inside
-``__torch_dispatch__`` PyTorch leaves its Conjugate and Negative dispatch keys out, so a CPU kernel handed such a
-view would read its memory as it lies: :func:`read` resolves it first (:mod:`devcourse.simdevice._tensor`).
+A conjugate view (``z.conj()``) or a negative one holds a bit, not other values. Inside ``__torch_dispatch__``
+PyTorch leaves its Conjugate and Negative dispatch keys out, so a CPU kernel would read and write such a view's
+memory as it lies: :func:`read` resolves it, :func:`plain_copies` and :func:`after` write through it, and a copy
+that stands where a view should be (``z.conj().imag``) refuses writes (:mod:`devcourse.simdevice._tensor`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,80 @@ MAKERS = frozenset(getattr(torch.ops.aten, name).default for name in (
     "_conj", "_neg_view", "resolve_conj", "resolve_neg", "conj_physical", "is_conj", "is_neg"))
 
 
+_UNALIASED = "_sim_unaliased"  # set on values that are a copy where PyTorch would give a view
+_keeps: dict[object, bool] = {}
+
+
 def marked(values: torch.Tensor) -> bool:
-    """Whether ``values`` is a conjugate or negative view."""
-    return values.is_conj() or values.is_neg()
+    """Whether ``values`` is a conjugate or negative view, or a copy standing where such a view's view would be."""
+    return values.is_conj() or values.is_neg() or getattr(values, _UNALIASED, False)
+
+
+def _is_view(func) -> bool:
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+
+
+def keeps_marks(func) -> bool:
+    """Whether ``func`` gets conjugate and negative views as they are: it makes or reads the bits itself, or it is a
+    view operator (``select``, ``transpose`` ...), whose result stays a view of the same memory with the same bit.
+    ``view_as_real`` refuses such views (as PyTorch does everywhere): it gets a copy, whose views then refuse writes."""
+    keeps = _keeps.get(func)
+    if keeps is None:
+        keeps = func in MAKERS or (_is_view(func) and func is not torch.ops.aten.view_as_real.default)
+        _keeps[func] = keeps
+    return keeps
+
+
+def _written(func, args: list, kwargs: dict):
+    """(container, key, value) of each argument ``func`` writes into."""
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            where, key = (args, position) if position < len(args) else (kwargs, argument.name)
+            if where is args or key in kwargs:
+                yield where, key, where[key]
+
+
+def plain_copies(func, args: list, kwargs: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """For an operator that writes: each written argument that is a conjugate or negative view is replaced, in
+    ``args`` and ``kwargs``, by a plain copy of what it stands for; returns the (view, copy) pairs for :func:`after`.
+    Raises, in the device's words, for one that is a copy standing where a view should be."""
+    pairs = []
+    for where, key, value in _written(func, args, kwargs):
+        if not isinstance(value, torch.Tensor) or not marked(value):
+            continue
+        if getattr(value, _UNALIASED, False):
+            raise NotImplementedError(
+                f"the simulated device cannot run {func} here: it would write into a view of the real or imaginary "
+                f"part of a conjugate view (such as z.conj().imag), which the simulated device holds as a copy, so "
+                f"the write would not reach the tensor it views (a limit of the simulated device); write into the "
+                f"tensor itself, or into z.conj().resolve_conj()")
+        where[key] = read(value).clone()
+        pairs.append((value, where[key]))
+    return pairs
+
+
+def after(func, args: tuple, out, pairs: list[tuple[torch.Tensor, torch.Tensor]]):
+    """What ``func`` returns, once what it wrote into each plain copy is copied back through its view (the CPU's
+    copy kernel applies the bits itself); a view operator's result made from a copy is marked as one."""
+    for view, copy in pairs:
+        view.copy_(copy)
+    swap = {id(copy): view for view, copy in pairs}
+    if swap:
+        out = type(out)(swap.get(id(o), o) for o in out) if isinstance(out, (tuple, list)) else swap.get(id(out), out)
+    if _is_view(func) and any(marked(v) and (not keeps_marks(func) or getattr(v, _UNALIASED, False))
+                              for v in _values_of(args)):
+        for result in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(result, torch.Tensor):
+                setattr(result, _UNALIASED, True)
+    return out
+
+
+def _values_of(args: tuple):
+    for value in args:
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            values = getattr(item, "_values", None)
+            if isinstance(values, torch.Tensor):
+                yield values
 
 
 def read(values: torch.Tensor) -> torch.Tensor:

@@ -272,13 +272,15 @@ def run(func, args: tuple, kwargs: dict):
                 kwargs["device"] = torch.device("cpu")
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
-    reads = not _plan(func)[3] and func not in _bits.MAKERS  # an operator that writes keeps its views as they are
+    reads = not _plan(func)[3] and not _bits.keeps_marks(func)  # an operator that writes keeps its views as they are
     inner_args = [_unwrap(a, reads) for a in args]
     inner_kwargs = {k: _unwrap(v, reads) for k, v in kwargs.items()}
+    written = _bits.plain_copies(func, inner_args, inner_kwargs) if _plan(func)[3] else []
     try:
         out = func(*inner_args, **inner_kwargs)
     except NotImplementedError as exc:
         out = _without_cpu_kernel(func, exc, inner_args, inner_kwargs)
+    out = _bits.after(func, args, out, written)
     if target is None or target.type != NAME:
         return out
     if isinstance(out, torch.Tensor):
