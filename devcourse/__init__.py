@@ -13,7 +13,7 @@ def __getattr__(name: str):
     """``devcourse.best_device`` and ``devcourse.accelerator_or_simulated``, imported at first use.
 
     They live in :mod:`devcourse.devices`, which imports torch; a program that only
-    needs another module of the package (the autograder needs :mod:`devcourse.forkclient` and
+    needs another module of the package (the autograder needs :mod:`autograder.run.forkclient` and
     :mod:`devcourse.validation`, neither of which uses torch) does not wait for torch.
     """
     if name in __all__:

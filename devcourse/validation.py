@@ -8,28 +8,10 @@ student versions mark each test cell that has them (``metadata["course"]["hidden
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 MARK = "course"
-EXERCISE = re.compile(r"^#{1,3}\s+(Exercise\s+\d+\b.*?)\s*$", re.M)
-SECTION = re.compile(r"^#{1,2}\s+\S", re.M)
-
-
-def exercise_of(nb) -> dict[int, str | None]:
-    """Cell index -> the title of the ``## Exercise N (...)`` heading above it, None outside exercises."""
-    titles, current = {}, None
-    for index, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] == "markdown":
-            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            found = EXERCISE.search(source)
-            if found:
-                current = found.group(1)
-            elif SECTION.search(source):
-                current = None  # a section that is not an exercise
-        titles[index] = current
-    return titles
 
 
 def _grading(cell) -> dict:
@@ -38,6 +20,8 @@ def _grading(cell) -> dict:
 
 def hidden_points(nb) -> list[tuple[str, float, int]]:
     """(exercise, points, tests) for each exercise with tests that run hidden checks when graded."""
+    from autograder.course.cells import exercise_of  # at first use: every grading kernel imports this module
+
     titles, found = exercise_of(nb), {}
     for index, cell in enumerate(nb["cells"]):
         meta = _grading(cell)
@@ -56,6 +40,8 @@ def total_points(nb) -> float:
 
 def written_points(nb) -> list[tuple[str, float]]:
     """(exercise, points) for each written answer, which the instructor grades by hand."""
+    from autograder.course.cells import exercise_of
+
     titles = exercise_of(nb)
     return [(titles[index] or "a written answer", float(_grading(cell).get("points", 0)))
             for index, cell in enumerate(nb["cells"]) if _grading(cell).get("grade") and _grading(cell).get("solution")]

@@ -2,7 +2,7 @@
 
 Every new process that imports torch pays the import before its first line; the course's checks start many
 small runs (07's exercises, 09's FSDP ranks, through :func:`devcourse.distributed.start_ranks`).
-:func:`starter` gives a :class:`WarmStarter`, a :mod:`devcourse.forkserver` that imports torch once and forks
+:func:`starter` gives a :class:`WarmStarter`, a :mod:`autograder.run.forkserver` that imports torch once and forks
 processes that run :func:`run_script`; elsewhere than Linux callers start processes the ordinary way.
 """
 
@@ -15,17 +15,25 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from devcourse import forkclient, forkserver
-from devcourse.forkclient import ForkedProcess
+if TYPE_CHECKING:
+    from autograder.run.forkclient import ForkedProcess
 
-__all__ = ["ForkedProcess", "WarmStarter", "run_script", "starter"]
+__all__ = ["WarmStarter", "run_script", "starter"]
 
 _RUNPY = getattr(runpy, "__file__", "")  # where runpy's frames come from when it is not frozen
 IDLE_S = 300.0  # a server that has started nothing for this long, and runs nothing, ends (it holds torch's memory)
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.distributed.fsdp",
            "devcourse.simdevice", "devcourse.models", "devcourse.warmstart")
+
+
+def _fork_server():
+    """The grader's fork server and its client, imported at first use: every grading kernel imports this module,
+    and the grader's own modules stay out of a kernel that does not start anything warm."""
+    from autograder.run import forkclient, forkserver
+
+    return forkclient, forkserver
 
 
 class WarmStarter:
@@ -43,6 +51,7 @@ class WarmStarter:
         self.env = dict(env)
         self._lock = threading.Lock()
         self._idle: threading.Timer | None = None
+        forkclient, _ = _fork_server()
         self.server = forkclient.ForkServer(self.env, preload=PRELOAD, name="warmstart", new_session=True)
         self.server.start()
         self.server.ready.wait(forkclient.READY_TIMEOUT_S)
@@ -65,7 +74,7 @@ class WarmStarter:
         The process gets what ``python SCRIPT ARGS`` would have had: a session of its own, ``cwd``, ``env``,
         standard output and error appended to ``log``, standard input from ``/dev/null``, ``sys.argv``,
         ``sys.path`` (the script's folder first; for a module the working folder), the command line ``ps``
-        shows (:func:`devcourse.forkserver.retitle`), the signal handlers the server started with, and Python's,
+        shows (:func:`autograder.run.forkserver.retitle`), the signal handlers the server started with, and Python's,
         numpy's and torch's CPU generators seeded afresh. The script runs as ``__main__`` (a module through
         ``runpy``, as ``python -m`` runs it); its exit code, or minus the signal that ended it, is what
         :meth:`ForkedProcess.poll` returns. What still differs from a fresh process: the server's modules are
@@ -82,7 +91,7 @@ class WarmStarter:
             out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 process = self.server.fork("devcourse.warmstart:run_script", args, [null, out, out])
-            except forkclient.ForkServerUnavailable as error:
+            except _fork_server()[0].ForkServerUnavailable as error:
                 if self.alive:  # a fork takes milliseconds: this server is stuck
                     self.close()
                 raise RuntimeError(f"the process server could not start {command[1]}: {error}") from None
@@ -137,7 +146,7 @@ def starter(env: dict[str, str]) -> WarmStarter | None:
     only the variables of :data:`AT_FIRST_USE` differ (07 hides the GPUs from some runs). A server
     that could not start is not tried again for the same ``env``.
     """
-    if os.environ.get("DEVCOURSE_NO_WARMSTART") or forkserver.usable():
+    if os.environ.get("DEVCOURSE_NO_WARMSTART") or _fork_server()[1].usable():
         return None
     key = json.dumps({name: value for name, value in env.items() if name not in AT_FIRST_USE}, sort_keys=True)
     with _CURRENT_LOCK:
@@ -167,6 +176,7 @@ def run_script(args: dict) -> int:
     os.environ.clear()
     os.environ.update(args["env"])
     command = args["command"]
+    _, forkserver = _fork_server()
     if command[1] == "-m":  # as `python -m`: the working folder first on the path, the module found there
         forkserver.refresh(command, os.getcwd(), forkserver.FRESH_PATH)
         return _main(_run_module, command[2])
@@ -217,14 +227,14 @@ def _run_module(name: str) -> None:
 def _main(run: Callable[[str], None], target: str) -> int:
     """``run(target)`` (:func:`_run_path` or :func:`_run_module`), and the exit code Python would have ended
     with (minus a signal it would have died of); an exception is printed as Python prints it: without this
-    module's frames. The atexit handlers run after, as the process ends (:func:`devcourse.forkserver.end`)."""
+    module's frames. The atexit handlers run after, as the process ends (:func:`autograder.run.forkserver.end`)."""
     import traceback
 
     try:
         run(target)
         code = 0
     except SystemExit as done:
-        code = forkserver.exit_code(done)
+        code = _fork_server()[1].exit_code(done)
     except BaseException as error:  # noqa: BLE001 - printed as Python prints it, without this frame
         tb = error.__traceback__.tb_next  # run's frame, then the script's (or runpy's, under `python -m`)
         tb = tb.tb_next if tb is not None else None

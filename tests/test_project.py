@@ -24,9 +24,9 @@ def test_environment_yml_pins_the_same_packages_as_requirements_txt():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_lists = [dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict)]
     assert len(pip_lists) == 1
-    conda_pip = [line for line in pip_lists[0] if line != "-e ."]
+    conda_pip = [line for line in pip_lists[0] if not line.startswith("-e ")]
     assert conda_pip == _requirements()
-    assert "-e ." in pip_lists[0], "conda users get the helper package too"
+    assert {"-e ./autograder", "-e ."} <= set(pip_lists[0]), "conda users get the grader and the helper package too"
 
 
 def test_every_requirement_is_pinned_exactly_and_torch_to_the_cpu_wheel_version():
@@ -148,7 +148,7 @@ def test_the_grader_starts_without_torch_and_devcourse_still_offers_its_helpers(
     Jupyter's completion lists it)."""
     import subprocess
 
-    code = ("import sys, autograder.cli.grade, autograder.batch, devcourse.forkclient, devcourse.warmstart,"
+    code = ("import sys, autograder.cli.grade, autograder.batch, autograder.run.forkclient, devcourse.warmstart,"
             " devcourse.validation\n"
             "print('torch' in sys.modules)\n"
             "import devcourse\n"
@@ -325,3 +325,14 @@ def test_comments_docstrings_and_help_state_no_measurement():
             found += [f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}"
                       for m in MEASUREMENT.finditer(" ".join(text.split()))]
     assert found == [], found
+
+
+def test_the_graders_distribution_lists_every_package_of_its_folder():
+    """autograder/pyproject.toml maps its folder to ``autograder`` and lists the packages: a new subpackage left
+    out of the list would be missing from the grader's wheel."""
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "autograder" / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = sorted(".".join(("autograder", *p.parent.relative_to(ROOT / "autograder").parts)).rstrip(".")
+                   for p in (ROOT / "autograder").rglob("__init__.py") if not {"demo_class", "build"} & set(p.parts))
+    assert sorted(listed) == found

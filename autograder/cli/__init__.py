@@ -24,7 +24,7 @@ VERBS = {
 
 def usage() -> str:
     width = max(map(len, VERBS))
-    return "\n".join(["usage: python -m autograder VERB [options]   (python -m autograder VERB --help)", "",
+    return "\n".join(["usage: autograder VERB [options]   (autograder VERB --help; also python -m autograder VERB)", "",
                       *(f"  {verb:<{width}}  {what}" for verb, (_, what) in VERBS.items())])
 
 
@@ -67,3 +67,8 @@ def run(entry: Callable[[], int]) -> NoReturn:
             print(stop.code, file=sys.stderr)
         code[0] = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
     raise SystemExit(code[0])
+
+
+def console() -> NoReturn:
+    """The ``autograder`` command that installing the grader puts on PATH: ``python -m autograder``'s program."""
+    run(main)

@@ -7,11 +7,15 @@ The hidden parts are marked as nbgrader's ``ClearHiddenTests`` marks them by def
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import nbformat
+if TYPE_CHECKING:  # a notebook's type only: a grading kernel imports this module, and nbformat costs it time
+    import nbformat
 
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 HIDDEN = re.compile(rf"^[ \t]*{BEGIN_HIDDEN}(.*?){END_HIDDEN}[ \t]*\n?", re.S | re.M)
+EXERCISE = re.compile(r"^#{1,3}\s+(Exercise\s+\d+\b.*?)\s*$", re.M)
+SECTION = re.compile(r"^#{1,2}\s+\S", re.M)
 QUOTABLE = 12  # a hidden line shorter than this is not looked for in outputs: too common to mean a quote
 
 
@@ -74,3 +78,18 @@ def hidden_test_lines(nb: nbformat.NotebookNode) -> set[str]:
         for block in HIDDEN.findall(cell.source):
             lines.update(line.strip() for line in block.splitlines() if len(line.strip()) >= QUOTABLE)
     return lines
+
+
+def exercise_of(nb) -> dict[int, str | None]:
+    """Cell index -> the title of the ``## Exercise N (...)`` heading above it, None outside exercises."""
+    titles, current = {}, None
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "markdown":
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            found = EXERCISE.search(source)
+            if found:
+                current = found.group(1)
+            elif SECTION.search(source):
+                current = None  # a section that is not an exercise
+        titles[index] = current
+    return titles

@@ -83,7 +83,16 @@ def profile_named(name: str) -> CourseProfile:
     module, _, attribute = name.rpartition(".")
     try:
         found = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError, ValueError) as error:
+        if isinstance(found, type) and issubclass(found, CourseProfile):
+            for package in found().course_packages():
+                importlib.import_module(package)  # a profile whose packages are not installed cannot grade
+    except ImportError as error:
+        missing = error.name or module
+        raise ProfileError(f"the course's grading profile {name!r} needs the package {missing.split('.')[0]!r}, "
+                           f"which is not installed here: install it into this environment (the course's own "
+                           f"package: pip install it from the course's repository), or remove c.Grader.profile "
+                           f"from the course's nbgrader_config.py to grade it plainly") from None
+    except (AttributeError, ValueError) as error:
         raise ProfileError(f"the course's grading profile {name!r} cannot be imported: {error}") from None
     if not (isinstance(found, type) and issubclass(found, CourseProfile)):
         raise ProfileError(f"the course's grading profile {name!r} is not a CourseProfile")

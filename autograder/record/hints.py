@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import nbformat
 
-from autograder.course.cells import is_test, nbgrader_meta
+from autograder.course.cells import exercise_of, is_test, nbgrader_meta  # exercise_of: the heading Validate names
 from autograder.prepare.job import strict_lines
-from devcourse.validation import exercise_of  # the exercise heading above each cell, as Validate names it
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # An absolute path of the machine that ran the notebook: keep what follows site-packages/ (torch/nn/...),

@@ -1,7 +1,7 @@
 """What the zygote's processes run: runners whose kernels' launchers are forked ahead, and kernels.
 
-:class:`autograder.run.zygote.Zygote` asks its :mod:`devcourse.forkserver` to fork a child that runs :func:`runner`;
-see that class for what the zygote holds, what each forked process gets and how they end.
+:class:`autograder.run.zygote.Zygote` asks its fork server (:mod:`.forkserver`) to fork a child that runs
+:func:`runner`; see that class for what the zygote holds, what each forked process gets and how they end.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 
 from autograder.inside import launcher
 from autograder.run.startup import SKIPPED_IMPORTS
-from devcourse import forkserver
-from devcourse.forkserver import refresh, retitle
+from autograder.run import forkserver
+from autograder.run.forkserver import refresh, retitle
 
 LAUNCHER = os.path.realpath(launcher.__file__)
 _PR_SET_DUMPABLE = 4
@@ -30,7 +30,7 @@ _LAUNCHER_ONLY = ("resource",)  # imported on the way to a kernel (the launcher'
 def python_signals() -> None:
     """The signal handlers a Python process started by the grader starts with: the zygote's own at its start.
 
-    The zygote is such a process, and records them before it changes any (:data:`devcourse.forkserver.STARTED_WITH`;
+    The zygote is such a process, and records them before it changes any (:data:`.forkserver.STARTED_WITH`;
     every runner and kernel is forked from it after that): Python's defaults, except that a signal the grader
     ignores (as under ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh. SIGINT,
     SIGTERM and SIGHUP, which the grader and the runners handle, are at their defaults in both: the grader may
@@ -210,7 +210,7 @@ def _launch(cmd: list[str]) -> int:
 
 def run_kernel_here(command: list[str]) -> None:
     """The kernel: ``python -m ipykernel_launcher ...`` run in this forked process, as a fresh one would run it,
-    and ended as Python ends it (:func:`devcourse.forkserver.end`: its atexit handlers run, once).
+    and ended as Python ends it (:func:`autograder.run.forkserver.end`: its atexit handlers run, once).
 
     Returns (and the caller execs ``command``) for any other command.
     """

@@ -1,9 +1,9 @@
 """Runners and their kernels forked from one process that has imported what every kernel imports (Linux).
 
-The local pool (one zygote per grading run) and each Dask worker (one for its life) start a :mod:`devcourse.forkserver`
-through :class:`Zygote`; it imports the kernels' packages once and from then on only forks runners that run
-:func:`autograder.run.forked.runner` (grader ── zygote ── runner ── launcher ── init ── kernel). Without namespaces
-and with ``--no-zygote``, runners and kernels start fresh.
+The local pool (one zygote per grading run) and each Dask worker (one for its life) start a fork server
+(:mod:`.forkserver`) through :class:`Zygote`; it imports the kernels' packages once and from then on only forks
+runners that run :func:`autograder.run.forked.runner` (grader ── zygote ── runner ── launcher ── init ── kernel).
+Without namespaces and with ``--no-zygote``, runners and kernels start fresh.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 import signal
 from pathlib import Path
 
-from devcourse.forkclient import ForkedProcess, ForkServer, ForkServerUnavailable
-from devcourse.forkserver import usable
+from autograder.run.forkclient import ForkedProcess, ForkServer, ForkServerUnavailable
+from autograder.run.forkserver import usable
 
 __all__ = ["ForkedRunner", "Zygote", "ZygoteUnavailable", "usable"]
 
@@ -30,7 +30,7 @@ class ZygoteUnavailable(ForkServerUnavailable):
 
 class ForkedRunner(ForkedProcess):
     """A runner the zygote forked, with what the grader uses of a runner's ``Popen``: ``stdin``, ``wait``,
-    ``poll``, ``terminate``, ``kill`` (the first three as :class:`devcourse.forkclient.ForkedProcess` has them)."""
+    ``poll``, ``terminate``, ``kill`` (the first three as :class:`autograder.run.forkclient.ForkedProcess` has them)."""
 
     kind = "runner"
 
@@ -70,7 +70,7 @@ class Zygote(ForkServer):
     as ``python -m autograder.run.runner`` would; a launcher builds the sandbox as
     :mod:`autograder.inside.launcher` always does. A kernel gets what a fresh one has (``sys.path``,
     environment, signal handlers, ``sys.argv``, freshly seeded generators, a new ``multiprocessing`` key, the
-    command line :func:`devcourse.forkserver.retitle` gives), less the grader's modules and caches, and ends as
+    command line :func:`autograder.run.forkserver.retitle` gives), less the grader's modules and caches, and ends as
     a fresh one ends (its atexit handlers run, once). Still
     shared with the zygote: Python's hash seed, the order of warning filters, and its pages copy-on-write
     (left out of a submission's memory count through the sandbox's own processes,

@@ -117,7 +117,7 @@ def test_torchruns_launcher_is_forked_warm_and_starts_its_ranks_itself(tmp_path,
     for rank in range(2):
         seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         assert "-m torch.distributed.run" in seen["launcher"], seen
-        assert ("-m devcourse.forkserver warmstart" in seen["above"]) == warm, seen
+        assert ("-m autograder.run.forkserver warmstart" in seen["above"]) == warm, seen
 
 
 @pytest.mark.skipif(torch.accelerator.is_available(),

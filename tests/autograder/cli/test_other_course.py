@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -29,35 +28,24 @@ def _run(command: list, cwd: Path, env: dict | None = None, timeout: int = 600) 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """A new virtual environment with the project's wheel installed (not editable), and the packages it needs
-    from this environment's site-packages; its python."""
+    """A new virtual environment with the grader's wheel installed (not editable) and what it declares it needs,
+    resolved by pip from the package index, as a user's ``pip install`` does; its python. No torch comes along."""
     place = tmp_path_factory.mktemp("installed")
-    source = place / "source"  # what the wheel is built from, out of the checkout (a build writes beside it)
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    for name in ("autograder", "devcourse"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    source = place / "autograder"  # what the wheel is built from, out of the checkout (a build writes beside it)
+    skipped = shutil.ignore_patterns("__pycache__", "demo_class", "*.egg-info", "build")
+    shutil.copytree(ROOT / "autograder", source, ignore=skipped)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(place / "dist"), str(source)], cwd=place)
     _run([sys.executable, "-m", "venv", str(place / "venv")], cwd=place)
     python = place / "venv" / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     cwd=place).stdout.strip())
-    # What the wheel needs (nbgrader, Jupyter ...) from this environment, behind the wheel's own packages; this
-    # environment's editable install of the checkout is not taken along (a folder a .pth file names is not read
-    # for .pth files of its own).
-    (site / "needs.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    [wheel] = (place / "dist").glob("*.whl")
-    _run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], cwd=place)
+    [wheel] = (place / "dist").glob("autograder-*.whl")
+    _run([str(python), "-m", "pip", "install", "-q", str(wheel)], cwd=place, timeout=900)
     return python
 
 
 def _environment(python: Path) -> dict:
-    """The environment of a program run by the installed grader: its bin first on PATH, and the data files of
-    Jupyter (nbconvert's templates) of the environment its packages come from."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "JUPYTER"))}
-    return dict(env, PATH=str(python.parent) + os.pathsep + env["PATH"],
-                JUPYTER_PATH=str(Path(sys.prefix) / "share" / "jupyter"))
+    """The environment of a program run by the installed grader: its bin first on PATH, nothing of this one's."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "JUPYTER", "VIRTUAL_ENV"))}
+    return dict(env, PATH=str(python.parent) + os.pathsep + env["PATH"])
 
 
 def _plain_nbgrader(course: Path) -> dict[str, tuple[float, float]]:
@@ -77,8 +65,8 @@ def test_the_installed_grader_grades_another_course_as_plain_nbgrader_does(insta
     expected = _plain_nbgrader(plain)
     assert expected == {"alice": (5, 6), "bob": (3, 6), "carol": (4, 6)}, expected
     env = _environment(installed)
-    done = _run([str(installed), "-m", "autograder", "grade", "--course", str(graded), "--jobs", "2", "--quiet"],
-                cwd=tmp_path, env=env)
+    command = installed.parent / "autograder"  # the command the wheel puts on PATH
+    done = _run([str(command), "grade", "--course", str(graded), "--jobs", "2", "--quiet"], cwd=tmp_path, env=env)
     with open(graded / "scores.csv", newline="") as handle:
         rows = {r["student"]: r for r in csv.DictReader(handle)}
     assert {student: (float(r["score"]), float(r["max_score"])) for student, r in rows.items()} == expected, done.stdout
@@ -91,18 +79,27 @@ def test_the_installed_grader_grades_another_course_as_plain_nbgrader_does(insta
     assert "Limits on each submission" in (graded / "report.txt").read_text()
     where = _run([str(installed), "-c", "import autograder; print(autograder.__file__)"], cwd=tmp_path, env=env)
     assert str(installed.parent.parent) in where.stdout, "the grader came from the wheel, not the checkout"
+    no_torch = subprocess.run([str(installed), "-c", "import torch"], capture_output=True, text=True, env=env)
+    assert "No module named 'torch'" in no_torch.stderr, "the grader needs no torch, and pip brought none"
 
 
 def test_bad_input_is_one_line_and_writes_nothing(installed, tmp_path):
     env = _environment(installed)
+    course = tmp_path / "course"  # this course's profile named, in an environment without the course's package
+    shutil.copytree(COURSE / "course", course)
+    with open(course / "nbgrader_config.py", "a") as handle:
+        handle.write('c.Grader.profile = "autograder.course.profile.DeviceCourse"\n')
+    before = sorted(tmp_path.rglob("*"))
     cases = {
         "not a course": ["grade", "--course", str(tmp_path / "nothing-here")],
         "no course named": ["grade"],
         "unknown verb": ["frobnicate"],
+        "profile not installed": ["grade", "--course", str(course)],
     }
     for case, arguments in cases.items():
-        done = subprocess.run([str(installed), "-m", "autograder", *arguments], cwd=tmp_path, env=env,
+        done = subprocess.run([str(installed.parent / "autograder"), *arguments], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, (case, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.strip(), (case, done.stderr)
-    assert list(tmp_path.iterdir()) == [], "nothing written"
+    assert "needs the package 'devcourse', which is not installed here" in done.stderr, done.stderr
+    assert sorted(tmp_path.rglob("*")) == before, "nothing written"

@@ -165,7 +165,8 @@ def test_a_zygote_killed_mid_run_loses_no_submission(submitted, tmp_path):
     while True:
         live = processes_of(mark)
         running = [pid for pid, line in live.items() if "ipykernel_launcher" in line]
-        zygotes = [pid for pid, line in live.items() if line.split()[1:4] == ["-m", "devcourse.forkserver", "zygote"]]
+        zygote = ["-m", "autograder.run.forkserver", "zygote"]
+        zygotes = [pid for pid, line in live.items() if line.split()[1:4] == zygote]
         if running and zygotes:
             break
         assert run.poll() is None and time.monotonic() < deadline, (live, run.communicate())

@@ -1,7 +1,7 @@
-"""The caller's side of :mod:`devcourse.forkserver`: :class:`ForkServer` starts one and asks it to fork.
+"""The caller's side of :mod:`autograder.run.forkserver`: :class:`ForkServer` starts one and asks it to fork.
 
 The grader's zygote (:class:`autograder.run.zygote.Zygote`) and the course's warm starts
-(:class:`devcourse.warmstart.WarmStarter`) are its callers; each names the function its children run.
+(``devcourse.warmstart.WarmStarter``) are its callers; each names the function its children run.
 Requests and replies are JSON on a socket pair, with the children's standard streams passed as file descriptors.
 """
 
@@ -20,7 +20,7 @@ from multiprocessing.reduction import sendfds
 from pathlib import Path
 from typing import Callable, Sequence
 
-from devcourse.forkserver import MESSAGE_BYTES, TITLE_ROOM
+from autograder.run.forkserver import MESSAGE_BYTES, TITLE_ROOM
 
 __all__ = ["FORK_TIMEOUT_S", "READY_TIMEOUT_S", "ForkServer", "ForkServerUnavailable", "ForkedProcess"]
 
@@ -48,7 +48,7 @@ class ForkedProcess:
         self._ended.set()
 
     def _lost(self, closed: bool) -> None:
-        """Its server died: nobody reaps it now. It leads a session of its own (see :mod:`devcourse.warmstart`),
+        """Its server died: nobody reaps it now. It leads a session of its own (as ``devcourse.warmstart``'s does),
         which is killed."""
         try:
             os.killpg(self.pid, signal.SIGKILL)
@@ -70,8 +70,8 @@ class ForkServer:
     :meth:`close`.
 
     ``env`` is the server's environment (every child's until it sets its own), or a function that gives it as
-    the server starts; ``cwd`` its folder; ``preload`` what it imports (:func:`devcourse.forkserver.preload`);
-    ``name`` what ``ps`` shows after ``-m devcourse.forkserver``. With ``die_with_parent`` the server dies with
+    the server starts; ``cwd`` its folder; ``preload`` what it imports (:func:`autograder.run.forkserver.preload`);
+    ``name`` what ``ps`` shows after ``-m autograder.run.forkserver``. With ``die_with_parent`` the server dies with
     this process; with ``new_session`` it leads a session of its own, so Linux shares the processor with it as
     with another user's work (autogroups), not out of its caller's share. The last lines it printed are kept
     (``output``) and quoted when it fails.
@@ -116,7 +116,7 @@ class ForkServer:
         def keeper() -> None:  # the server's parent thread for as long as it lives (PR_SET_PDEATHSIG)
             try:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "devcourse.forkserver", str(theirs.fileno()), json.dumps(spec),
+                    [sys.executable, "-m", "autograder.run.forkserver", str(theirs.fileno()), json.dumps(spec),
                      "-" * TITLE_ROOM],
                     pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, start_new_session=self.new_session,
                     stdin=subprocess.DEVNULL,

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from devcourse import forkclient, forkserver
+from autograder.run import forkclient, forkserver
 
 pytestmark = pytest.mark.skipif(forkserver.usable() != "", reason=f"no fork server here: {forkserver.usable()}")
 

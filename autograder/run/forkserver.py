@@ -1,9 +1,9 @@
-"""One fork server for the grader's runners and kernels and the course's launchers: it imports once, then forks (Linux).
+"""One fork server for the grader's runners and kernels and a course's launchers: it imports once, then forks (Linux).
 
-``python -m devcourse.forkserver``, started by :class:`devcourse.forkclient.ForkServer`, imports its preload list and
-forks a child per request; the child runs the ``module:function`` the request names (:mod:`autograder.run.forked`,
-:mod:`devcourse.warmstart`) and ends as Python ends a program (:func:`end`). It is in devcourse because devcourse
-must never import the grader, which may import devcourse.
+``python -m autograder.run.forkserver``, started by :class:`autograder.run.forkclient.ForkServer`, imports its
+preload list and forks a child per request; the child runs the ``module:function`` the request names
+(:mod:`autograder.run.forked`, a course's launcher such as ``devcourse.warmstart``) and ends as Python ends a
+program (:func:`end`). It imports nothing but the standard library, so a course that builds on the grader uses it.
 """
 
 from __future__ import annotations
@@ -201,10 +201,10 @@ def _in_bad_fork_for_cuda() -> bool:
 
 
 def main(args: Sequence[str]) -> None:
-    """The server: ``SOCKET_FD SPEC_JSON ROOM`` (see :meth:`devcourse.forkclient.ForkServer.start`)."""
+    """The server: ``SOCKET_FD SPEC_JSON ROOM`` (see :meth:`autograder.run.forkclient.ForkServer.start`)."""
     atexit.register(_finish)  # before anything registers a handler: the last to run in a child (see end)
     spec = json.loads(args[1])
-    retitle([sys.executable, "-m", "devcourse.forkserver", spec["name"]])
+    retitle([sys.executable, "-m", "autograder.run.forkserver", spec["name"]])
     _SERVER["pid"] = os.getpid()
     STARTED_WITH.update({signum: handler for signum in _SIGNALS if (handler := signal.getsignal(signum)) is not None})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the caller's process group: its children decide
@@ -312,7 +312,7 @@ def server_pid() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or not sys.argv[1].isdigit():
-        sys.exit("usage: python -m devcourse.forkserver SOCKET_FD SPEC_JSON ROOM (started by forkclient.ForkServer)")
-    from devcourse import forkserver  # one copy of the module's state: the one its children import
+        sys.exit("usage: python -m autograder.run.forkserver SOCKET_FD SPEC_JSON ROOM (started by a ForkServer)")
+    from autograder.run import forkserver  # one copy of the module's state: the one its children import
 
     forkserver.main(sys.argv[1:])
