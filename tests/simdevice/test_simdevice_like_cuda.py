@@ -376,3 +376,124 @@ def test_streams_run_side_by_side_until_one_waits_for_the_other():
     assert 199.9 <= begin.elapsed_time(overlapped) < 300  # four products each, side by side: not 400 ms
     assert 199.9 <= begin.elapsed_time(side_done) < 300
     assert begin.elapsed_time(ordered) >= begin.elapsed_time(side_done) + 49.9  # after the side stream's work
+
+
+def _on_sim(*shape):
+    return torch.ones(shape, device="sim:0")
+
+
+def _cpu_scalar():
+    return torch.tensor(2.0)
+
+
+TWO_DEVICES = f"{SAME}but found at least two devices, sim:0 and cpu!"
+TOO_MANY = "Trying to pass too many CPU scalars to non-CPU kernel!"
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda: _on_sim(3) + _cpu_scalar(), None),
+        (lambda: torch.add(_cpu_scalar(), _on_sim(3)), None),
+        (lambda: torch.atan2(_on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.eq(_cpu_scalar(), _on_sim(3)), None),
+        (lambda: torch.add(_cpu_scalar(), _cpu_scalar(), out=_on_sim()), TOO_MANY),
+        (lambda: torch.sin(_cpu_scalar(), out=_on_sim()), TWO_DEVICES),
+        (lambda: _cpu_scalar().add_(_on_sim()), TWO_DEVICES),
+        (lambda: torch.addcdiv(_on_sim(3), _on_sim(3), _cpu_scalar()), TWO_DEVICES),
+        (lambda: torch.addcmul(_on_sim(3), _on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.addcmul(_cpu_scalar(), _on_sim(3), _on_sim(3)),
+         "CPU Scalar support for self argument is not supported when calling addcmul on sim tensors."),
+        (lambda: torch.addcmul(_on_sim(3), _cpu_scalar(), _on_sim(3)),
+         "CPU Scalar support for tensor1 argument is not supported when calling addcmul on sim tensors. However, "
+         "CPU Scalar support for tensor2 is supported, please swap your tensor1 and tensor2 terms."),
+        (lambda: _on_sim(3).addcmul_(_cpu_scalar(), _cpu_scalar()), TOO_MANY),
+        (lambda: torch.lerp(_on_sim(3), _on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.lerp(_on_sim(3), _cpu_scalar(), _on_sim(3)), "argument 2: expected a SIM device but found cpu"),
+        (lambda: torch.where(_on_sim(3) > 0, _cpu_scalar(), _cpu_scalar()), None),
+        (lambda: torch.where(torch.tensor(True), _on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.sum(_on_sim(3), dim=0, out=_cpu_scalar()), TWO_DEVICES),
+    ],
+    ids=["add", "add-cpu-first", "binary-float", "comparison", "two-into-binary", "unary-out", "in-place-into-cpu",
+         "addcdiv", "addcmul-tensor2", "addcmul-self", "addcmul-tensor1", "addcmul-two", "lerp-weight", "lerp-end",
+         "where-two", "where-condition", "reduction-out"],
+)
+def test_a_0_dim_cpu_tensor_is_taken_where_cudas_tensoriterator_and_kernel_take_it(call, error):
+    """TensorIterator takes one 0-dim CPU input when its builder allows CPU scalars (binary, binary-float and
+    comparison builders, addcmul's and lerp's meta functions) and raises for a second one or for any in another op
+    (``compute_types``, aten/src/ATen/TensorIterator.cpp); CUDA's addcmul and lerp kernels then take it only as
+    tensor2 or weight (cuda/PointwiseOpsKernel.cu, cuda/Lerp.cu, whose ``gpu_kernel`` asserts in Loops.cuh), and
+    ``where_self_out`` moves 0-dim CPU inputs to the device first (TensorCompare.cpp)."""
+    if error is None:
+        assert call().device == torch.device("sim:0")
+    else:
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert error in str(info.value)
+
+
+def _cpu_kernel_answer(op) -> str | None:
+    """What the installed torch's own CPU kernel for ``op`` (an ``out=`` overload) says when every tensor input is a
+    0-dim CPU tensor and the output is on the meta device: TensorIterator then takes meta as the common device and
+    answers for its config ("too many" where it allows CPU scalars, "two devices" where not). None: no answer."""
+    args = []
+    for argument in op._schema.arguments:
+        kind = str(argument.type)
+        if argument.is_out:
+            continue
+        if kind == "Tensor":
+            args.append(torch.tensor(True) if argument.name in ("condition", "mask") else torch.tensor(0.5))
+        elif kind == "Scalar" and not argument.has_default_value():
+            args.append(1)
+        elif not argument.has_default_value():
+            return None
+    outs = [a.name for a in op._schema.arguments if a.is_out]
+    if len(outs) != 1 or sum(isinstance(a, torch.Tensor) for a in args) < 2:
+        return None
+    try:
+        op._op_dk(torch._C.DispatchKey.CPU, *args, **{outs[0]: torch.empty((), device="meta")})
+    except Exception as error:  # noqa: BLE001 - any other error is no answer
+        return "too many" if TOO_MANY in str(error) else "two devices" if "at least two devices" in str(error) else None
+    return None
+
+
+def test_the_ops_said_to_allow_a_cpu_scalar_are_those_whose_tensoriterator_allows_one_in_the_installed_torch():
+    """The table of ``_iterrules`` is read from PyTorch's source; the installed torch's CPU kernels build the same
+    TensorIterator configs as CUDA's (the meta functions are shared), so their answers check the table."""
+    from devcourse.simdevice._iterrules import ALLOW_CPU_SCALAR
+
+    answers = {}
+    for name in torch._C._dispatch_get_all_op_names():
+        base, _, overload = name.removeprefix("aten::").partition(".")
+        if name.startswith("aten::") and overload.endswith(("out", "_input", "OutTensor")) \
+                and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"):
+            answer = _cpu_kernel_answer(getattr(getattr(torch.ops.aten, base), overload))
+            if answer is not None:
+                answers[base] = answer
+    assert len(answers) >= 60
+    assert {base for base, answer in answers.items() if answer == "too many"} <= ALLOW_CPU_SCALAR
+    assert {base for base, answer in answers.items() if answer == "two devices"} & ALLOW_CPU_SCALAR == set()
+    assert {"addcdiv", "where"} <= {base for base, answer in answers.items() if answer == "two devices"}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: _on_sim(3).fill_(_cpu_scalar()),
+        lambda: _on_sim(3).masked_fill(_on_sim(3) > 0, _cpu_scalar()),
+        lambda: _on_sim(3).index_fill_(0, torch.tensor([0], device="sim:0"), _cpu_scalar()),
+        lambda: torch._foreach_mul([_on_sim(3)], _cpu_scalar())[0],
+        lambda: torch._foreach_add([_on_sim(3)], [_cpu_scalar()])[0],
+    ],
+    ids=["fill_", "masked_fill", "index_fill_", "foreach-scalar-tensor", "foreach-list"],
+)
+def test_a_0_dim_value_on_the_cpu_is_read_as_a_number_and_foreach_runs_tensor_by_tensor(call):
+    """fill_ (Fill.cpp), masked_fill__cuda (cuda/Indexing.cu) and index_fill_ (TensorAdvancedIndexing.cpp) read a
+    0-dim value on another device with ``item()``; a foreach operator over two devices leaves CUDA's fast route
+    (``_check_tensors_share_device_and_dtype``, ForeachUtils.h) for one ``add``/``mul`` per tensor."""
+    assert call().device == torch.device("sim:0")
+
+
+def test_a_foreach_operator_over_two_devices_raises_what_its_per_tensor_operator_raises():
+    with pytest.raises(RuntimeError, match=re.escape(TWO_DEVICES)):
+        torch._foreach_add([_on_sim(3)], [torch.ones(3)])
