@@ -25,7 +25,9 @@ _TRANSFERS = frozenset(
      "is_pinned", "_to_cpu", "detach", "alias"}
 )
 
-_COMPOSITES = (torch._C.DispatchKey.CompositeExplicitAutograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+# Composite kernels have no generated device check (torchgen gives one to CUDA's own kernels only)
+_COMPOSITES = tuple(getattr(torch._C.DispatchKey, name) for name in (
+    "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd"))
 
 
 class SimTensor(torch.Tensor):

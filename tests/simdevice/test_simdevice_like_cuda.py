@@ -497,3 +497,21 @@ def test_a_0_dim_value_on_the_cpu_is_read_as_a_number_and_foreach_runs_tensor_by
 def test_a_foreach_operator_over_two_devices_raises_what_its_per_tensor_operator_raises():
     with pytest.raises(RuntimeError, match=re.escape(TWO_DEVICES)):
         torch._foreach_add([_on_sim(3)], [torch.ones(3)])
+
+
+def test_masked_fill_of_a_cpu_tensor_with_the_mask_on_the_device_raises_cudas_kernel_error():
+    """A device mask sends a CPU self to ``masked_fill__cuda`` too (found by benchmarks/simdevice_mismatch.py)."""
+    with pytest.raises(RuntimeError, match=re.escape("expected self and mask to be on the same device, but got mask "
+                                                     "on sim:0 and self on cpu")):
+        torch.ones(3).masked_fill(torch.ones(3, device="sim:0") > 0, 0.0)
+
+
+def test_a_scatter_without_a_cuda_kernel_runs_its_composite_over_two_devices_as_cuda_does():
+    """diagonal_scatter and select_scatter have a CompositeExplicitAutogradNonFunctional kernel and no CUDA one;
+    torchgen generates no device check for composite kernels (``device_guard`` is for CUDA's keys, torchgen/gen.py),
+    so CUDA clones self and copies src into it: the result is on self's device (found by
+    benchmarks/simdevice_mismatch.py)."""
+    out = torch.diagonal_scatter(torch.zeros(3, 3), torch.ones(3, device="sim:0"))
+    assert out.device == torch.device("cpu") and torch.equal(out, torch.eye(3))
+    out = torch.select_scatter(torch.zeros(2, 3, device="sim:0"), torch.ones(3), 0, 1)
+    assert out.device == torch.device("sim:0") and out.cpu().sum().item() == 3.0
