@@ -350,7 +350,7 @@ def summary(outcomes: list[Outcome], samples: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=0, help="only the first N ops of the database (0: all)")
-    parser.add_argument("--samples", type=int, default=2, help="sample inputs per op (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=4, help="sample inputs per op (default: %(default)s)")
     parser.add_argument("--only", nargs="*", default=(), help="only the ops of these names")
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args(argv)

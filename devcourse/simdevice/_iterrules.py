@@ -53,8 +53,8 @@ _ADDCMUL = {1: "CPU Scalar support for self argument is not supported when calli
 # Operators that read a 0-dim ``value`` tensor on another device as a number (``value.item()``): fill_ (Fill.cpp),
 # masked_fill__cuda (cuda/Indexing.cu), index_fill_ (TensorAdvancedIndexing.cpp).
 VALUE_AS_NUMBER = frozenset({"fill_", "masked_fill_", "index_fill_"})
-# Operators whose index tensors may stay on the CPU, as on CUDA (``x[cpu_index]``); a 0-dim CPU value is moved to
-# self's device first (_index_put_impl_, native/TensorAdvancedIndexing.cpp).
+# Operators whose index tensors may stay on the CPU, as on CUDA (``x[cpu_index]``); a 0-dim value on any device is
+# moved to self's device first (_index_put_impl_, native/TensorAdvancedIndexing.cpp).
 INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"})
 
 
@@ -112,9 +112,9 @@ def error(name: str, func, args: tuple, kwargs: dict) -> RuntimeError | None:
 
 
 def _indexing(args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, bool]]:
-    """self and values: the index tensors may stay on the CPU, and so may a 0-dim value."""
+    """self and values: the index tensors may stay on the CPU, and a 0-dim value may be anywhere."""
     values = (args[0], *args[2:], *kwargs.values())
-    return [(t, False) for t in values if isinstance(t, torch.Tensor) and (t is args[0] or not _cpu_scalar(t))]
+    return [(t, False) for t in values if isinstance(t, torch.Tensor) and (t is args[0] or t.dim() > 0)]
 
 
 def _kernel_error(base: str, scalars: list[int]) -> RuntimeError | None:

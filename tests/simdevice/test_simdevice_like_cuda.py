@@ -515,3 +515,11 @@ def test_a_scatter_without_a_cuda_kernel_runs_its_composite_over_two_devices_as_
     assert out.device == torch.device("cpu") and torch.equal(out, torch.eye(3))
     out = torch.select_scatter(torch.zeros(2, 3, device="sim:0"), torch.ones(3), 0, 1)
     assert out.device == torch.device("sim:0") and out.cpu().sum().item() == 3.0
+
+
+def test_an_index_put_value_of_0_dims_is_moved_to_self_from_any_device():
+    """_index_put_impl_ (native/TensorAdvancedIndexing.cpp) moves a 0-dim value to self's device, whichever it is."""
+    x = torch.zeros(3, device="sim:0")
+    x[torch.tensor([0, 2], device="sim:0")] = torch.tensor(5.0, device="sim:1")
+    x.index_put_((torch.tensor([1]),), torch.tensor(7.0), accumulate=True)
+    assert x.device == torch.device("sim:0") and x.cpu().tolist() == [5.0, 7.0, 5.0]
