@@ -37,8 +37,9 @@ def own_checks(name: str, func, args: tuple, kwargs: dict) -> None:
         if any(i is not None and i.device.type != "cpu" and i.device != self.device for i in indices):
             raise RuntimeError(f"indices should be either on cpu or on the same device as the indexed tensor "
                                f"({self.device})")
-    if name in ("masked_fill", "masked_fill_") and args[0].device.type == NAME and args[1].device != args[0].device:
-        # masked_fill__cuda (aten/src/ATen/native/cuda/Indexing.cu): one device, a 0-dim CPU mask included
+    if name in ("masked_fill", "masked_fill_") and args[1].device != args[0].device:
+        # masked_fill__cuda (aten/src/ATen/native/cuda/Indexing.cu): one device, a 0-dim CPU mask included; it is
+        # the kernel a CPU self with a device mask dispatches to as well
         raise RuntimeError(f"expected self and mask to be on the same device, but got mask on {args[1].device} "
                            f"and self on {args[0].device}")
     if name == "_pack_padded_sequence":  # checkLongTensor (aten/src/ATen/native/PackedSequence.cpp), every device

@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _bits, _clock, _cudaforms, _cudaonly, _memory, _opchecks
+from devcourse.simdevice import _bits, _clock, _cudaforms, _cudaonly, _iterrules, _memory, _opchecks
 from devcourse.simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
 from devcourse.simdevice._cudaforms import TABLE as _TABLE
 from devcourse.simdevice._state import NAME, resolve
@@ -24,10 +24,10 @@ _TRANSFERS = frozenset(
      "lift_fresh_copy", "_has_compatible_shallow_copy_type", "is_same_size", "_pin_memory",
      "is_pinned", "_to_cpu", "detach", "alias"}
 )
-# Operators whose index tensors may stay on the CPU, as on CUDA (``x[cpu_index]``).
-_INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"})
 
-_COMPOSITES = (torch._C.DispatchKey.CompositeExplicitAutograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+# Composite kernels have no generated device check (torchgen gives one to CUDA's own kernels only)
+_COMPOSITES = tuple(getattr(torch._C.DispatchKey, name) for name in (
+    "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd"))
 
 
 class SimTensor(_bits.Marked, torch.Tensor):
@@ -351,8 +351,8 @@ def check_devices(func, args: tuple, kwargs: dict):
     Operators with a CUDA kernel that PyTorch generates a device check for raise ``... but got <arg> is on
     <device>, different from other tensors on <device> (when checking argument in method
     wrapper_<BACKEND>_<name>)``, checking the arguments in the generated order. Operators without it (elementwise
-    ones go through TensorIterator) raise ``... but found at least two devices, <a> and <b>!``, where ``<a>`` is
-    the first device that is not the CPU and a 0-dim CPU tensor is allowed, as TensorIterator does. Convolutions
+    ones go through TensorIterator) raise what ``_iterrules`` gives: ``... but found at least two devices, <a> and
+    <b>!``, where ``<a>`` is the first device that is not the CPU, or a CPU scalar's error. Convolutions
     raise what CUDA's convolution raises (see ``_cudaforms``); some operators' own checks come first
     (``_opchecks``). Returns a composite dispatch key when an operator that CUDA would run as a composite of others
     mixes devices: the caller then runs the composite, whose parts raise what they raise on CUDA.
@@ -381,20 +381,13 @@ def check_devices(func, args: tuple, kwargs: dict):
             raise error
         return None
     _opchecks.own_checks(name, func, args, kwargs)
-    if name in _INDEXING:  # index tensors may stay on the CPU: check self and values only
-        values = (args[0], *args[2:])
-    else:
-        # out= comes first, as TensorIterator puts outputs before inputs
-        values = (kwargs["out"], *args, *(v for k, v in kwargs.items() if k != "out")) if "out" in kwargs \
-            else (*args, *kwargs.values())
-    tensors = [t for value in values for t in (value if isinstance(value, (list, tuple)) else (value,))
-               if isinstance(t, torch.Tensor)]
-    common = next((t.device for t in tensors if t.device.type != "cpu"), None)
-    for tensor in tensors:
-        if tensor.device != common and not (tensor.device.type == "cpu" and tensor.dim() == 0):
-            if name not in CUDA_KERNELS:
-                for key in _COMPOSITES:
-                    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
-                        return key
-            raise RuntimeError(f"{SAME_DEVICE}but found at least two devices, {common} and {tensor.device}!")
+    error = _iterrules.error(name, func, args, kwargs)
+    if error is not None:
+        # a foreach operator over tensors on two devices runs one tensor at a time on CUDA, as its composite does
+        # (the fast route wants one device: _check_tensors_share_device_and_dtype, native/ForeachUtils.h)
+        if name not in CUDA_KERNELS or name.startswith("_foreach_"):
+            for key in _COMPOSITES:
+                if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
+                    return key
+        raise error
     return None

@@ -1,7 +1,7 @@
-"""The device-semantics catalogue: each probe of benchmarks/device_probes.py on sim:0 and sim:1 against CUDA's outcome.
+"""The device-semantics catalogue: each probe of tools/device_probes.py on sim:0 and sim:1 against CUDA's outcome.
 
 CUDA's outcomes are the catalogue's (tests/simdevice/device_probes.json, each with its evidence) and, where a GPU
-recorded them (``python benchmarks/device_probes.py --device cuda --record``), tests/simdevice/cuda_outcomes/. A
+recorded them (``python tools/device_probes.py --device cuda --record``), tests/simdevice/cuda_outcomes/. A
 listed limit of the simulated device is reported as one, in its own words, and never counts as agreeing.
 """
 
@@ -19,8 +19,8 @@ import torch
 import devcourse.simdevice as sim
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import device_probes  # noqa: E402 -- the script sits in benchmarks/, beside the probes it imports by name
+sys.path.insert(0, str(ROOT / "tools"))
+import device_probes  # noqa: E402 -- the script sits in tools/, beside the probes it imports by name
 
 CATALOGUE = json.loads(device_probes.CATALOGUE.read_text())
 
@@ -129,7 +129,7 @@ def _differences(recorded: dict, outcomes: dict) -> list[str]:
 def test_recorded_cuda_outcomes_agree_with_the_catalogue_and_the_simulated_device(outcomes):
     recorded = device_probes.recordings()
     if not recorded:
-        pytest.skip("no CUDA outcomes recorded yet: run benchmarks/device_probes.py --device cuda --record on a GPU")
+        pytest.skip("no CUDA outcomes recorded yet: run tools/device_probes.py --device cuda --record on a GPU")
     ours = ".".join(torch.__version__.split(".")[:2])
     same = {version: run for version, run in recorded.items() if ".".join(version.split(".")[:2]) == ours}
     for version, run in recorded.items():

@@ -428,3 +428,150 @@ def test_pinning_on_a_machine_without_an_accelerator_fails_as_there():
         assert not batch.is_pinned()
     with sim.shown_as_accelerator(True):
         assert torch.ones(2).pin_memory().is_pinned()
+
+
+def _on_sim(*shape):
+    return torch.ones(shape, device="sim:0")
+
+
+def _cpu_scalar():
+    return torch.tensor(2.0)
+
+
+TWO_DEVICES = f"{SAME}but found at least two devices, sim:0 and cpu!"
+TOO_MANY = "Trying to pass too many CPU scalars to non-CPU kernel!"
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda: _on_sim(3) + _cpu_scalar(), None),
+        (lambda: torch.add(_cpu_scalar(), _on_sim(3)), None),
+        (lambda: torch.atan2(_on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.eq(_cpu_scalar(), _on_sim(3)), None),
+        (lambda: torch.add(_cpu_scalar(), _cpu_scalar(), out=_on_sim()), TOO_MANY),
+        (lambda: torch.sin(_cpu_scalar(), out=_on_sim()), TWO_DEVICES),
+        (lambda: _cpu_scalar().add_(_on_sim()), TWO_DEVICES),
+        (lambda: torch.addcdiv(_on_sim(3), _on_sim(3), _cpu_scalar()), TWO_DEVICES),
+        (lambda: torch.addcmul(_on_sim(3), _on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.addcmul(_cpu_scalar(), _on_sim(3), _on_sim(3)),
+         "CPU Scalar support for self argument is not supported when calling addcmul on sim tensors."),
+        (lambda: torch.addcmul(_on_sim(3), _cpu_scalar(), _on_sim(3)),
+         "CPU Scalar support for tensor1 argument is not supported when calling addcmul on sim tensors. However, "
+         "CPU Scalar support for tensor2 is supported, please swap your tensor1 and tensor2 terms."),
+        (lambda: _on_sim(3).addcmul_(_cpu_scalar(), _cpu_scalar()), TOO_MANY),
+        (lambda: torch.lerp(_on_sim(3), _on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.lerp(_on_sim(3), _cpu_scalar(), _on_sim(3)), "argument 2: expected a SIM device but found cpu"),
+        (lambda: torch.where(_on_sim(3) > 0, _cpu_scalar(), _cpu_scalar()), None),
+        (lambda: torch.where(torch.tensor(True), _on_sim(3), _cpu_scalar()), None),
+        (lambda: torch.sum(_on_sim(3), dim=0, out=_cpu_scalar()), TWO_DEVICES),
+    ],
+    ids=["add", "add-cpu-first", "binary-float", "comparison", "two-into-binary", "unary-out", "in-place-into-cpu",
+         "addcdiv", "addcmul-tensor2", "addcmul-self", "addcmul-tensor1", "addcmul-two", "lerp-weight", "lerp-end",
+         "where-two", "where-condition", "reduction-out"],
+)
+def test_a_0_dim_cpu_tensor_is_taken_where_cudas_tensoriterator_and_kernel_take_it(call, error):
+    """TensorIterator takes one 0-dim CPU input when its builder allows CPU scalars (binary, binary-float and
+    comparison builders, addcmul's and lerp's meta functions) and raises for a second one or for any in another op
+    (``compute_types``, aten/src/ATen/TensorIterator.cpp); CUDA's addcmul and lerp kernels then take it only as
+    tensor2 or weight (cuda/PointwiseOpsKernel.cu, cuda/Lerp.cu, whose ``gpu_kernel`` asserts in Loops.cuh), and
+    ``where_self_out`` moves 0-dim CPU inputs to the device first (TensorCompare.cpp)."""
+    if error is None:
+        assert call().device == torch.device("sim:0")
+    else:
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert error in str(info.value)
+
+
+def _cpu_kernel_answer(op) -> str | None:
+    """What the installed torch's own CPU kernel for ``op`` (an ``out=`` overload) says when every tensor input is a
+    0-dim CPU tensor and the output is on the meta device: TensorIterator then takes meta as the common device and
+    answers for its config ("too many" where it allows CPU scalars, "two devices" where not). None: no answer."""
+    args = []
+    for argument in op._schema.arguments:
+        kind = str(argument.type)
+        if argument.is_out:
+            continue
+        if kind == "Tensor":
+            args.append(torch.tensor(True) if argument.name in ("condition", "mask") else torch.tensor(0.5))
+        elif kind == "Scalar" and not argument.has_default_value():
+            args.append(1)
+        elif not argument.has_default_value():
+            return None
+    outs = [a.name for a in op._schema.arguments if a.is_out]
+    if len(outs) != 1 or sum(isinstance(a, torch.Tensor) for a in args) < 2:
+        return None
+    try:
+        op._op_dk(torch._C.DispatchKey.CPU, *args, **{outs[0]: torch.empty((), device="meta")})
+    except Exception as error:  # noqa: BLE001 - any other error is no answer
+        return "too many" if TOO_MANY in str(error) else "two devices" if "at least two devices" in str(error) else None
+    return None
+
+
+def test_the_ops_said_to_allow_a_cpu_scalar_are_those_whose_tensoriterator_allows_one_in_the_installed_torch():
+    """The table of ``_iterrules`` is read from PyTorch's source; the installed torch's CPU kernels build the same
+    TensorIterator configs as CUDA's (the meta functions are shared), so their answers check the table."""
+    from devcourse.simdevice._iterrules import ALLOW_CPU_SCALAR
+
+    answers = {}
+    for name in torch._C._dispatch_get_all_op_names():
+        base, _, overload = name.removeprefix("aten::").partition(".")
+        if name.startswith("aten::") and overload.endswith(("out", "_input", "OutTensor")) \
+                and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"):
+            answer = _cpu_kernel_answer(getattr(getattr(torch.ops.aten, base), overload))
+            if answer is not None:
+                answers[base] = answer
+    assert len(answers) >= 60
+    assert {base for base, answer in answers.items() if answer == "too many"} <= ALLOW_CPU_SCALAR
+    assert {base for base, answer in answers.items() if answer == "two devices"} & ALLOW_CPU_SCALAR == set()
+    assert {"addcdiv", "where"} <= {base for base, answer in answers.items() if answer == "two devices"}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: _on_sim(3).fill_(_cpu_scalar()),
+        lambda: _on_sim(3).masked_fill(_on_sim(3) > 0, _cpu_scalar()),
+        lambda: _on_sim(3).index_fill_(0, torch.tensor([0], device="sim:0"), _cpu_scalar()),
+        lambda: torch._foreach_mul([_on_sim(3)], _cpu_scalar())[0],
+        lambda: torch._foreach_add([_on_sim(3)], [_cpu_scalar()])[0],
+    ],
+    ids=["fill_", "masked_fill", "index_fill_", "foreach-scalar-tensor", "foreach-list"],
+)
+def test_a_0_dim_value_on_the_cpu_is_read_as_a_number_and_foreach_runs_tensor_by_tensor(call):
+    """fill_ (Fill.cpp), masked_fill__cuda (cuda/Indexing.cu) and index_fill_ (TensorAdvancedIndexing.cpp) read a
+    0-dim value on another device with ``item()``; a foreach operator over two devices leaves CUDA's fast route
+    (``_check_tensors_share_device_and_dtype``, ForeachUtils.h) for one ``add``/``mul`` per tensor."""
+    assert call().device == torch.device("sim:0")
+
+
+def test_a_foreach_operator_over_two_devices_raises_what_its_per_tensor_operator_raises():
+    with pytest.raises(RuntimeError, match=re.escape(TWO_DEVICES)):
+        torch._foreach_add([_on_sim(3)], [torch.ones(3)])
+
+
+def test_masked_fill_of_a_cpu_tensor_with_the_mask_on_the_device_raises_cudas_kernel_error():
+    """A device mask sends a CPU self to ``masked_fill__cuda`` too (found by benchmarks/simdevice_mismatch.py)."""
+    with pytest.raises(RuntimeError, match=re.escape("expected self and mask to be on the same device, but got mask "
+                                                     "on sim:0 and self on cpu")):
+        torch.ones(3).masked_fill(torch.ones(3, device="sim:0") > 0, 0.0)
+
+
+def test_a_scatter_without_a_cuda_kernel_runs_its_composite_over_two_devices_as_cuda_does():
+    """diagonal_scatter and select_scatter have a CompositeExplicitAutogradNonFunctional kernel and no CUDA one;
+    torchgen generates no device check for composite kernels (``device_guard`` is for CUDA's keys, torchgen/gen.py),
+    so CUDA clones self and copies src into it: the result is on self's device (found by
+    benchmarks/simdevice_mismatch.py)."""
+    out = torch.diagonal_scatter(torch.zeros(3, 3), torch.ones(3, device="sim:0"))
+    assert out.device == torch.device("cpu") and torch.equal(out, torch.eye(3))
+    out = torch.select_scatter(torch.zeros(2, 3, device="sim:0"), torch.ones(3), 0, 1)
+    assert out.device == torch.device("sim:0") and out.cpu().sum().item() == 3.0
+
+
+def test_an_index_put_value_of_0_dims_is_moved_to_self_from_any_device():
+    """_index_put_impl_ (native/TensorAdvancedIndexing.cpp) moves a 0-dim value to self's device, whichever it is."""
+    x = torch.zeros(3, device="sim:0")
+    x[torch.tensor([0, 2], device="sim:0")] = torch.tensor(5.0, device="sim:1")
+    x.index_put_((torch.tensor([1]),), torch.tensor(7.0), accumulate=True)
+    assert x.device == torch.device("sim:0") and x.cpu().tolist() == [5.0, 7.0, 5.0]

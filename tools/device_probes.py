@@ -1,7 +1,7 @@
 """The device-semantics probes (probes_*.py) on index 0 and 1 of a device type, against CUDA's outcomes.
 
-    python benchmarks/device_probes.py --device sim            # the simulated device against the catalogue
-    python benchmarks/device_probes.py --device cuda --record  # on a GPU: record CUDA's outcomes for this torch
+    python tools/device_probes.py --device sim            # the simulated device against the catalogue
+    python tools/device_probes.py --device cuda --record  # on a GPU: record CUDA's outcomes for this torch
 
 The catalogue is tests/simdevice/device_probes.json; recordings go to tests/simdevice/cuda_outcomes/. Imports only
 torch (and the simulated device for ``sim``). Exits 1 if an outcome differs from the catalogue.
