@@ -303,3 +303,75 @@ def test_every_test_cell_keeps_a_visible_check(name):
 class _Cell(dict):
     def __getattr__(self, key):
         return self[key]
+
+
+ROOT = solution_path("00_environment").parents[2]
+
+
+def doc(path: str) -> str:
+    return one_line((ROOT / path).read_text())
+
+
+def test_the_disk_space_names_the_torch_build_it_holds_for():
+    """About 2 GB holds with PyTorch's CPU-only build, which this environment has; PyPI's default Linux wheel
+    brings the CUDA libraries. The README and the site's home say which."""
+    assert torch.version.cuda is None, "the environment measured is the CPU-only build"
+    for page in ("README.md", "docs/index.md"):
+        text = doc(page)
+        assert "about 2 GB of disk for the environment." not in text, page
+        assert "about 2 GB with PyTorch's CPU-only build" in text, page
+
+
+def test_grading_names_the_module_that_sets_one_thread():
+    """``autograder/run/kernel.py`` sets OMP_NUM_THREADS for the grading kernels; ``runner.py`` does not."""
+    assert "OMP_NUM_THREADS=" in (ROOT / "autograder/run/kernel.py").read_text()
+    assert "OMP_NUM_THREADS" not in (ROOT / "autograder/run/runner.py").read_text()
+    text = doc("docs/grading.md")
+    sentence = text[text.index("`OMP_NUM_THREADS=1` and"):][:200]
+    assert "autograder/run/kernel.py" in sentence and "runner.py" not in sentence, sentence
+
+
+def test_benchmarks_detail_the_simulated_device_run_of_its_row():
+    """The simulated device's section gives the figures of the run its table row holds."""
+    text = doc("docs/benchmarks.md")
+    row = re.search(r"<!-- benchmark:simulated_device -->(.*?)<!-- /benchmark", text).group(1)
+    section = text[text.index("### The simulated device"):]
+    section = section[:section.index("###", 5)]
+    ratios = re.findall(r"\d+\.\d+x", row) + re.findall(r"\d+\.\d+ ms", row)
+    assert ratios and all(r in section for r in ratios), (ratios, section)
+
+
+def test_the_cuda_backward_failure_says_which_pytorch_it_was_seen_on():
+    """pytorch/pytorch#161129 was seen with PyTorch 2.11 on an H200 (the GPU report); the pages that state the
+    failure name the issue and that version."""
+    for page in ("docs/simulated-device.md", "docs/gpu.md"):
+        text = doc(page)
+        sentence = text[text.index("CUDA backward pass"):][:400]
+        assert "161129" in sentence and "2.11" in sentence, (page, sentence)
+
+
+def test_cluster_page_claims_only_what_dask_documents():
+    """Nothing says how many clusters run Dask; dask-jobqueue's cluster classes are what is known."""
+    import dask_jobqueue
+
+    assert {"SLURMCluster", "PBSCluster", "SGECluster", "LSFCluster"} <= set(dir(dask_jobqueue))
+    text = doc("docs/cluster.md")
+    assert "Most university clusters already run Dask" not in text
+    assert "PBS" in text and "LSF" in text
+
+
+def test_gpu_report_is_a_summary_with_the_run_log_beside_it():
+    """The navigation's GPU report is a short summary without commit hashes; the runs' log is a page beside it,
+    outside the navigation, and ``make gpu-check`` writes a run there."""
+    import yaml
+
+    from autograder.checks import gpu
+
+    summary = (ROOT / "docs/gpu-report.md").read_text()
+    assert len(summary.splitlines()) <= 80 and "gpu-log.md" in summary
+    assert not re.findall(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", summary)
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    pages = json.dumps(config["nav"])
+    assert "gpu-report.md" in pages and "gpu-log.md" not in pages
+    assert "/gpu-log.md" in config["not_in_nav"].split()
+    assert gpu.GPU_REPORT.name == "gpu-log.md"
