@@ -27,7 +27,7 @@ help:
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"
 	@echo "make execute    re-run solutions/ and store their outputs (after editing one)"
 	@echo "make both-ways  every solution passes its tests, every student version none"
-	@echo "make gpu-check  on a CUDA machine: notebooks, grading, DDP, AMP and loading on the GPU -> docs/gpu-report.md"
+	@echo "make gpu-check  on a CUDA machine: notebooks, grading, DDP, AMP and loading on the GPU -> docs/gpu-log.md"
 	@echo "make wheels     download the packages gpu-check needs (all but torch) into wheels/, for a GPU box without network"
 	@echo "make slurm-check  on a Slurm login node: grade part of the demo class through Slurm jobs (SLURM_CHECK_ARGS=--gpu ...)"
 	@echo "                (sudo tools/practice-slurm.sh up: a two-node Slurm on this machine to try it on)"

@@ -11,6 +11,7 @@ import inspect
 import json
 import re
 from functools import cache
+from pathlib import Path
 
 import pytest
 import torch
@@ -186,3 +187,191 @@ def test_09_save_file_copies_tensors_of_other_devices_itself():
     shown = output_text(code_cell("09_sharded_checkpoints", "def save_file_steps"))
     if "_find_shared_tensors" in shown:  # the stored output of a machine without a GPU
         assert "_to_ndarray" in shown, shown
+
+
+ASIDE = "> **Behind the scenes"
+
+
+def main_line(name: str) -> str:
+    """A notebook's markdown less its "behind the scenes" asides, on one line."""
+    return one_line("\n".join(source(c) for c in cells(name) if c["cell_type"] == "markdown"
+                              and not source(c).startswith(ASIDE)))
+
+
+def asides(name: str) -> str:
+    return one_line("\n".join(source(c) for c in cells(name) if source(c).startswith(ASIDE)))
+
+
+def test_01_the_matrix_adds_no_simulated_device_beside_one_gpu():
+    """With one GPU the matrix is the CPU and that GPU (``devcourse/grading.py:device_matrix``); 01 says so and
+    shows it with the course's stand-in for a GPU machine."""
+    from devcourse.grading import device_matrix, simulated_cuda
+
+    with simulated_cuda(1):
+        assert [str(d.device) for d in device_matrix()] == ["cpu", "cuda:0"]
+    text = main_line("01_device_placement")
+    assert "with the simulated devices added when it has only one" not in text
+    assert "never added beside a GPU" in text
+    shown = output_text(code_cell("01_device_placement", "with simulated_cuda(count)"))
+    assert "1 GPU:  ['cpu', 'cuda:0']" in shown and "2 GPUs: ['cpu', 'cuda:0', 'cuda:1']" in shown, shown
+
+
+def test_06_float16_overflows_from_65520_not_past_65504():
+    """A cast rounds to the nearest float16: below 65520 to 65504, from 65520 (halfway to 65536) to inf."""
+    assert torch.tensor([65519.0, 65520.0]).half().tolist() == [65504.0, float("inf")]
+    text = main_line("06_mixed_precision")
+    assert "Past 65504 a value becomes" not in text and "overflows past 65504" not in text
+    assert "65520" in text.split("## Summary")[1], "06's summary still gives the wrong boundary"
+    shown = output_text(code_cell("06_mixed_precision", "(65504.0, 65519.0, 65520.0)"))
+    assert "65519.0 -> 65504.0" in shown and "65520.0 -> inf" in shown, shown
+
+
+def test_07_exercise_2_checks_shares_that_overlap_too():
+    """With 11 samples for 2 ranks, DistributedSampler repeats one; 07 no longer says Exercise 2 checks that the
+    shares never overlap, and Exercise 2's hidden checks do expect the repeat."""
+    from torch.utils.data import DistributedSampler
+
+    shares = [set(DistributedSampler(range(11), num_replicas=2, rank=r)) for r in (0, 1)]
+    assert len(shares[0] & shares[1]) == 1
+    assert "checks that the shares never overlap" not in main_line("07_multi_device_training")
+    assert "padding repeats exactly one sample" in source(code_cell("07_multi_device_training", "def loader_cases"))
+
+
+def test_09_fsdp2_gathers_a_block_ahead_so_two_can_be_whole():
+    """FSDP2 prefetches. Read in ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py`` (PyTorch 2.13):
+    ``FSDPParamGroup._backward_prefetch``, run from ``pre_backward`` once the block is gathered, calls
+    ``_prefetch_unshard`` on the block before it in forward order; ``FSDPCommContext.lazy_init`` makes an
+    all-gather stream to overlap "next all-gather with current forward compute" (implicit forward prefetching);
+    ``FSDPModule.set_modules_to_forward_prefetch`` and ``set_modules_to_backward_prefetch`` (``_fully_shard.py``)
+    ask for more, "more reserved memory". 09 says so, and a cell shows two blocks whole in the backward pass."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group
+
+    assert 'self._prefetch_unshard(target, "backward")' in inspect.getsource(group.FSDPParamGroup._backward_prefetch)
+    assert "_backward_prefetch()" in inspect.getsource(group.FSDPParamGroup.pre_backward)
+    assert "overlapping next all-gather" in inspect.getsource(group.FSDPCommContext.lazy_init)
+    assert "more reserved memory" in inspect.getdoc(FSDPModule.set_modules_to_forward_prefetch)
+    text = one_line("\n".join(source(c) for c in cells("09_sharded_checkpoints")))
+    assert "only one block's full weights exist at a time" not in text
+    assert "only one child's full weights in memory at a time" not in text
+    assert "up to two blocks are whole at once" in text
+    shown = output_text(code_cell("09_sharded_checkpoints", "def fsdp_order"))
+    assert "most blocks whole at once: forward 1, backward 2" in shown, shown
+
+
+def test_internals_sit_in_asides_and_the_terms_that_stay_are_defined():
+    """02's TensorIterator, 06's autocast kernels, 07's rendezvous and gloo threads, 08's C library allocator
+    are told in "behind the scenes" asides; the main line defines the caching allocator it keeps."""
+    moved = {"02_cross_device_errors": ["TensorIterator", "native_functions.yaml", "adaption"],
+             "06_mixed_precision": ["AutocastPrivateUse1", "161129"],
+             "07_multi_device_training": ["TCPStore", "register_backend", "ProcessGroupGloo", "#179291"],
+             "08_portable_models_and_memory": ["posix_memalign", "M_MMAP_THRESHOLD"]}
+    for name, terms in moved.items():
+        assert [t for t in terms if t in main_line(name)] == [], f"{name}: internals left in the main line"
+        assert all(t in asides(name) for t in terms), f"{name}: {terms} not all in its asides"
+    assert all(torch._C._dispatch_has_kernel_for_dispatch_key("aten::mm", k) for k in ("AutocastCPU", "AutocastCUDA"))
+    import torchgen
+
+    table = (Path(torchgen.__file__).parent / "packaged/ATen/native/native_functions.yaml").read_text()
+    marks = (table.count("device_check: NoCheck"), table.count("device_check: NoCheck   # TensorIterator"))
+    assert marks == (878, 504) and "504 of the 878" in asides("02_cross_device_errors"), marks
+    assert "*caching allocator*" in main_line("08_portable_models_and_memory")
+    assert "keeps the block in a cache" in main_line("08_portable_models_and_memory")
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_every_test_cell_keeps_a_visible_check(name):
+    """The students' version of each test cell runs something beyond imports and definitions, so an unanswered
+    notebook fails it (06's time_on_device_waits_for_the_device held nothing visible)."""
+    import ast
+
+    from autograder.course.cells import is_test
+    from autograder.course.paths import COURSE
+
+    notebook = json.loads((COURSE / name / f"{name}.ipynb").read_text())
+    empty = []
+    for cell in notebook["cells"]:
+        if is_test(_Cell(cell)):
+            body = ast.parse(source(cell)).body
+            kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+            if all(isinstance(s, kinds) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+                   for s in body):
+                empty.append(cell["metadata"]["nbgrader"]["grade_id"])
+    assert not empty, f"{name}: test cells with nothing visible to fail: {empty}"
+
+
+class _Cell(dict):
+    def __getattr__(self, key):
+        return self[key]
+
+
+ROOT = solution_path("00_environment").parents[2]
+
+
+def doc(path: str) -> str:
+    return one_line((ROOT / path).read_text())
+
+
+def test_the_disk_space_names_the_torch_build_it_holds_for():
+    """About 2 GB holds with PyTorch's CPU-only build, which this environment has; PyPI's default Linux wheel
+    brings the CUDA libraries. The README and the site's home say which."""
+    assert torch.version.cuda is None, "the environment measured is the CPU-only build"
+    for page in ("README.md", "docs/index.md"):
+        text = doc(page)
+        assert "about 2 GB of disk for the environment." not in text, page
+        assert "about 2 GB with PyTorch's CPU-only build" in text, page
+
+
+def test_grading_names_the_module_that_sets_one_thread():
+    """``autograder/run/kernel.py`` sets OMP_NUM_THREADS for the grading kernels; ``runner.py`` does not."""
+    assert "OMP_NUM_THREADS=" in (ROOT / "autograder/run/kernel.py").read_text()
+    assert "OMP_NUM_THREADS" not in (ROOT / "autograder/run/runner.py").read_text()
+    text = doc("docs/grading.md")
+    sentence = text[text.index("`OMP_NUM_THREADS=1` and"):][:200]
+    assert "autograder/run/kernel.py" in sentence and "runner.py" not in sentence, sentence
+
+
+def test_benchmarks_detail_the_simulated_device_run_of_its_row():
+    """The simulated device's section gives the figures of the run its table row holds."""
+    text = doc("docs/benchmarks.md")
+    row = re.search(r"<!-- benchmark:simulated_device -->(.*?)<!-- /benchmark", text).group(1)
+    section = text[text.index("### The simulated device"):]
+    section = section[:section.index("###", 5)]
+    ratios = re.findall(r"\d+\.\d+x", row) + re.findall(r"\d+\.\d+ ms", row)
+    assert ratios and all(r in section for r in ratios), (ratios, section)
+
+
+def test_the_cuda_backward_failure_says_which_pytorch_it_was_seen_on():
+    """pytorch/pytorch#161129 was seen with PyTorch 2.11 on an H200 (the GPU report); the pages that state the
+    failure name the issue and that version."""
+    for page in ("docs/simulated-device.md", "docs/gpu.md"):
+        text = doc(page)
+        sentence = text[text.index("CUDA backward pass"):][:400]
+        assert "161129" in sentence and "2.11" in sentence, (page, sentence)
+
+
+def test_cluster_page_claims_only_what_dask_documents():
+    """Nothing says how many clusters run Dask; dask-jobqueue's cluster classes are what is known."""
+    import dask_jobqueue
+
+    assert {"SLURMCluster", "PBSCluster", "SGECluster", "LSFCluster"} <= set(dir(dask_jobqueue))
+    text = doc("docs/cluster.md")
+    assert "Most university clusters already run Dask" not in text
+    assert "PBS" in text and "LSF" in text
+
+
+def test_gpu_report_is_a_summary_with_the_run_log_beside_it():
+    """The navigation's GPU report is a short summary without commit hashes; the runs' log is a page beside it,
+    outside the navigation, and ``make gpu-check`` writes a run there."""
+    import yaml
+
+    from autograder.checks import gpu
+
+    summary = (ROOT / "docs/gpu-report.md").read_text()
+    assert len(summary.splitlines()) <= 80 and "gpu-log.md" in summary
+    assert not re.findall(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", summary)
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    pages = json.dumps(config["nav"])
+    assert "gpu-report.md" in pages and "gpu-log.md" not in pages
+    assert "/gpu-log.md" in config["not_in_nav"].split()
+    assert gpu.GPU_REPORT.name == "gpu-log.md"

@@ -1,7 +1,7 @@
 """make gpu-check: run the course and its grader on a real GPU, and write what happened.
 
 ``python -m autograder gpu-check`` runs the checks of :data:`CHECKS` in order (``--only`` picks some) and
-writes ``docs/gpu-report.md``; without CUDA it stops and says so. ``--dry-run`` rehearses on the CPU: what
+writes ``docs/gpu-log.md``; without CUDA it stops and says so. ``--dry-run`` rehearses on the CPU: what
 needs no GPU runs, the rest is marked not run, and the report goes to ``build/gpu-report-dry-run.md``.
 """
 
@@ -23,7 +23,7 @@ import torch
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
 
-GPU_REPORT = ROOT / "docs" / "gpu-report.md"
+GPU_REPORT = ROOT / "docs" / "gpu-log.md"  # the runs' log; docs/gpu-report.md sums it up
 DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
 WORKDIR = ROOT / "build" / "gpu-check"
 STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading", "cluster", "mistakes")
