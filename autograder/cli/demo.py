@@ -10,7 +10,7 @@ from autograder.course.paths import ROOT
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(prog="python -m autograder demo",
-                            description="Rebuild the demo class's submissions (autograder/demo_class/submitted) "
+                            description="Rebuild the demo class's submissions (demo_class/submitted) "
                                         "from the student versions in course/.").parse_args(argv)
     for path in build():
         print(f"wrote {path.relative_to(ROOT)}")

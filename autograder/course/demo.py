@@ -4,7 +4,7 @@ Each student is a policy for filling the answer cells of the student
 versions in ``course/``: the instructor's solution, nothing at all, or
 answers written out below with the mistakes students really make. The
 submissions are built from those and committed under
-``autograder/demo_class/submitted/<student>/<assignment>/``; a test
+``demo_class/submitted/<student>/<assignment>/``; a test
 rebuilds them and fails on any difference, and another grades them and
 compares with ``expected_scores.csv``.
 
@@ -26,7 +26,7 @@ from autograder.course.roster import FORGED, LATE_HOURS, ROSTER, SOLUTION, STUB,
 from autograder.course.paths import COURSE, ROOT, assignments, demo_due, solution_path
 from autograder.settings import score_text
 
-DEMO_DIR = ROOT / "autograder" / "demo_class"
+DEMO_DIR = ROOT / "demo_class"
 SUBMITTED = DEMO_DIR / "submitted"
 EXPECTED_SCORES = DEMO_DIR / "expected_scores.csv"
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the folder holding the autograder 
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
 STUDENTS_GUIDE = ROOT / "docs" / "students.md"
-DEMO_CLASS = ROOT / "autograder" / "demo_class" / "submitted"
+DEMO_CLASS = ROOT / "demo_class" / "submitted"
 WORKDIR = ROOT / "build" / "grade"
 
 # A copy an LMS or a browser renamed: ``00_environment (1).ipynb``, ``00_environment-1.ipynb``.

@@ -21,7 +21,9 @@ from autograder.prepare.job import Job, prepare
 from autograder.run import cgroups, sandbox
 from autograder.settings import Settings
 
-GUARD = Path(__file__).resolve().parents[1] / "inside"  # the grader's part a kernel imports, wherever it is installed
+# The grader's package, wherever it is installed: a kernel imports its guard, and a course's code may start
+# processes with its fork server. It holds code only (the demo class lies beside it in the checkout).
+GRADER = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def _place(folder: Path, description: dict, settings: Settings, isolation: sandb
     """Write ``folder/job.json``: ``description`` with this machine's paths, limits and sandbox for the job.
 
     The sandbox hides ``hide`` and brings back this Python's folders, none of them inside ``hide``
-    but the environment, the grader's ``inside`` package (the kernel imports its guard) and the course's packages
+    but the environment, the grader's package (:data:`GRADER`) and the course's packages
     (:func:`autograder.run.sandbox.python_paths`). The kernel is
     set up as the course's grading profile says (:class:`autograder.course.profile.KernelSetup`).
     """
@@ -75,7 +77,7 @@ def _place(folder: Path, description: dict, settings: Settings, isolation: sandb
         workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
         user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
         disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
-        hide=hide, read_only=sandbox.python_paths(hide, [GUARD, *profile.package_folders()]),
+        hide=hide, read_only=sandbox.python_paths(hide, [GRADER, *profile.package_folders()]),
         read_write=[str(work), str(ipc)])
     description.update({
         "notebook_in": str(folder / "in.ipynb"), "notebook_out": str(folder / "out.ipynb"),

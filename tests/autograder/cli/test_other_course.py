@@ -32,7 +32,7 @@ def installed(tmp_path_factory) -> Path:
     resolved by pip from the package index, as a user's ``pip install`` does; its python. No torch comes along."""
     place = tmp_path_factory.mktemp("installed")
     source = place / "autograder"  # what the wheel is built from, out of the checkout (a build writes beside it)
-    skipped = shutil.ignore_patterns("__pycache__", "demo_class", "*.egg-info", "build")
+    skipped = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
     shutil.copytree(ROOT / "autograder", source, ignore=skipped)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(place / "dist"), str(source)], cwd=place)
     _run([sys.executable, "-m", "venv", str(place / "venv")], cwd=place)
