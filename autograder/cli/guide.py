@@ -1,9 +1,11 @@
-"""What ``grade`` prints after its table: how to read it, who the demo students are, what to open next."""
+"""What ``grade`` prints after its table: how to read it, who the demo students are, what to open next (the
+checkout's pages and make targets when run from the course's repository, commands on PATH when installed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from autograder.course.paths import checkout
 from autograder.course.roster import WHO
 from autograder.settings import Result
 
@@ -39,8 +41,13 @@ def guide(results: list[Result], workdir: Path, demo: bool, whole_class: bool) -
     if withheld is not None:
         lines.append(f"  python -m autograder review {withheld.student}/{withheld.assignment} --release "
                      f"(or --confirm): the instructor's decision on a withheld score")
-    lines.append("  formgrader, nbgrader's pages for grading by hand and reviewing: docs/instructors.md, in a term's "
-                 "course directory (make course-dir)")
-    if demo and not whole_class:
-        lines.append("  make grade ALL=1: the whole demo class, every assignment")
+    if checkout() is not None:  # run from the course's repository: its pages and make targets are here
+        lines.append("  formgrader, nbgrader's pages for grading by hand and reviewing: docs/instructors.md, in a "
+                     "term's course directory (make course-dir)")
+        if demo and not whole_class:
+            lines.append("  make grade ALL=1: the whole demo class, every assignment")
+    else:  # installed from a wheel: what that gives, commands on PATH
+        lines.append("  nbgrader formgrader, in the course directory: nbgrader's pages for grading by hand and "
+                     "reviewing, the grades this run recorded included")
+        lines.append("  autograder --help: every verb (feedback again, a course directory for a term, a Dask worker)")
     return lines

@@ -38,6 +38,17 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
     assert "demo class" not in plain and "ALL=1" not in plain and f"open {page}" in plain
 
 
+def test_installed_from_a_wheel_the_next_steps_name_commands_it_has(tmp_path, monkeypatch):
+    """Without the course's checkout around it there is no docs/ folder and no Makefile: the lines name commands
+    on PATH instead."""
+    from autograder.cli import guide as guide_module
+
+    monkeypatch.setattr(guide_module, "checkout", lambda: None)
+    text = "\n".join(guide(shown(_results(), ("00", "01"), ()), tmp_path, demo=False, whole_class=False))
+    assert "nbgrader formgrader" in text and "autograder --help" in text
+    assert "docs/" not in text and "make " not in text
+
+
 def test_every_demo_student_is_explained():
     assert sorted(WHO) == sorted(p.name for p in DEMO_CLASS.iterdir() if p.is_dir())
 
