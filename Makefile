@@ -36,9 +36,9 @@ help:
 
 install: $(READY)
 
-$(READY): requirements.txt pyproject.toml autograder/pyproject.toml
+$(READY): requirements.txt pyproject.toml autograder/pyproject.toml simdevice/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -e ./autograder -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -e ./simdevice -e ./autograder -e .
 	touch $@
 
 # Jupyter refuses to run as root unless told; containers often run as root.

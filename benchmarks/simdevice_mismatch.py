@@ -56,9 +56,9 @@ UNMODELLED = {"convolution", "_convolution", "_pack_padded_sequence"}
 
 def _device_data():
     """The generated wrappers' checks (from torchgen, ``device_checks.json``) and which operators' TensorIterator
-    takes a CPU scalar, with the CUDA kernels that assert on one (``devcourse.simdevice._iterrules``)."""
-    import devcourse.simdevice as sim
-    from devcourse.simdevice import _iterrules
+    takes a CPU scalar, with the CUDA kernels that assert on one (``simdevice._iterrules``)."""
+    import simdevice as sim
+    from simdevice import _iterrules
 
     data = json.loads(Path(sim.__file__).with_name("device_checks.json").read_text())
     return data["checks"], frozenset(data["cuda_kernels"]), _iterrules.ALLOW_CPU_SCALAR, _iterrules.ASSERTING
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args(argv)
 
-    import devcourse.simdevice as sim
+    import simdevice as sim
 
     warnings.simplefilter("ignore")  # the ops' own deprecation warnings: not this script's output
     sim.enable(2)

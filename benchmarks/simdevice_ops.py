@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page import WRITE_PAGE_HELP, write_row  # noqa: E402
 
-OWN_WORDS = "simulated device"  # what every refusal of the device says (devcourse.simdevice)
+OWN_WORDS = "simulated device"  # what every refusal of the device says (simdevice)
 # Ops whose result holds whatever memory held ("uninitialized data", torch.empty's docs): compared by shape and
 # dtype only, on any device.
 UNINITIALIZED = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args(argv)
 
-    import devcourse.simdevice as sim
+    import simdevice as sim
 
     warnings.simplefilter("ignore")  # the ops' own deprecation warnings, once per op: not this script's output
     sim.enable(2)

@@ -4,7 +4,7 @@
 
 Measures, in one run on this machine:
 
-* registration: the time ``devcourse.simdevice.enable()`` takes in a fresh
+* registration: the time ``simdevice.enable()`` takes in a fresh
   process that has already imported torch (target under 1 s);
 * a training step of three small models, each with the same data and seed on
   ``cpu`` and on ``sim:0``, interleaved in rounds so that both see the same
@@ -29,14 +29,14 @@ import time
 import torch
 import torch.nn.functional as F
 
-import devcourse.simdevice as simdevice
+import simdevice
 from page import WRITE_PAGE_HELP, write_row
 
 REGISTRATION_TARGET_S = 1.0
 STEP_TARGET_RATIO = 3.0
 
 _REGISTER = """
-import time, torch, devcourse.simdevice as s
+import time, torch, simdevice as s
 t = time.perf_counter(); s.enable(2); print(time.perf_counter() - t)
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from devcourse.simdevice import NAME as _SIMULATED
+from simdevice import NAME as _SIMULATED
 
 # Accelerators asked for by name where ``torch.accelerator`` is missing (torch
 # before 2.6) or answers for the course's simulated device, which takes its
@@ -65,7 +65,7 @@ def accelerator_or_simulated(index: int = 1) -> torch.device:
     On a CPU-only machine it turns the simulated accelerator on, as the
     grader's device matrix does (:func:`devcourse.stand_ins.simulated_devices`),
     shows it to ``torch.accelerator`` from then on (the matrix alone leaves it
-    hidden, see :func:`devcourse.simdevice.show`), and returns ``sim:index``
+    hidden, see :func:`simdevice.show`), and returns ``sim:index``
     (0 or 1). On a machine with CUDA, an Apple GPU
     (MPS) or an Intel GPU it returns :func:`best_device` and leaves the
     simulated accelerator off: turned on beside a real accelerator, it becomes
@@ -80,7 +80,7 @@ def accelerator_or_simulated(index: int = 1) -> torch.device:
     """
     if hardware_accelerator() is not None:
         return best_device()
-    from devcourse import simdevice
+    import simdevice
     from devcourse.stand_ins import simulated_devices
 
     devices = simulated_devices()

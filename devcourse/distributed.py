@@ -257,7 +257,7 @@ if __name__ == "__main__":
     from pathlib import Path as _Path
 
     if {simulated} and not _torch.accelerator.is_available():
-        from devcourse import simdevice as _simdevice
+        import simdevice as _simdevice
 
         _simdevice.enable({simulated})  # this node's simulated accelerators
     try:
@@ -309,7 +309,7 @@ def write_script(
     ``DistributedSampler``, ``TensorDataset``, ``os`` and ``Path``. With
     ``simulated_devices=N``, every process in which ``torch.accelerator``
     finds no accelerator turns on N simulated devices (``sim:0`` ...
-    ``sim:N-1``, see :mod:`devcourse.simdevice`) before ``main``: a node of
+    ``sim:N-1``, see :mod:`simdevice`) before ``main``: a node of
     N GPUs, as a CPU-only machine can have it. Where there is an accelerator
     (a GPU box), nothing is turned on. After saving the result the harness
     leaves the process group, if ``main`` left one open, and ends the process

@@ -1,7 +1,7 @@
 """Run an exercise's check on every device the course grades on.
 
 The *device matrix* (:func:`device_matrix`) is the CPU, then every ``cuda:N`` on a machine with CUDA, else the
-simulated ``sim:0`` and ``sim:1`` (:mod:`devcourse.simdevice`), which hold real values, so checks compare values
+simulated ``sim:0`` and ``sim:1`` (:mod:`simdevice`), which hold real values, so checks compare values
 on every device; then the machines of :mod:`devcourse.machines` a check names. The notebooks' checks call
 :func:`check_on_devices`. Introduced in 01_device_placement.
 """
@@ -15,7 +15,7 @@ from typing import Callable, ContextManager, Iterator, Literal, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from devcourse import simdevice
+import simdevice
 from devcourse.machines import SIMULATED, Machine, machine
 from devcourse.stand_ins import SIMULATED_COUNT, replaced, simulated_cuda, simulated_devices, simulated_mps
 
@@ -210,7 +210,7 @@ def is_plain_tensor(value: object) -> bool:
 
     A test that demands "a tensor, not a subclass" asks this instead of
     ``type(value) is torch.Tensor``, which a correct answer on ``sim:N``
-    would fail (its tensors are :class:`devcourse.simdevice.SimTensor`).
+    would fail (its tensors are :class:`simdevice.SimTensor`).
     Any other subclass is refused: it can override what a comparison says.
     """
     return type(value) in (torch.Tensor, torch.nn.Parameter, simdevice.SimTensor)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from devcourse import simdevice
+import simdevice
 from devcourse.stand_ins import replaced, simulated_devices, simulated_mps
 
 MPS = torch.device("mps", 0)

@@ -14,7 +14,7 @@ from typing import Callable, ContextManager, Iterator
 
 import torch
 
-from devcourse import simdevice
+import simdevice
 from devcourse.stand_ins import SIMULATED_COUNT, replaced, simulated_cuda, simulated_devices, simulated_mps
 
 CUDA_DEFAULT_SEED = 67280421310721  # c10/core/GeneratorImpl.h's default_rng_seed_val, every CUDA generator's seed

@@ -100,7 +100,7 @@ def synchronize(device: torch.device | str) -> None:
     (``torch.cuda.synchronize`` on a CUDA machine where the simulated device
     was turned on). On the CPU and on ``meta`` there is nothing to wait for: it
     returns at once. On the simulated device it returns at once, or waits for
-    the work of :func:`devcourse.simdevice.asynchronous` while that is on.
+    the work of :func:`simdevice.asynchronous` while that is on.
 
     Introduced in 06_mixed_precision.
     """

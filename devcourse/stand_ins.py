@@ -13,7 +13,7 @@ from typing import Iterator
 
 import torch
 
-from devcourse import simdevice
+import simdevice
 
 SIMULATED_COUNT = 2
 
@@ -21,7 +21,7 @@ SIMULATED_COUNT = 2
 def simulated_devices() -> list[torch.device]:
     """Two simulated devices, ``[sim:0, sim:1]``, turning the simulated accelerator on, hidden, if it is off.
 
-    Hidden (:func:`devcourse.simdevice.show`): ``torch.accelerator`` keeps answering as on this machine,
+    Hidden (:func:`simdevice.show`): ``torch.accelerator`` keeps answering as on this machine,
     except in a check that runs on a simulated device (:meth:`GradingDevice.activate`). So turning it on
     for the device matrix, as the grader does before a student's first cell, changes nothing an answer
     sees elsewhere: ``torch.accelerator.current_accelerator()`` is ``None`` on a CPU-only machine, as on
@@ -54,7 +54,7 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
     no GPU, setting a state does nothing, as PyTorch queues it until CUDA
     starts. Nothing else is simulated:
     tensors cannot be created on these devices (the simulated accelerator,
-    :mod:`devcourse.simdevice`, holds tensors). Works the same on a CPU-only machine and on a GPU machine.
+    :mod:`simdevice`, holds tensors). Works the same on a CPU-only machine and on a GPU machine.
 
     Introduced in 00_environment.
     """
@@ -157,7 +157,7 @@ def simulated_mps(available: bool = True, built: bool | None = None) -> Iterator
 
 def _machine_accelerator_type() -> str | None:
     """The device type of this machine's own accelerator as its build names it (cuda, xpu, mps), or None."""
-    from devcourse.simdevice._accelerator import machine_accelerator
+    from simdevice._accelerator import machine_accelerator
 
     found = machine_accelerator()
     return None if found is None else found.type

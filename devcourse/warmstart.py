@@ -25,7 +25,7 @@ __all__ = ["WarmStarter", "run_script", "starter"]
 _RUNPY = getattr(runpy, "__file__", "")  # where runpy's frames come from when it is not frozen
 IDLE_S = 300.0  # a server that has started nothing for this long, and runs nothing, ends (it holds torch's memory)
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.distributed.fsdp",
-           "devcourse.simdevice", "devcourse.models", "devcourse.warmstart")
+           "simdevice", "devcourse.models", "devcourse.warmstart")
 
 
 def _fork_server():

@@ -26,7 +26,7 @@ def test_environment_yml_pins_the_same_packages_as_requirements_txt():
     assert len(pip_lists) == 1
     conda_pip = [line for line in pip_lists[0] if not line.startswith("-e ")]
     assert conda_pip == _requirements()
-    assert {"-e ./autograder", "-e ."} <= set(pip_lists[0]), "conda users get the grader and the helper package too"
+    assert {"-e ./simdevice", "-e ./autograder", "-e ."} <= set(pip_lists[0]), "conda users get all three too"
 
 
 def test_every_requirement_is_pinned_exactly_and_torch_to_the_cpu_wheel_version():
@@ -207,7 +207,7 @@ def test_importing_any_module_of_the_grader_or_the_course_changes_nothing(tmp_pa
 import os, pkgutil, signal, sys, importlib
 before = (dict(os.environ), {s: signal.getsignal(s) for s in signal.valid_signals() if s < signal.NSIG},
           os.getcwd(), {k for k, v in sys.modules.items() if v is None})
-for package in ("autograder", "devcourse"):
+for package in ("autograder", "devcourse", "simdevice"):
     module = importlib.import_module(package)
     for info in pkgutil.walk_packages(module.__path__, package + "."):
         if not info.name.endswith("__main__"):
@@ -251,7 +251,8 @@ def test_the_graders_modules_are_small_and_its_functions_short():
 
 
 def _modules_of_the_grader_and_the_course() -> list[Path]:
-    return sorted(path for package in ("autograder", "devcourse") for path in (ROOT / package).rglob("*.py"))
+    packages = ("autograder", "devcourse", "simdevice")
+    return sorted(path for package in packages for path in (ROOT / package).rglob("*.py") if "build" not in path.parts)
 
 
 MODULE_DOCSTRING_LINES = 6

@@ -134,7 +134,7 @@ def recordings(folder: Path = RECORDED) -> dict[str, dict]:
 
 def _count(kind: str) -> int:
     if kind == "sim":
-        import devcourse.simdevice as simdevice  # only the simulated device needs the course's package
+        import simdevice  # only the simulated device needs the course's package
 
         return len(simdevice.enable(2))
     return torch.get_device_module(kind).device_count()

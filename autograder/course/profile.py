@@ -52,11 +52,11 @@ class CourseProfile:
 
 
 class DeviceCourse(CourseProfile):
-    """This course: its kernels import torch and ``devcourse``, and every check runs on the device matrix
+    """This course: its kernels import torch, ``simdevice`` and ``devcourse``, and every check runs on the device matrix
     (the CPU, and CUDA or the simulated accelerator), turned on before the student's code runs."""
 
     kernel = KernelSetup(packages=("numpy", "torch", "torch.nn", "torch.testing", "torch._subclasses.fake_tensor",
-                                   "devcourse.*"),
+                                   "simdevice.*", "devcourse.*"),
                          setup="devcourse.grading.device_matrix", plain_tensor="devcourse.grading.is_plain_tensor")
     stand_ins = ("sim",)
 

@@ -6,7 +6,7 @@ from unittest import mock
 import pytest
 import torch
 
-import devcourse.simdevice as simdevice
+import simdevice
 from devcourse import best_device
 from devcourse.devices import hardware_accelerator, same_device
 from devcourse.grading import simulated_cuda

@@ -9,7 +9,7 @@ from devcourse.grading import (
     simulated_cuda,
     simulated_mps,
 )
-from devcourse.simdevice import SimTensor
+from simdevice import SimTensor
 
 NO_GPU = not torch.cuda.is_available()
 

@@ -20,7 +20,8 @@ import torch
 
 from autograder.cli import grade
 from autograder.course.paths import solution_path
-from devcourse import best_device, grading, simdevice
+import simdevice
+from devcourse import best_device, grading
 
 ASSIGNMENT = "00_environment"
 

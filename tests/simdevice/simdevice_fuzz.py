@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-import devcourse.simdevice as sim
+import simdevice as sim
 
 
 def _value(argument, device):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import devcourse.simdevice as sim
+import simdevice as sim
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))

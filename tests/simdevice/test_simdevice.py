@@ -1,4 +1,4 @@
-"""The simulated accelerator (devcourse.simdevice): devices, errors, training, checkpoints, AMP, memory.
+"""The simulated accelerator (simdevice): devices, errors, training, checkpoints, AMP, memory.
 
 The device is turned on once for the test process (it cannot be turned off);
 what must happen in a process without it runs in a subprocess.
@@ -18,8 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import devcourse.simdevice as sim
-from devcourse.simdevice import SimTensor
+import simdevice as sim
+from simdevice import SimTensor
 
 SAME = "Expected all tensors to be on the same device, "
 
@@ -203,7 +203,7 @@ def test_a_sim_checkpoint_in_a_process_without_the_device(saved_on_sim1, tmp_pat
     path = tmp_path / "saved_on_sim1.pt"
     path.write_bytes(saved_on_sim1[0])
     result = _run(f"""
-        import torch, devcourse.simdevice
+        import torch, simdevice
         try:
             torch.load({str(path)!r})
         except RuntimeError as e:
@@ -220,7 +220,7 @@ def test_another_privateuse1_backend_is_refused_and_nothing_changes():
     result = _run("""
         import torch
         torch.utils.rename_privateuse1_backend("npu_like")
-        import devcourse.simdevice as sim
+        import simdevice as sim
         try:
             sim.enable(2)
         except sim.SimDeviceError as e:
@@ -234,7 +234,7 @@ def test_another_privateuse1_backend_is_refused_and_nothing_changes():
 
 def test_nothing_happens_on_import():
     result = _run("""
-        import torch, devcourse.simdevice as sim
+        import torch, simdevice as sim
         print(sim.is_enabled(), torch._C._get_privateuse1_backend_name(), torch.accelerator.current_accelerator())
     """)
     assert result.stdout.split() == ["False", "privateuseone", "None"], result.stderr

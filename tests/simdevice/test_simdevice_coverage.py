@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-import devcourse.simdevice as sim
+import simdevice as sim
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -149,7 +149,7 @@ def _train_compiled(device, backend):
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_torch_compile_runs_with_the_values_of_the_cpu(backend):
-    """The documented limit (``devcourse.simdevice``'s docstring): graphs break at each operator on the simulated
+    """The documented limit (``simdevice``'s docstring): graphs break at each operator on the simulated
     device, and the values are the eager ones, equal to the CPU's."""
     import warnings
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import devcourse.simdevice as sim
+import simdevice as sim
 
 SAME = "Expected all tensors to be on the same device, "
 
@@ -512,7 +512,7 @@ def _cpu_kernel_answer(op) -> str | None:
 def test_the_ops_said_to_allow_a_cpu_scalar_are_those_whose_tensoriterator_allows_one_in_the_installed_torch():
     """The table of ``_iterrules`` is read from PyTorch's source; the installed torch's CPU kernels build the same
     TensorIterator configs as CUDA's (the meta functions are shared), so their answers check the table."""
-    from devcourse.simdevice._iterrules import ALLOW_CPU_SCALAR
+    from simdevice._iterrules import ALLOW_CPU_SCALAR
 
     answers = {}
     for name in torch._C._dispatch_get_all_op_names():

@@ -16,7 +16,7 @@ import weakref
 import pytest
 import torch
 
-import devcourse.simdevice as sim
+import simdevice as sim
 
 common_modules = pytest.importorskip("torch.testing._internal.common_modules", reason="needs expecttest")
 

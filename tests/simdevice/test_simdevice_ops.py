@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import devcourse.simdevice as sim
+import simdevice as sim
 
 pytest.importorskip("torch.testing._internal.common_methods_invocations", reason="needs expecttest")
 

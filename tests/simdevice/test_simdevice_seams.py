@@ -1,4 +1,4 @@
-"""The private parts of PyTorch that devcourse.simdevice stands on, pinned.
+"""The private parts of PyTorch that simdevice stands on, pinned.
 
 The simulated device uses PyTorch's experimental Python backend for
 PrivateUse1 and a few private functions. torch is pinned to one release;
@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from devcourse.simdevice import _tablegen
+from simdevice import _tablegen
 
 
 def test_the_python_privateuse1_backend_is_there_with_the_arguments_used():
@@ -53,7 +53,7 @@ def test_the_device_check_table_matches_the_installed_torch():
     stored = _tablegen.TABLE.read_text()
     assert stored == _tablegen.render(_tablegen.build()), (
         "device_checks.json differs from what torchgen of the installed torch generates: "
-        "run python -m devcourse.simdevice._tablegen and review the diff"
+        "run python -m simdevice._tablegen and review the diff"
     )
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import devcourse.simdevice as sim
+import simdevice as sim
 
 DEVICES = ["sim:0", "sim:1"]
 

@@ -69,7 +69,7 @@ def _notebook() -> nbformat.NotebookNode:
     nb.cells.append(nbformat.v4.new_code_cell(textwrap.dedent("""
         import torch
         import torch.nn as nn
-        import devcourse.simdevice as simdevice
+        import simdevice
         from devcourse.checkpoints import tagged_save
         sim0, sim1 = simdevice.enable(2)
     """)))

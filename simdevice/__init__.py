@@ -13,10 +13,10 @@ from typing import Iterator
 
 import torch
 
-from devcourse.simdevice import _backend, _clock, _memory, _state
-from devcourse.simdevice._backend import SimDeviceError
-from devcourse.simdevice._state import NAME
-from devcourse.simdevice._tensor import SimTensor
+from simdevice import _backend, _clock, _memory, _state
+from simdevice._backend import SimDeviceError
+from simdevice._state import NAME
+from simdevice._tensor import SimTensor
 
 __all__ = [
     "NAME", "SimDeviceError", "SimTensor", "asynchronous", "device_count", "devices", "enable", "is_enabled",

@@ -1,9 +1,9 @@
-"""The grader installed from a wheel, with no checkout around it, grades a small nbgrader course of another's.
+"""The three distributions built as wheels and installed, not editable, into one new virtual environment, in order.
 
-The course (``tests/fixtures/stats101``) is as ``nbgrader quickstart`` lays one out: an ``nbgrader_config.py``
-holding only its course id, one assignment of two notebooks with plain ``assert`` tests (hidden ones too) and a
-written answer graded by hand, and three students' submissions. It names no grading profile: no ``devcourse``, no
-torch in its kernels. Its scores and maximums are plain ``nbgrader autograde``'s, run on a copy beside it.
+First the grader alone (pip resolves what it declares; no torch): it grades ``tests/fixtures/stats101``, a course
+as ``nbgrader quickstart`` lays one out (plain ``assert`` tests, hidden ones, a written answer, three students, no
+grading profile), with plain ``nbgrader autograde``'s scores. Then the simulated accelerator with torch: its pytest
+plugin runs a test file in a folder outside the repository. Last the course's package, which finds its device.
 """
 
 import csv
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-COURSE = Path(__file__).resolve().parents[2] / "fixtures" / "stats101"
+ROOT = Path(__file__).resolve().parents[1]
+COURSE = ROOT / "tests" / "fixtures" / "stats101"
+TORCH = "torch==2.13.0"  # the CPU build requirements.txt pins: a range would let pip fetch a CUDA build
 ASSIGNMENT = "ps1"
 
 
@@ -31,15 +32,27 @@ def installed(tmp_path_factory) -> Path:
     """A new virtual environment with the grader's wheel installed (not editable) and what it declares it needs,
     resolved by pip from the package index, as a user's ``pip install`` does; its python. No torch comes along."""
     place = tmp_path_factory.mktemp("installed")
-    source = place / "autograder"  # what the wheel is built from, out of the checkout (a build writes beside it)
-    skipped = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    shutil.copytree(ROOT / "autograder", source, ignore=skipped)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(place / "dist"), str(source)], cwd=place)
     _run([sys.executable, "-m", "venv", str(place / "venv")], cwd=place)
     python = place / "venv" / "bin" / "python"
-    [wheel] = (place / "dist").glob("autograder-*.whl")
-    _run([str(python), "-m", "pip", "install", "-q", str(wheel)], cwd=place, timeout=900)
+    _run([str(python), "-m", "pip", "install", "-q", str(_wheel(place, "autograder"))], cwd=place, timeout=900)
     return python
+
+
+def _wheel(place: Path, name: str) -> Path:
+    """The wheel of distribution ``name`` (the folder of its pyproject.toml; "devcourse": the checkout's root),
+    built from a copy out of the checkout, since a build writes beside its source."""
+    source = place / "source" / name
+    skipped = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    if name == "devcourse":
+        source.mkdir(parents=True)
+        for file in ("pyproject.toml", "README.md"):
+            shutil.copy(ROOT / file, source / file)
+        shutil.copytree(ROOT / "devcourse", source / "devcourse", ignore=skipped)
+    else:
+        shutil.copytree(ROOT / name, source, ignore=skipped)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(place / "dist"), str(source)], cwd=place)
+    [wheel] = (place / "dist").glob(f"{name}-*.whl")
+    return wheel
 
 
 def _environment(python: Path) -> dict:
@@ -101,5 +114,67 @@ def test_bad_input_is_one_line_and_writes_nothing(installed, tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, (case, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.strip(), (case, done.stderr)
-    assert "needs the package 'devcourse', which is not installed here" in done.stderr, done.stderr
+    assert "needs the package 'simdevice', which is not installed here" in done.stderr, done.stderr
     assert sorted(tmp_path.rglob("*")) == before, "nothing written"
+
+
+PLUGIN_TEST = '''
+import torch
+
+
+def test_a_second_device_with_the_cpus_values(simdevices):
+    first, second = simdevices[:2]
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2)
+    x = torch.ones(4, 3)
+    assert torch.equal(layer.to(second)(x.to(second)).cpu(), layer.cpu()(x))
+    assert str(second) == "sim:1" and torch.accelerator.device_count() >= 2
+
+
+def test_mixing_devices_fails_as_on_a_gpu(simdevices):
+    try:
+        torch.ones(2, device=simdevices[0]) @ torch.ones(2)
+    except RuntimeError as error:
+        assert "Expected all tensors to be on the same device" in str(error)
+    else:
+        raise AssertionError("no error")
+'''
+
+
+@pytest.fixture(scope="module")
+def with_simdevice(installed, tmp_path_factory) -> Path:
+    """The same environment once the grader's tests ran, with the simulated accelerator, torch and pytest."""
+    place = tmp_path_factory.mktemp("simdevice")
+    _run([str(installed), "-m", "pip", "install", "-q", str(_wheel(place, "simdevice")), TORCH, "pytest"],
+         cwd=place, timeout=900)
+    return installed
+
+
+def test_the_simulated_devices_pytest_plugin_runs_another_projects_tests(with_simdevice, tmp_path):
+    project = tmp_path / "another_project"
+    project.mkdir()
+    (project / "test_on_a_second_device.py").write_text(PLUGIN_TEST)
+    env = _environment(with_simdevice)
+    done = _run([str(with_simdevice), "-m", "pytest", "-p", "no:cacheprovider", "-W", "error", "--simdevice", "2"],
+                cwd=project, env=env)
+    assert "2 passed" in done.stdout and "simdevice: 2 simulated device(s) on" in done.stdout, done.stdout
+    alone = _run([str(with_simdevice), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project, env=env)
+    assert "2 passed" in alone.stdout, alone.stdout  # the fixture turns two on by itself
+    where = _run([str(with_simdevice), "-c", "import simdevice; print(simdevice.__file__)"], cwd=tmp_path, env=env)
+    assert str(with_simdevice.parent.parent) in where.stdout, "simdevice came from its wheel, not the checkout"
+
+
+def test_the_course_package_installs_on_the_two_and_finds_its_device(with_simdevice, tmp_path):
+    place = tmp_path / "course"
+    place.mkdir()
+    env = _environment(with_simdevice)
+    _run([str(with_simdevice), "-m", "pip", "install", "-q", str(_wheel(place, "devcourse"))], cwd=place,
+         timeout=900)
+    code = ("import devcourse, devcourse.simdevice as course_sim, simdevice\n"
+            "from devcourse.grading import device_matrix\n"
+            "assert course_sim is simdevice\n"
+            "print([str(entry.device) for entry in device_matrix()], devcourse.__file__)")
+    done = _run([str(with_simdevice), "-c", code], cwd=place, env=env)
+    assert "['cpu', 'sim:0', 'sim:1']" in done.stdout, done.stdout
+    assert str(with_simdevice.parent.parent) in done.stdout, "devcourse came from its wheel, not the checkout"
+

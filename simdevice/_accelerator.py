@@ -2,7 +2,7 @@
 
 A Python PrivateUse1 backend has no device allocator and no way to synchronize, so
 ``torch.accelerator.synchronize()`` and the memory functions would raise where the same code runs on CUDA.
-:func:`install` (from :func:`devcourse.simdevice.enable`) puts wrappers in their place that answer while the
+:func:`install` (from :func:`simdevice.enable`) puts wrappers in their place that answer while the
 simulated device is the current accelerator, and call PyTorch's own functions otherwise.
 """
 
@@ -15,8 +15,8 @@ import torch
 import torch.accelerator
 import torch.accelerator.memory
 
-from devcourse.simdevice import _clock, _memory, _state, _streams
-from devcourse.simdevice._state import NAME
+from simdevice import _clock, _memory, _state, _streams
+from simdevice._state import NAME
 
 _originals: dict[str, object] = {}
 
@@ -212,7 +212,7 @@ def install() -> None:
     ``torch.get_device_module``'s in ``torch``.
 
     On the simulated device: ``synchronize`` returns once the device has run everything launched on it (at
-    once unless :func:`devcourse.simdevice.asynchronous` is on); ``current_stream``/``set_stream`` use the
+    once unless :func:`simdevice.asynchronous` is on); ``current_stream``/``set_stream`` use the
     calling thread's stream of the simulated clock; the memory counters are the device's, reserved memory being
     the allocated memory (no caching allocator, so ``empty_cache`` releases nothing); ``get_memory_info`` is
     ``(free, total)`` of the device's budget, else of the host's memory; and ``current_device_index``,

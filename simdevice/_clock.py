@@ -15,7 +15,7 @@ from typing import Iterator
 
 import torch
 
-from devcourse.simdevice._state import NAME
+from simdevice._state import NAME
 
 _lock = threading.Lock()
 _kernel_s: list[float] = []  # [] while off; [kernel_s, first_call_s] while on

@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from devcourse.simdevice import _clock
-from devcourse.simdevice._state import NAME, current_index, resolve, set_current_index
+from simdevice import _clock
+from simdevice._state import NAME, current_index, resolve, set_current_index
 
 _BaseStream, _BaseEvent = torch.Stream, torch.Event
 
@@ -101,7 +101,7 @@ class Event(_BaseEvent):
     """``torch.Event``; on a simulated device, a mark on the simulated clock.
 
     The mark is the moment its stream will have run what was launched before it (outside
-    :func:`devcourse.simdevice.asynchronous`, the moment of recording); ``elapsed_time`` is the milliseconds
+    :func:`simdevice.asynchronous`, the moment of recording); ``elapsed_time`` is the milliseconds
     between two marks, checked with the messages and exception types of PyTorch's ``c10/core/impl/InlineEvent.h``.
     """
 

@@ -1,7 +1,7 @@
 """Module moves to and from the simulated device that keep each ``Parameter`` object, as CUDA's do.
 
 :func:`apply_keeping_parameters` takes the place of ``torch.nn.Module._apply`` once the device is on
-(:func:`devcourse.simdevice.enable`); on a CPU-only machine it changes nothing for a module that never meets the
+(:func:`simdevice.enable`); on a CPU-only machine it changes nothing for a module that never meets the
 simulated device.
 """
 
@@ -11,7 +11,7 @@ import copyreg
 
 import torch
 
-from devcourse.simdevice._tensor import SimTensor
+from simdevice._tensor import SimTensor
 
 _original_apply = torch.nn.Module._apply
 

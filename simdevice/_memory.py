@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from devcourse.simdevice._state import NAME, resolve
+from simdevice._state import NAME, resolve
 
 
 @dataclass

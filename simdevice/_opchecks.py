@@ -1,6 +1,6 @@
 """Checks that some operators make of their own on CUDA, which the simulated device makes the same way.
 
-:func:`devcourse.simdevice._tensor.check_devices` calls :func:`own_checks` before its same-device rules; each
+:func:`simdevice._tensor.check_devices` calls :func:`own_checks` before its same-device rules; each
 check names the PyTorch source it follows. On a CPU-only machine without the simulated device nothing calls it.
 """
 
@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from devcourse.simdevice._state import NAME
+from simdevice._state import NAME
 
 # The operators with checks here (the random ones take their generator by keyword, so never the fast path).
 NAMES = frozenset({"index", "_unsafe_index", "masked_fill", "masked_fill_", "_pack_padded_sequence"})

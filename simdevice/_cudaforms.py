@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from devcourse.simdevice._state import NAME
+from simdevice._state import NAME
 
 _DATA = json.loads(Path(__file__).with_name("device_checks.json").read_text())
 TABLE: dict[str, list] = _DATA["checks"]

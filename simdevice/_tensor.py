@@ -13,10 +13,10 @@ import sys
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice import _bits, _clock, _cudaforms, _cudaonly, _iterrules, _memory, _opchecks
-from devcourse.simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
-from devcourse.simdevice._cudaforms import TABLE as _TABLE
-from devcourse.simdevice._state import NAME, resolve
+from simdevice import _bits, _clock, _cudaforms, _cudaonly, _iterrules, _memory, _opchecks
+from simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
+from simdevice._cudaforms import TABLE as _TABLE
+from simdevice._state import NAME, resolve
 
 # Operators that move data between devices (or only look at metadata): no check.
 _TRANSFERS = frozenset(

@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from devcourse.simdevice._state import NAME
+from simdevice._state import NAME
 
 SAME_DEVICE = "Expected all tensors to be on the same device, "
 TOO_MANY = "Trying to pass too many CPU scalars to non-CPU kernel!"

@@ -3,7 +3,7 @@
 A conjugate view (``z.conj()``) or a negative one holds a bit, not other values. Inside ``__torch_dispatch__``
 PyTorch leaves its Conjugate and Negative dispatch keys out, so a CPU kernel would read and write such a view's
 memory as it lies: :func:`read` resolves it, :func:`plain_copies` and :func:`after` write through it, and a copy
-that stands where a view should be (``z.conj().imag``) refuses writes (:mod:`devcourse.simdevice._tensor`).
+that stands where a view should be (``z.conj().imag``) refuses writes (:mod:`simdevice._tensor`).
 """
 
 from __future__ import annotations

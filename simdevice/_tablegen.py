@@ -3,7 +3,7 @@
 For each operator whose wrapper checks that its tensors share a device, the table holds the wrapper's name and
 its checked arguments in order, from PyTorch's own code generator (``torchgen``) run over the installed torch's
 ``native_functions.yaml``; the simulated device raises the same error for the same argument. Run
-``python -m devcourse.simdevice._tablegen`` after changing the pinned torch; a test compares the stored table.
+``python -m simdevice._tablegen`` after changing the pinned torch; a test compares the stored table.
 """
 
 from __future__ import annotations

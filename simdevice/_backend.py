@@ -1,6 +1,6 @@
 """Turning the simulated device on: PyTorch's PrivateUse1 extension point.
 
-:func:`enable` (called by :func:`devcourse.simdevice.enable`) renames PrivateUse1 to ``sim`` and registers a
+:func:`enable` (called by :func:`simdevice.enable`) renames PrivateUse1 to ``sim`` and registers a
 Python backend for it (``torch.utils.backend_registration``, private and experimental since 2.10, hence the
 pinned torch and ``test_simdevice_seams``); every operator but the allocating ones reaches
 ``SimTensor.__torch_dispatch__``.
@@ -14,11 +14,11 @@ import threading
 import torch
 from torch.utils import _device as _device_mode
 
-from devcourse.simdevice import _clock, _memory, _moves
-from devcourse.simdevice import _state as _state_module
-from devcourse.simdevice._state import NAME, current_index, resolve, set_current_index
-from devcourse.simdevice._state import state as _state
-from devcourse.simdevice._tensor import SimTensor
+from simdevice import _clock, _memory, _moves
+from simdevice import _state as _state_module
+from simdevice._state import NAME, current_index, resolve, set_current_index
+from simdevice._state import state as _state
+from simdevice._tensor import SimTensor
 
 _lock = threading.Lock()
 _LOCATION = re.compile(rf"^{NAME}(?::(\d+))?$")
@@ -174,7 +174,7 @@ def _deserializer(storage, location: str):
     if not _state["enabled"]:
         raise RuntimeError(
             f"Attempting to deserialize object on a simulated {NAME!r} device, but it is not turned on in "
-            f"this process. Call devcourse.simdevice.enable() first, or use torch.load with "
+            f"this process. Call simdevice.enable() first, or use torch.load with "
             f"map_location=torch.device('cpu') to map your storages to the CPU."
         )
     index = current_index() if match.group(1) is None else int(match.group(1))
@@ -230,7 +230,7 @@ def _pin_memory(self, device=None):
     if torch.cuda.is_available():
         return _original_pin_memory(self, "cuda")
     if not _state_module.shown():  # hidden: pinning answers as on this machine without the simulated device
-        from devcourse.simdevice._accelerator import machine_accelerator
+        from simdevice._accelerator import machine_accelerator
 
         machine = machine_accelerator(check_available=True)
         if machine is None:
@@ -366,7 +366,7 @@ def enable(count: int = 2) -> None:
         library.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
         _register_factories(library)
         _state["library"] = library
-        from devcourse.simdevice import _accelerator, _autocast, _oncpu, _streams
+        from simdevice import _accelerator, _autocast, _oncpu, _streams
 
         _state["autocast"] = _autocast.register(NAME)
         _state["recurrent"] = _oncpu.register()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.utils._pytree as pytree
 
-from devcourse.simdevice._tensor import SimTensor
+from simdevice._tensor import SimTensor
 
 OPERATORS = (
     "lstm.input", "lstm.data", "gru.input", "gru.data", "rnn_tanh.input", "rnn_tanh.data", "rnn_relu.input",
