@@ -18,14 +18,14 @@ from pathlib import Path
 
 import torch
 
-import probes_runtime
-import probes_tensors
+import probes_tensors  # noqa: F401 -- its probes register on import, first
+import probes_runtime  # noqa: F401 -- then these
+from probe_registry import PROBES
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "tests" / "simdevice" / "device_probes.json"
 RECORDED = ROOT / "tests" / "simdevice" / "cuda_outcomes"
 PLACEHOLDER = "<acc>"
-PROBES = {**probes_tensors.PROBES, **probes_runtime.PROBES}
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 

@@ -10,20 +10,7 @@ import weakref
 
 import torch
 
-PROBES = {}
-
-
-def probe(two: bool = False):
-    """Register a probe; ``two``: it needs a second device (skipped on a machine with one)."""
-    def add(fn):
-        fn.needs_two = two
-        PROBES[fn.__name__] = fn
-        return fn
-    return add
-
-
-def where(t: torch.Tensor) -> str:
-    return str(t.device)
+from probe_registry import probe, where
 
 
 class _Tied(torch.nn.Module):

@@ -8,20 +8,7 @@ from __future__ import annotations
 
 import torch
 
-PROBES = {}
-
-
-def probe(two: bool = False):
-    """Register a probe; ``two``: it needs a second device (skipped on a machine with one)."""
-    def add(fn):
-        fn.needs_two = two
-        PROBES[fn.__name__] = fn
-        return fn
-    return add
-
-
-def where(t: torch.Tensor) -> str:
-    return str(t.device)
+from probe_registry import probe, where
 
 
 # --- every new_* factory from a tensor on index 1 lands on index 1 ---
