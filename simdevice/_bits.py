@@ -24,8 +24,23 @@ def marked(values: torch.Tensor) -> bool:
     return values.is_conj() or values.is_neg() or getattr(values, _UNALIASED, False)
 
 
+_facts: dict[object, tuple[bool, tuple[tuple[int, str], ...]]] = {}
+
+
+def _facts_of(func) -> tuple[bool, tuple[tuple[int, str], ...]]:
+    """Whether ``func`` is a view operator, and (position, name) of each argument it writes into; read once."""
+    facts = _facts.get(func)
+    if facts is None:
+        schema = func._schema
+        view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+        written = tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                        if a.alias_info is not None and a.alias_info.is_write)
+        facts = _facts[func] = (view, written)
+    return facts
+
+
 def _is_view(func) -> bool:
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+    return _facts_of(func)[0]
 
 
 def keeps_marks(func) -> bool:
@@ -41,11 +56,10 @@ def keeps_marks(func) -> bool:
 
 def _written(func, args: list, kwargs: dict):
     """(container, key, value) of each argument ``func`` writes into."""
-    for position, argument in enumerate(func._schema.arguments):
-        if argument.alias_info is not None and argument.alias_info.is_write:
-            where, key = (args, position) if position < len(args) else (kwargs, argument.name)
-            if where is args or key in kwargs:
-                yield where, key, where[key]
+    for position, name in _facts_of(func)[1]:
+        where, key = (args, position) if position < len(args) else (kwargs, name)
+        if where is args or key in kwargs:
+            yield where, key, where[key]
 
 
 def plain_copies(func, args: list, kwargs: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -54,7 +68,7 @@ def plain_copies(func, args: list, kwargs: dict) -> list[tuple[torch.Tensor, tor
     Raises, in the device's words, for one that is a copy standing where a view should be."""
     pairs = []
     for where, key, value in _written(func, args, kwargs):
-        if not isinstance(value, torch.Tensor) or not marked(value):
+        if not (isinstance(value, torch.Tensor) and marked(value)):
             continue
         if getattr(value, _UNALIASED, False):
             raise NotImplementedError(
@@ -70,10 +84,10 @@ def plain_copies(func, args: list, kwargs: dict) -> list[tuple[torch.Tensor, tor
 def after(func, args: tuple, out, pairs: list[tuple[torch.Tensor, torch.Tensor]]):
     """What ``func`` returns, once what it wrote into each plain copy is copied back through its view (the CPU's
     copy kernel applies the bits itself); a view operator's result made from a copy is marked as one."""
-    for view, copy in pairs:
-        view.copy_(copy)
-    swap = {id(copy): view for view, copy in pairs}
-    if swap:
+    if pairs:
+        for view, copy in pairs:
+            view.copy_(copy)
+        swap = {id(copy): view for view, copy in pairs}
         out = type(out)(swap.get(id(o), o) for o in out) if isinstance(out, (tuple, list)) else swap.get(id(out), out)
     if _is_view(func) and any(marked(v) and (not keeps_marks(func) or getattr(v, _UNALIASED, False))
                               for v in _values_of(args)):

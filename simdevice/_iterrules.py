@@ -81,6 +81,23 @@ def operands(func, args: tuple, kwargs: dict, number: str = "") -> list[tuple[to
     return outputs + inputs
 
 
+def one_device(args: tuple, kwargs: dict) -> bool:
+    """Whether every tensor among the arguments (in lists too) is on one simulated device, where no device rule
+    can raise (an operator's own checks, a convolution's, may: the caller asks this of the others only)."""
+    device = None
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        for item in value if type(value) in (list, tuple) else (value,):
+            if isinstance(item, torch.Tensor):
+                where = item.device
+                if device is None:
+                    if where.type != NAME:
+                        return False
+                    device = where
+                elif where != device:
+                    return False
+    return True
+
+
 def _cpu_scalar(tensor: torch.Tensor) -> bool:
     return tensor.device.type == "cpu" and tensor.dim() == 0
 

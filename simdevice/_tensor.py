@@ -360,6 +360,8 @@ def check_devices(func, args: tuple, kwargs: dict):
     name, method, checked, _ = _plan(func)
     if name in _TRANSFERS:
         return None
+    if name not in CONVOLUTIONS and _iterrules.one_device(args, kwargs):  # no device rule can raise: its own may
+        return _opchecks.own_checks(name, func, args, kwargs)
     if checked is not None:
         common = None
         for arg, position in checked:
