@@ -15,7 +15,8 @@ from typing import Callable, ContextManager, Iterator
 import torch
 
 import simdevice
-from devcourse.stand_ins import SIMULATED_COUNT, replaced, simulated_cuda, simulated_devices, simulated_mps
+from devcourse.stand_ins import (NO_ACCELERATOR, SIMULATED_COUNT, replaced, simulated_cuda, simulated_devices,
+                                 simulated_mps)
 
 CUDA_DEFAULT_SEED = 67280421310721  # c10/core/GeneratorImpl.h's default_rng_seed_val, every CUDA generator's seed
 
@@ -59,7 +60,7 @@ class Machine:
 
 
 def _no_accelerator_to_pin(self, device=None):
-    raise RuntimeError("Cannot access accelerator device when none is available.")  # PyTorch's words, CPU-only
+    raise RuntimeError(NO_ACCELERATOR)
 
 
 @contextlib.contextmanager

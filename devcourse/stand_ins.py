@@ -16,6 +16,7 @@ import torch
 import simdevice
 
 SIMULATED_COUNT = 2
+NO_ACCELERATOR = "Cannot access accelerator device when none is available."  # PyTorch's words, without one
 
 
 def simulated_devices() -> list[torch.device]:
@@ -184,7 +185,7 @@ def _accelerator_of_machine(kind: str | None, count: int) -> Iterator[None]:
 
     def refuse_without_devices() -> None:
         if count == 0:
-            raise RuntimeError("Cannot access accelerator device when none is available.")
+            raise RuntimeError(NO_ACCELERATOR)
 
     def current_device_index() -> int:
         refuse_without_devices()

@@ -230,11 +230,11 @@ def _pin_memory(self, device=None):
     if torch.cuda.is_available():
         return _original_pin_memory(self, "cuda")
     if not _state_module.shown():  # hidden: pinning answers as on this machine without the simulated device
-        from simdevice._accelerator import machine_accelerator
+        from simdevice._accelerator import _NONE_AVAILABLE, machine_accelerator
 
         machine = machine_accelerator(check_available=True)
         if machine is None:
-            raise RuntimeError("Cannot access accelerator device when none is available.")  # PyTorch's, CPU-only
+            raise RuntimeError(_NONE_AVAILABLE)
         return _original_pin_memory(self, machine.type)
     if self.device.type != "cpu":
         raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")

@@ -16,7 +16,6 @@ MAKERS = frozenset(getattr(torch.ops.aten, name).default for name in (
 
 
 _UNALIASED = "_sim_unaliased"  # set on values that are a copy where PyTorch would give a view
-_keeps: dict[object, bool] = {}
 
 
 def marked(values: torch.Tensor) -> bool:
@@ -24,18 +23,20 @@ def marked(values: torch.Tensor) -> bool:
     return values.is_conj() or values.is_neg() or getattr(values, _UNALIASED, False)
 
 
-_facts: dict[object, tuple[bool, tuple[tuple[int, str], ...]]] = {}
+_facts: dict[object, tuple[bool, bool, tuple[tuple[int, str], ...]]] = {}
 
 
-def _facts_of(func) -> tuple[bool, tuple[tuple[int, str], ...]]:
-    """Whether ``func`` is a view operator, and (position, name) of each argument it writes into; read once."""
+def _facts_of(func) -> tuple[bool, bool, tuple[tuple[int, str], ...]]:
+    """Whether ``func`` is a view operator, whether it keeps the bits (:func:`keeps_marks`), and (position, name)
+    of each argument it writes into; read from its schema once."""
     facts = _facts.get(func)
     if facts is None:
         schema = func._schema
         view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+        keeps = func in MAKERS or (view and func is not torch.ops.aten.view_as_real.default)
         written = tuple((i, a.name) for i, a in enumerate(schema.arguments)
                         if a.alias_info is not None and a.alias_info.is_write)
-        facts = _facts[func] = (view, written)
+        facts = _facts[func] = (view, keeps, written)
     return facts
 
 
@@ -47,16 +48,12 @@ def keeps_marks(func) -> bool:
     """Whether ``func`` gets conjugate and negative views as they are: it makes or reads the bits itself, or it is a
     view operator (``select``, ``transpose`` ...), whose result stays a view of the same memory with the same bit.
     ``view_as_real`` refuses such views (as PyTorch does everywhere): it gets a copy, whose views then refuse writes."""
-    keeps = _keeps.get(func)
-    if keeps is None:
-        keeps = func in MAKERS or (_is_view(func) and func is not torch.ops.aten.view_as_real.default)
-        _keeps[func] = keeps
-    return keeps
+    return _facts_of(func)[1]
 
 
 def _written(func, args: list, kwargs: dict):
     """(container, key, value) of each argument ``func`` writes into."""
-    for position, name in _facts_of(func)[1]:
+    for position, name in _facts_of(func)[2]:
         where, key = (args, position) if position < len(args) else (kwargs, name)
         if where is args or key in kwargs:
             yield where, key, where[key]

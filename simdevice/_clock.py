@@ -112,9 +112,12 @@ def wait_until(index: int, moment: float) -> None:
 
 def _arrive(index: int, stream: int | None, moment: float | None = None) -> None:
     """Let the late copies of device ``index`` on ``stream`` (None: any) that run by ``moment`` arrive."""
+    arriving, staying = [], []
     with _lock:
-        arriving = [c for c in _late if c[0] == index and stream in (None, c[1]) and (moment is None or c[2] <= moment)]
-        _late[:] = [c for c in _late if not any(c is a for a in arriving)]
+        for copy in _late:
+            due = copy[0] == index and stream in (None, copy[1]) and (moment is None or copy[2] <= moment)
+            (arriving if due else staying).append(copy)
+        _late[:] = staying
     with torch.no_grad():
         for _, _, _, destination, values in arriving:
             destination.copy_(values)

@@ -50,9 +50,14 @@ def type_name(tensor: torch.Tensor) -> str:
 def wrapper_check(key: str, tensors: dict[str, torch.Tensor | None]) -> RuntimeError | None:
     """The error of CUDA's generated wrapper for operator ``key`` given its tensor arguments by name, or None."""
     method, names = TABLE[key]
+    return first_mismatch(method, ((name, tensors.get(name)) for name in names))
+
+
+def first_mismatch(method: str, named) -> RuntimeError | None:
+    """The error of a generated wrapper (``method``, with ``{}`` for the backend) over its checked ``(argument,
+    tensor)`` pairs in order (tensors that are None skipped): the first on another device than the first one's."""
     common = None
-    for name in names:
-        tensor = tensors.get(name)
+    for name, tensor in named:
         if tensor is None:
             continue
         if common is None:

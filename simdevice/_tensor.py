@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from simdevice import _bits, _clock, _cudaforms, _cudaonly, _iterrules, _memory, _opchecks
-from simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS, SAME_DEVICE
+from simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS
 from simdevice._cudaforms import TABLE as _TABLE
 from simdevice._state import NAME, resolve
 
@@ -272,10 +272,11 @@ def run(func, args: tuple, kwargs: dict):
                 kwargs["device"] = torch.device("cpu")
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
-    reads = not _plan(func)[3] and not _bits.keeps_marks(func)  # an operator that writes keeps its views as they are
+    writes = _plan(func)[3]
+    reads = not writes and not _bits.keeps_marks(func)  # an operator that writes keeps its views as they are
     inner_args = [_unwrap(a, reads) for a in args]
     inner_kwargs = {k: _unwrap(v, reads) for k, v in kwargs.items()}
-    written = _bits.plain_copies(func, inner_args, inner_kwargs) if _plan(func)[3] else []
+    written = _bits.plain_copies(func, inner_args, inner_kwargs) if writes else []
     try:
         out = func(*inner_args, **inner_kwargs)
     except NotImplementedError as exc:
@@ -345,6 +346,15 @@ def _plan(func) -> tuple:
     return plan
 
 
+def _checked_tensors(checked, args: tuple, kwargs: dict):
+    """(argument, tensor) of each tensor a generated check looks at, in its order (a list's tensors each)."""
+    for arg, position in checked:
+        value = kwargs.get(arg) if position is None or position >= len(args) else args[position]
+        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(tensor, torch.Tensor):
+                yield arg, tensor
+
+
 def check_devices(func, args: tuple, kwargs: dict):
     """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
 
@@ -363,19 +373,9 @@ def check_devices(func, args: tuple, kwargs: dict):
     if name not in CONVOLUTIONS and _iterrules.one_device(args, kwargs):  # no device rule can raise: its own may
         return _opchecks.own_checks(name, func, args, kwargs)
     if checked is not None:
-        common = None
-        for arg, position in checked:
-            value = kwargs.get(arg) if position is None or position >= len(args) else args[position]
-            for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if not isinstance(tensor, torch.Tensor):
-                    continue
-                if common is None:
-                    common = tensor.device
-                elif tensor.device != common:
-                    raise RuntimeError(
-                        f"{SAME_DEVICE}but got {arg} is on {tensor.device}, different from other "
-                        f"tensors on {common} (when checking argument in method {method.format(NAME.upper())})"
-                    )
+        error = _cudaforms.first_mismatch(method, _checked_tensors(checked, args, kwargs))
+        if error is not None:
+            raise error
         return None
     if name in CONVOLUTIONS and type(args[0]) is SimTensor:
         error = _cudaforms.convolution_error(args)

@@ -83,9 +83,11 @@ def profile_named(name: str) -> CourseProfile:
     module, _, attribute = name.rpartition(".")
     try:
         found = getattr(importlib.import_module(module), attribute)
-        if isinstance(found, type) and issubclass(found, CourseProfile):
-            for package in found().course_packages():
-                importlib.import_module(package)  # a profile whose packages are not installed cannot grade
+        if not (isinstance(found, type) and issubclass(found, CourseProfile)):
+            raise ProfileError(f"the course's grading profile {name!r} is not a CourseProfile")
+        profile = found()
+        for package in profile.course_packages():
+            importlib.import_module(package)  # a profile whose packages are not installed cannot grade
     except ImportError as error:
         missing = error.name or module
         raise ProfileError(f"the course's grading profile {name!r} needs the package {missing.split('.')[0]!r}, "
@@ -94,9 +96,7 @@ def profile_named(name: str) -> CourseProfile:
                            f"from the course's nbgrader_config.py to grade it plainly") from None
     except (AttributeError, ValueError) as error:
         raise ProfileError(f"the course's grading profile {name!r} cannot be imported: {error}") from None
-    if not (isinstance(found, type) and issubclass(found, CourseProfile)):
-        raise ProfileError(f"the course's grading profile {name!r} is not a CourseProfile")
-    return found()
+    return profile
 
 
 def profile_name_of(workdir: Path) -> str:
