@@ -22,7 +22,7 @@ from devcourse import progress
 from devcourse.measure import AnonPeak, anon_rss_mib, peak_rss_mib, run_child
 
 # plain: build the model, torch.load, load_state_dict; mmap: the same with torch.load(mmap=True); meta_assign: build
-# on meta, torch.load(mmap=True), load_state_dict(assign=True); devcourse: devcourse.checkpoints.load_model.
+# on meta, torch.load(mmap=True), load_state_dict(assign=True); devcourse: devcourse.loading.load_model.
 STRATEGIES = ("plain", "mmap", "meta_assign", "devcourse")
 WIDTH = 1024  # one 1024 x 1024 float32 layer is 4 MiB
 
@@ -82,7 +82,7 @@ def _load(strategy: str, path: Path, layers: int, device: torch.device) -> nn.Mo
         model.load_state_dict(torch.load(path, weights_only=True, mmap=True), assign=True)
         model.to(device)
     elif strategy == "devcourse":
-        from devcourse.checkpoints import load_model
+        from devcourse.loading import load_model
 
         model = load_model(path, lambda: WideNet(layers), device=device)
     else:

@@ -233,16 +233,19 @@ print("ok")
 LONG_FUNCTIONS = {"autograder/inside/guard.py:install", "autograder/inside/recorder.py:install"}
 
 
-def test_the_graders_modules_are_small_and_its_functions_short():
-    """No module of the grader over 400 lines; no function over 80 but those that say why above."""
+def test_the_packages_modules_are_small_and_the_graders_functions_short():
+    """No module of the grader, the course or the simulated device over 400 lines; no function of the grader over
+    80 but those that say why above."""
     import ast
 
     long_modules, long_functions = [], []
-    for path in sorted((ROOT / "autograder").rglob("*.py")):
+    for path in _modules_of_the_grader_and_the_course():
         name = str(path.relative_to(ROOT))
         text = path.read_text()
         if text.count("\n") > 400:
             long_modules.append(f"{name}: {text.count(chr(10))} lines")
+        if path.parts[len(ROOT.parts)] != "autograder":
+            continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80 \
                     and f"{name}:{node.name}" not in LONG_FUNCTIONS:
