@@ -9,7 +9,7 @@ comma := ,
 # nbgrader and Jupyter start `alembic`, `python` and kernels by name: use the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install docs browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways clean gpu-check gpu-torch wheels slurm-check slurm
+.PHONY: help install docs browser postgres lab lab-plugin grade course-dir export-grades test mistakes course execute both-ways screenshots clean gpu-check gpu-torch wheels slurm-check slurm
 
 help:
 	@echo "make lab        JupyterLab on course/ (the student notebooks)"
@@ -27,6 +27,7 @@ help:
 	@echo "make course     regenerate course/ and the demo submissions from solutions/"
 	@echo "make execute    re-run solutions/ and store their outputs (after editing one)"
 	@echo "make both-ways  every solution passes its tests, every student version none"
+	@echo "make screenshots  the docs' pictures of JupyterLab and a feedback page, from the browser tests, into docs/"
 	@echo "make gpu-check  on a CUDA machine: notebooks, grading, DDP, AMP and loading on the GPU -> docs/gpu-log.md"
 	@echo "make wheels     download the packages gpu-check needs (all but torch) into wheels/, for a GPU box without network"
 	@echo "make slurm-check  on a Slurm login node: grade part of the demo class through Slurm jobs (SLURM_CHECK_ARGS=--gpu ...)"
@@ -116,6 +117,12 @@ test: $(READY) browser postgres slurm
 # The same suite without the Debian packages: the tests that need one that is missing skip, each with a line.
 test-lite: $(READY)
 	COURSE_WITHOUT_SYSTEM_PACKAGES=1 $(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
+# The browser tests that picture what the docs show, each copying its picture into docs/ (about 3 minutes: one
+# of them reads a feedback page of a graded demo class).
+screenshots: $(READY) browser
+	DOCS_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:cacheprovider tests/devcourse/test_browser.py \
+	  tests/autograder/batch/test_grade.py -k "map_location_explorer or student_types or feedback_page_in_a_browser"
 
 mistakes: $(READY)
 	COURSE_MISTAKE_ROUNDS=all $(BIN)/python -m pytest tests/mistakes/test_mistakes.py

@@ -9,6 +9,7 @@ that keeps the hidden tests (:func:`student_version`), which must fail every tes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,11 +90,13 @@ def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) 
     """Write the student version of each assignment into ``release_dir`` with nbgrader, and the students' guide.
 
     Uses a throw-away gradebook, so it never touches an instructor's own. The
-    guide, ``docs/students.md``, becomes ``README.md`` beside the assignments.
+    guide, ``docs/students.md``, becomes ``README.md`` beside the assignments, with the pictures it shows.
     """
     names = names or assignments()
     release_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(STUDENTS_GUIDE, release_dir / "README.md")
+    for picture in re.findall(r"\]\(([\w-]+\.png)\)", STUDENTS_GUIDE.read_text()):
+        shutil.copy(STUDENTS_GUIDE.parent / picture, release_dir / picture)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             subprocess.run(

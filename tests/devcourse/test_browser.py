@@ -9,8 +9,8 @@ types the answers of notebook 02 into the editor.
 
 Screenshots, and JupyterLab's log, go to ``build/browser/``. Run
 ``make browser`` first if Chromium is missing: without it these tests fail,
-they never skip. ``README_SCREENSHOT=1`` also rewrites the README's picture,
-``docs/map_location_explorer.png``.
+they never skip. ``make screenshots`` (``DOCS_SCREENSHOTS=1``) also copies the
+pictures the docs show into ``docs/``.
 """
 
 from __future__ import annotations
@@ -32,17 +32,15 @@ import pytest
 from support.lab import (
     ARTIFACTS,
     CELLS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     COURSE,
-    README_PICTURE,
     ROOT,
     SECOND,
     Lab,
+    chromium,
+    keep_for_docs,
     start_lab,
     stop_lab,
 )
-from support.system import missing
 
 from autograder.run.watch import alive
 from devcourse import validation
@@ -60,28 +58,9 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium under Playwright; a clear failure, never a skip, where it cannot start. Stopped with this
-    file's tests: while Playwright's synchronous API is started, its event loop counts as running in this thread,
-    and a later test of the same process that runs one of its own (asyncio.run) would be refused."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as err:
-        pytest.fail(f"Playwright is not installed ({err}): run `make install`", pytrace=False)
-    if not Path(CHROMIUM).exists():
-        missing(f"no Chromium at {CHROMIUM}: run `make browser` (it installs Debian's chromium package), "
-                "or point CHROMIUM at a Chromium binary")
-    playwright = sync_playwright().start()
-    try:
-        # launch() gives the browser a fresh, temporary profile of its own.
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
-    except Exception as err:  # noqa: BLE001 - any launch failure ends the same way: say why, and fail
-        playwright.stop()
-        pytest.fail(f"Chromium at {CHROMIUM} could not be started:\n{err}", pytrace=False)
-    try:
-        yield chromium
-    finally:
-        chromium.close()
-        playwright.stop()
+    """Chromium (:func:`support.lab.chromium`), stopped with this file's tests."""
+    with chromium() as started:
+        yield started
 
 
 @pytest.fixture
@@ -232,8 +211,9 @@ def wait_for_text(locator, expected: str, timeout: float = 30) -> str:
         time.sleep(0.1)
 
 
-def validate(notebook: Notebook) -> tuple[str, list[str]]:
-    """Click nbgrader's Validate button; return the dialog's text and the first line of each failed cell.
+def validate(notebook: Notebook, picture: str = "") -> tuple[str, list[str]]:
+    """Click nbgrader's Validate button; return the dialog's text and the first line of each failed cell. The page
+    with the dialog is pictured, as ``picture`` (a picture the docs show) where given.
 
     The dialog lists each failed cell as "The following cell failed:", the
     cell's source, then the error; a graded test's first line is its docstring.
@@ -245,7 +225,10 @@ def validate(notebook: Notebook) -> tuple[str, list[str]]:
     if dialog.locator(".validation-success").count():  # the course's plugin adds what hidden checks are worth
         dialog.locator(".course-hidden-points").wait_for(timeout=10 * SECOND)
     text = dialog.locator(".jp-Dialog-body").inner_text()
-    page.screenshot(path=page.artifacts / f"validate-{len(list(page.artifacts.glob('validate-*')))}.png")
+    shown = page.artifacts / (picture or f"validate-{len(list(page.artifacts.glob('validate-*')))}.png")
+    page.screenshot(path=shown)
+    if picture:
+        keep_for_docs(shown)
     dialog.get_by_role("button", name="Ok").click()
     dialog.wait_for(state="detached")
     failed = [part.split("\n", 1)[0] for part in re.split(r"The following cell failed:\s*", text)[1:]]
@@ -321,11 +304,8 @@ def test_map_location_explorer_shows_what_each_choice_loads(page, lab):
             assert {line.split()[1] for line in shown.splitlines()[1:]
                     if not line.startswith("  the callable")} == devices
     assert "location=['cuda:0']" in explore("cuda:0", "lambda storage, location: storage")
-    cell = notebook.cell("map_location_explorer()")
-    cell.screenshot(path=page.artifacts / "map-location-explorer.png")
-    if os.environ.get("README_SCREENSHOT"):
-        README_PICTURE.parent.mkdir(exist_ok=True)
-        cell.screenshot(path=README_PICTURE)
+    notebook.cell("map_location_explorer()").screenshot(path=page.artifacts / "map_location_explorer.png")
+    keep_for_docs(page.artifacts / "map_location_explorer.png")
 
 
 def _columns(text: str) -> list[list[str]]:
@@ -419,7 +399,8 @@ def test_student_types_the_answers_validates_and_sees_a_broken_answer_named(page
     solutions = {grade_id: _solution(grade_id) for grade_id in ("find_misplaced", "standardize", "prepare_batch")}
     for grade_id, (_, blocks) in solutions.items():
         answer(notebook, grade_id, blocks)
-    text, failed = validate(notebook)  # Validate saves the notebook first
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # the notebook, full width
+    text, failed = validate(notebook, picture="students-validate.png")  # Validate saves the notebook first
     saved = notebook.saved()
     for grade_id, (answered, _) in solutions.items():
         assert saved.cells[notebook.index_of(grade_id)].source == answered, f"{grade_id} is not what was typed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -23,7 +24,7 @@ from support.servers import free_port, tail
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the course's own environment (.venv/bin under make)
 ARTIFACTS = ROOT / "build" / "browser"
-README_PICTURE = ROOT / "docs" / "map_location_explorer.png"
+DOCS = ROOT / "docs"  # with DOCS_SCREENSHOTS=1 (make screenshots), the tests' pictures that the docs show land here
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Headless, and nothing that reaches out to the network on its own.
 CHROMIUM_ARGS = [
@@ -112,3 +113,37 @@ def start_lab(home: Path) -> tuple[subprocess.Popen, Lab]:
 def stop_lab(server: subprocess.Popen) -> None:
     """Stop a server of :func:`start_lab`: it stops its kernels on SIGTERM; its whole process group goes if not."""
     stop_group(server)
+
+
+def keep_for_docs(picture: Path) -> None:
+    """With ``DOCS_SCREENSHOTS=1`` (``make screenshots``), copy a test's screenshot into ``docs/`` under its name."""
+    if os.environ.get("DOCS_SCREENSHOTS") == "1":
+        shutil.copy(picture, DOCS / picture.name)
+
+
+@contextlib.contextmanager
+def chromium():
+    """Debian's Chromium under Playwright, closed on leaving; a clear failure, never a skip, where it cannot start.
+    While Playwright's synchronous API is started, its event loop counts as running in this thread: a later test
+    of the same process that runs one of its own (asyncio.run) would be refused, so it is held no longer than this."""
+    from support.system import missing
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as err:
+        pytest.fail(f"Playwright is not installed ({err}): run `make install`", pytrace=False)
+    if not Path(CHROMIUM).exists():
+        missing(f"no Chromium at {CHROMIUM}: run `make browser` (it installs Debian's chromium package), "
+                "or point CHROMIUM at a Chromium binary")
+    playwright = sync_playwright().start()
+    try:
+        try:  # launch() gives the browser a fresh, temporary profile of its own
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
+        except Exception as err:  # noqa: BLE001 - any launch failure ends the same way: say why, and fail
+            pytest.fail(f"Chromium at {CHROMIUM} could not be started:\n{err}", pytrace=False)
+        try:
+            yield browser
+        finally:
+            browser.close()
+    finally:
+        playwright.stop()

@@ -379,6 +379,30 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
     assert 'href="#1.-Reproduce-the-error"' in grace and 'id="1.-Reproduce-the-error"' in grace
 
 
+def test_a_feedback_page_in_a_browser_gives_the_scores_then_each_failed_test_with_why(run):
+    """What a student opens: the page's top gives the notebook's score and each test's; a failed test says its
+    exercise, what it is worth and why, naming the device it failed on."""
+    from support.lab import ARTIFACTS, SECOND, chromium, keep_for_docs
+
+    workdir, _ = run
+    grace = workdir / "feedback" / "grace" / "02_cross_device_errors" / "02_cross_device_errors.html"
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto(grace.as_uri())
+        top = page.locator("body").inner_text().split("\n02 · ")[0]  # the summary, before the notebook's title
+        assert "02_cross_device_errors (Score: 1.6 / 7.0)" in top, top  # 2 points, less 0.4 for a late hand-in
+        assert top.count("Test cell (Score: 1.0 / 1.0)") == 2 and top.count("Test cell (Score: 0.0 / 1.0)") == 5, top
+        failed = page.get_by_text("this test (standardize_moves_with_the_module) is worth 1 point")
+        failed.scroll_into_view_if_needed(timeout=10 * SECOND)
+        page.mouse.wheel(0, -250)  # the test's source above its error, in view
+        cell = failed.locator("xpath=ancestor::div[contains(concat(' ', @class, ' '), ' cell ')][1]")
+        said = cell.inner_text()
+        assert "Exercise 2 (2 points)" in said and "failed on sim:0 (simulated device" in said, said
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=ARTIFACTS / "students-feedback.png")
+    keep_for_docs(ARTIFACTS / "students-feedback.png")
+
+
 def _pair_rows(workdir) -> dict[tuple[str, str], list[tuple]]:
     """Each (student, assignment)'s grades and comments, by cell, without the rows' ids."""
     query = """SELECT sa.student_id, a.name, nb.name, bc.name, g.auto_score, g.manual_score, g.needs_manual_grade,
