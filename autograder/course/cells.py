@@ -72,12 +72,16 @@ def hidden_line_numbers(source: str) -> set[int]:
 
 
 def hidden_test_lines(nb: nbformat.NotebookNode) -> set[str]:
-    """Every line of a notebook's hidden tests, stripped, long enough that an output quoting it is a quote."""
-    lines = set()
+    """Every line of a notebook's hidden tests, stripped, long enough that an output quoting it is a quote, but
+    those a student sees in a cell that is not an answer (a hidden test's ``norm = Standardize(mean, std)...``
+    that the visible test above it has is no secret)."""
+    lines, seen = set(), set()
     for cell in nb.cells:
         for block in HIDDEN.findall(cell.source):
             lines.update(line.strip() for line in block.splitlines() if len(line.strip()) >= QUOTABLE)
-    return lines
+        if not is_answer(cell):  # an answer's solution is the instructor's: not seen either
+            seen.update(line.strip() for line in HIDDEN.sub("", cell.source).splitlines())
+    return lines - seen
 
 
 def exercise_of(nb) -> dict[int, str | None]:

@@ -161,6 +161,13 @@ def redact(nb: nbformat.NotebookNode, hidden: set[str]) -> nbformat.NotebookNode
     return nb
 
 
+def as_shown(nb: nbformat.NotebookNode, assignment: str, prelude: int | None, hidden: set[str]):
+    """A graded notebook as its feedback page shows it: redacted, then taught
+    (:func:`autograder.record.hints.teach`): a test's frames are of the test as the student's run ran it, without
+    its hidden tests, and are mapped to it as written so."""
+    return teach(redact(nb, hidden), assignment, prelude)
+
+
 TAUGHT = ".taught"  # in the work folder: the copies a page is made from, for as long as that takes
 
 
@@ -178,8 +185,8 @@ def write_feedback(api, workdir: Path, pair: tuple[str, str], hidden: set[str], 
     shutil.copytree(workdir / "autograded" / student / name, taught, copy_function=shutil.copyfile)
     try:
         for path in taught.glob("*.ipynb"):
-            nb = redact(nbformat.read(path, as_version=4), hidden)
-            nbformat.write(teach(nb, name, prelude_lines(workdir / "source" / name / path.name)), path)
+            nb = nbformat.read(path, as_version=4)
+            nbformat.write(as_shown(nb, name, prelude_lines(workdir / "source" / name / path.name), hidden), path)
         directory = api.coursedir.autograded_directory
         api.coursedir.autograded_directory = TAUGHT
         try:

@@ -369,6 +369,7 @@ def test_feedback_pages_have_no_colour_codes_or_machine_paths_and_name_each_fail
         for path in (str(workdir), str(paths.ROOT), "/tmp/", "site-packages"):
             assert path not in text, (page, path)
         assert "_grader_" not in text, f"{page}: the grader's rewrite of a test shown to the student"
+        assert "operator.eq(" not in text and "operator.ne(" not in text, f"{page}: a test's check as the grader ran it"
     empty = (workdir / "feedback" / "linus" / "02_cross_device_errors" / "02_cross_device_errors.html")
     failed = re.findall(r"Failed: (Exercise \d+ \(\d+ points?\): [^<]*?) -- this test \((\w+)\) is worth",
                         empty.read_text()) if empty.exists() else []
@@ -398,6 +399,9 @@ def test_a_feedback_page_in_a_browser_gives_the_scores_then_each_failed_test_wit
         cell = failed.locator("xpath=ancestor::div[contains(concat(' ', @class, ' '), ' cell ')][1]")
         said = cell.inner_text()
         assert "Exercise 2 (2 points)" in said and "failed on sim:0 (simulated device" in said, said
+        # the test as written: its lines that its hidden tests repeat are not redacted, its == not the guard's
+        assert "-> 8     assert norm.mean.device == device and norm.std.device == device" in said, said
+        assert "redacted" not in said and "operator" not in said, said
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=ARTIFACTS / "students-feedback.png")
     keep_for_docs(ARTIFACTS / "students-feedback.png")

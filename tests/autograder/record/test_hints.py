@@ -239,6 +239,40 @@ def test_a_failed_test_shows_its_lines_as_written_not_as_the_grader_ran_them(tmp
     assert shown.endswith("AssertionError: meta is not the CPU"), shown
 
 
+def test_a_visible_test_that_shares_lines_with_its_hidden_tests_is_shown_as_written(tmp_path):
+    """A hidden test that repeats a line of the visible test (as 02's Standardize tests do): the student's run ran
+    the test without its hidden part; the failed assert is shown as written, with the shared line unredacted (it
+    was redacted, and the frame then shown as the grader ran it, operator.eq and all), the hidden part left out."""
+    from autograder.course.cells import HIDDEN, hidden_test_lines
+    from autograder.prepare.job import strict_comparisons
+    from autograder.record.feedback import as_shown
+
+    guard = "_grader_0123456789abcdef"
+    written = ('def check(x):\n    shared_value = x * 2\n    ### BEGIN HIDDEN TESTS\n'
+               '    assert shared_value != 5, "the secret check"\n    ### END HIDDEN TESTS\n'
+               '    assert shared_value == 3, "twice x is 3"\n\ncheck(1)\n')
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(f"def {guard}():\n    pass"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Exercise 1 (1 point): twice"))
+    test = nbformat.v4.new_code_cell(f"{guard}()\n{strict_comparisons(HIDDEN.sub('', written), guard)}")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "twice",
+                                 "points": 1, "schema_version": 3}
+    nb.cells.append(test)
+    nb.cells.append(nbformat.v4.new_code_cell("shared_value = 2 * 2  # a student's line"))
+    nb.cells[-1].metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "answer"}
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    test.source = written  # the graded notebook holds the test as written, hidden part and all
+    nb.cells[-1].source = written.split("\n")[3] + "  # an answer with a hidden line in it stays secret"
+    hidden = hidden_test_lines(nb)
+    assert hidden == {'assert shared_value != 5, "the secret check"'}, hidden
+    shown = as_shown(nb, "99_hints", 1, hidden).cells[2]
+    traceback = "\n".join(shown.outputs[0].traceback)
+    assert '----> 3     assert shared_value == 3, "twice x is 3"' in traceback, traceback
+    assert "      2     shared_value = x * 2" in traceback, traceback
+    assert "redacted" not in traceback and "operator" not in traceback and "secret" not in shown.source, traceback
+
+
 def test_a_frame_that_matches_no_test_line_keeps_its_lines_with_the_checks_named_plainly():
     frame = ("Cell In[3], line 2\n      1 x = 1\n----> 2 assert __import__('builtins').__dict__.get('_grader_ab12', "
              "__import__('operator')).eq(x, 2) and __import__('builtins').__dict__.get('_grader_ab12', "
