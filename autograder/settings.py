@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 CELL_TIMEOUT_S = 60.0
 
@@ -24,6 +25,24 @@ MAX_PROCESSES = 1024  # processes and threads of one submission together (the co
 MAX_CODE_CELLS = 500  # code cells of a submitted notebook (the course's have fewer than 100)
 MAX_NOTEBOOK_MIB = 32  # a submitted notebook's file
 RECORDED_LIMIT_MIB = 256  # what a notebook's probes record, all together (values sent whole up to 32 MiB each)
+
+
+class Pair(NamedTuple):
+    """One submission: a student's hand-in of one assignment. A plain ``(student, assignment)`` tuple compares and
+    hashes equal to it; :attr:`key` is how the work folder's state and the grader's messages name it."""
+
+    student: str
+    assignment: str
+
+    @property
+    def key(self) -> str:
+        """``student/assignment``."""
+        return f"{self.student}/{self.assignment}"
+
+    @classmethod
+    def of_key(cls, key: str) -> Pair:
+        student, _, assignment = key.partition("/")
+        return cls(student, assignment)
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,8 @@ from autograder.run import cgroups, sandbox
 from autograder.run.cgroups import usable_cores
 from autograder.run.executors import ClusterError, Executor
 from autograder.run.jobfile import RunContext, ready
-from autograder.settings import Settings
+from autograder.settings import Pair, Settings
 
-Pair = tuple[str, str]  # (student, assignment)
 
 
 class ClassRun:
@@ -104,10 +103,10 @@ class ClassRun:
                     self.notes[student, name] = ["not submitted"]
                     continue
                 self.prints[student, name] = fingerprint(folder, recursive=True)
-                changed = state["graded"].get(f"{student}/{name}") != self.prints[student, name]
+                changed = state["graded"].get(Pair(student, name).key) != self.prints[student, name]
                 if student in chosen_students and name in self.chosen_names and (settings.regrade or changed):
                     self.todo.append((student, name))
-                elif f"{student}/{name}" in state["graded"]:
+                elif Pair(student, name).key in state["graded"]:
                     self.earlier.add((student, name))
                 else:
                     self.notes[student, name] = ["not graded yet"]
@@ -129,7 +128,7 @@ class ClassRun:
     def _clear(self, pairs: list[Pair]) -> None:
         for student, name in pairs:
             for kept in EARLIER:
-                self.state.setdefault(kept, {}).pop(f"{student}/{name}", None)
+                self.state.setdefault(kept, {}).pop(Pair(student, name).key, None)
             shutil.rmtree(self.workdir / EXECUTED / student / name, ignore_errors=True)
             shutil.rmtree(self.workdir / "jobs" / student / name, ignore_errors=True)
             self.cleared.add((student, name))
@@ -210,7 +209,7 @@ class ClassRun:
                 self._autograde(pair)
             if self.feedback is not None:  # the pages made so far; at most depth - 1 left waiting
                 self.feedback.deliver(self._record, INTERRUPTS.holding, keep=self.feedback.depth - 1)
-            progress.step(f"{job.student}/{job.assignment}")
+            progress.step(Pair(job.student, job.assignment).key)
             self.handling_s += time.monotonic() - began
         if self.feedback is not None:
             self.feedback.deliver(self._record, INTERRUPTS.holding)
@@ -234,7 +233,7 @@ class ClassRun:
         if job.findings:
             notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, "
                                               + "; ".join(job.findings[:3]))
-            withheld = self.state.setdefault("withheld", {}).setdefault(f"{job.student}/{job.assignment}", {})
+            withheld = self.state.setdefault("withheld", {}).setdefault(Pair(job.student, job.assignment).key, {})
             withheld[job.notebook] = job.findings
 
     def _autograde(self, pair: Pair) -> None:
@@ -245,7 +244,7 @@ class ClassRun:
             if not outcome["success"]:
                 self.notes.setdefault(pair, []).append("not graded: " + failure_of(outcome))
                 return
-            key = f"{student}/{name}"
+            key = Pair(student, name).key
             if key in self.state.get("withheld", {}):
                 with self.lock.held():
                     flag_for_review(self.db_url, self.course_id, pair, self.state["withheld"][key])
@@ -259,7 +258,7 @@ class ClassRun:
 
     def _record(self, pair: Pair, pair_notes: list[str]) -> None:
         """The pair's scores and feedback are in: it is graded (state.json says so from here)."""
-        key = f"{pair[0]}/{pair[1]}"
+        key = Pair(*pair).key
         self.graded.add(pair)
         if pair_notes:
             self.notes.setdefault(pair, []).extend(pair_notes)

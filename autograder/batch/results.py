@@ -6,7 +6,7 @@ from autograder.batch.classrun import ClassRun
 from autograder.course.cells import max_points
 from autograder.course.profile import profile_named
 from autograder.record.marks import hand_graded_points_left
-from autograder.settings import Result
+from autograder.settings import Pair, Result
 
 
 def results(run: ClassRun) -> list[Result]:
@@ -24,7 +24,8 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
     state = run.state
     # nbgrader's maximum, also of an assignment it has not generated
     max_score = sum(max_points(nb) for nb in run.sources[name].values())
-    pair, key = (student, name), f"{student}/{name}"
+    pair = Pair(student, name)
+    key = pair.key
     notes = list(run.notes.get(pair, []))
     jobs = run.jobs.get(pair, [])
     seconds = sum(j.status.get("seconds", 0) for j in jobs)

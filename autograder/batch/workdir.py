@@ -12,6 +12,7 @@ from autograder.course.paths import RENAMED, SOLUTIONS
 from autograder.prepare.submission import fingerprint
 from autograder.record.gradebook import EXECUTED
 from autograder.record.state import EARLIER, read_state, write_state
+from autograder.settings import Pair
 
 SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")  # a submission's time (late penalty), feedback key
 
@@ -72,7 +73,7 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
 
 def has_earlier(workdir: Path, state: dict, pair: tuple[str, str]) -> bool:
     """Whether an earlier run left anything of the pair: a score, a withheld or reviewed row, executed notebooks."""
-    key = f"{pair[0]}/{pair[1]}"
+    key = Pair(*pair).key
     return (any(key in state.get(kept, {}) for kept in EARLIER)
             or (workdir / EXECUTED / pair[0] / pair[1]).exists())
 

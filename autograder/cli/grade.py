@@ -42,6 +42,7 @@ from autograder.settings import (
     RECORDED_LIMIT_MIB,
     TIME_LIMIT_S,
     WALL_PER_PROCESSOR_S,
+    Pair,
     Settings,
 )
 
@@ -312,7 +313,7 @@ def references_text(workdir: Path, settings: Settings) -> str:
 def stopped_text(stopped: GradingStopped, workdir: Path) -> str:
     """What a stopped run says: its cause first, then what was graded, what not, and how to go on."""
     def names(pairs):
-        return ", ".join(f"{student}/{assignment}" for student, assignment in pairs) or "none"
+        return ", ".join(Pair(*pair).key for pair in pairs) or "none"
 
     return "\n".join([
         f"{stopped}: {len(stopped.graded)} submission(s) graded, {len(stopped.not_graded)} not.",

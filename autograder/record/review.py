@@ -27,6 +27,7 @@ from autograder.record.gradebook import (
 )
 from autograder.record.marks import mark_review
 from autograder.record.state import STATE, replay_journal, write_state
+from autograder.settings import Pair
 
 
 class ReviewError(Exception):
@@ -52,7 +53,7 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
     from nbgrader.api import Gradebook
 
     state = _state(workdir)
-    pair = f"{student}/{assignment}"
+    pair = Pair(student, assignment).key
     if pair not in state.get("withheld", {}):
         raise ReviewError(f"{pair} has no withheld score in {workdir}")
     for notebook in state["withheld"][pair]:
@@ -76,7 +77,7 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
 def confirm(workdir: Path, student: str, assignment: str, db_url: str) -> None:
     """Keep the withheld score at 0 and record the decision (``scores.csv`` says so)."""
     state = _state(workdir)
-    pair = f"{student}/{assignment}"
+    pair = Pair(student, assignment).key
     if pair not in state.get("withheld", {}):
         raise ReviewError(f"{pair} has no withheld score in {workdir}")
     _decide(workdir, state, pair, "confirmed", "0", "withheld, confirmed after review: 0 points", db_url)
@@ -84,7 +85,7 @@ def confirm(workdir: Path, student: str, assignment: str, db_url: str) -> None:
 
 def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, note: str, db_url: str) -> None:
     """Record the decision in state.json, scores.csv and the gradebook (formgrader no longer lists it as to grade)."""
-    student, assignment = pair.split("/", 1)
+    student, assignment = Pair.of_key(pair)
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
         mark_review(db_url, course_directory(workdir).course_id, (student, assignment),
                     {notebook: f"Score {note}." for notebook in state["withheld"][pair]}, needs_manual_grade=False)
