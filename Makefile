@@ -72,7 +72,7 @@ course-dir: $(READY)
 	  $(if $(DB_URL),--db-url "$(DB_URL)") $(if $(DUE),--due "$(DUE)")
 
 # The last make grade's gradebook as nbgrader's CSV and as Canvas's and Moodle's import shapes
-# (autograder/plugins/lms.py), into GRADES_DIR. GRADEBOOK=postgresql://... reads another gradebook.
+# (autograder/plugins/canvas.py, moodle.py), into GRADES_DIR. GRADEBOOK=postgresql://... reads another gradebook.
 GRADES_DIR ?= build/grade
 GRADEBOOK ?= sqlite:///$(abspath $(GRADES_DIR))/gradebook.db
 export-grades: $(READY)

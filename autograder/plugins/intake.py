@@ -2,39 +2,41 @@
 
 ``nbgrader zip_collect ASSIGNMENT`` asks a collector plugin, for each file an instructor put in
 ``downloaded/ASSIGNMENT/archive/``, whose it is and which notebook it is; :class:`LmsCollectorPlugin` (selected
-by ``c.ZipCollectApp.collector_plugin``) knows the names the two LMSs give, where nbgrader's own needs a regex.
+by ``c.ZipCollectApp.collector_plugin``) knows the names each LMS of :mod:`autograder.plugins.lms` gives,
+where nbgrader's own needs a regex.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-import re
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
 from autograder.course.paths import RENAMED
-
-CANVAS = re.compile(r"^(?P<name>[^_]+?)(?P<late>_LATE)?_(?P<student_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)$")
-MOODLE = re.compile(r"^(?P<full_name>.+?)_(?P<student_id>\d+)_assign(?:submission|feedback)_[a-z]+_(?P<file>.*)$")
+from autograder.plugins.lms import FORMATS
 
 
 def parse(path: str) -> dict[str, str] | None:
-    """{'student_id', 'file_id', 'late'} from an LMS's name for a downloaded file, or None if it is neither's.
+    """{'student_id', 'file_id', 'late'} from an LMS's name for a downloaded file, or None if it is no LMS's.
 
-    Canvas ("Download Submissions"): ``<lastfirst>_<user id>_<submission id>_<file>``, with ``_LATE`` after
-    the name for a late one (``hoppergrace_LATE_12345_678901_00_environment.ipynb``). Moodle ("Download all
-    submissions"): ``<Full Name>_<participant id>_assignsubmission_file_/<file>``, or that prefix before the
-    file name. The student id is the LMS's number for the student: use those as nbgrader's ids, or the LMS
-    export (:mod:`autograder.plugins.lms`) cannot be matched back. A renamed copy (``00_environment (1).ipynb``,
-    ``00_environment-1.ipynb``) is the notebook ``00_environment.ipynb``.
+    Each LMS of :data:`autograder.plugins.lms.FORMATS` says its names: Canvas's
+    ``<lastfirst>_<user id>_<submission id>_<file>``, ``_LATE`` after the name for a late one
+    (``hoppergrace_LATE_12345_678901_00_environment.ipynb``); Moodle's
+    ``<Full Name>_<participant id>_assignsubmission_file_/<file>``, or that prefix before the file's name (a name
+    that matches with an empty file part is a folder's: the file is the one inside). The student id is the LMS's
+    number for the student: use those as nbgrader's ids, or the LMS export cannot be matched back. A renamed copy
+    (``00_environment (1).ipynb``, ``00_environment-1.ipynb``) is the notebook ``00_environment.ipynb``.
     """
     name, folder = os.path.basename(path), os.path.basename(os.path.dirname(path))
-    found = CANVAS.match(name) or MOODLE.match(name)
+    patterns = [p for module in FORMATS.values() for p in importlib.import_module(module).DOWNLOAD_NAMES]
+    found = next((m for m in (p.match(name) for p in patterns) if m and m.group("file")), None)
     file = found.group("file") if found else None
-    if not found or not file:  # Moodle's folder per student: the prefix is the folder's name
-        found = MOODLE.match(folder + ("" if folder.endswith("_") else "_"))
+    if found is None:  # a folder per student: the prefix is the folder's name
+        found = next((m for m in (p.match(folder + ("" if folder.endswith("_") else "_")) for p in patterns)
+                      if m and not m.group("file")), None)
         file = name if found else None
-    if not found or not file:
+    if found is None or not file:
         return None
     stem, ext = os.path.splitext(file)
     renamed = RENAMED.match(stem)
@@ -55,9 +57,10 @@ class LmsCollectorPlugin(FileNameCollectorPlugin):
             return None
         info = parse(submitted_file)
         if info is None:
-            self.log.warning("Not a Canvas or Moodle submission name, skipped: %s", submitted_file)
+            self.log.warning("Not a name an LMS (%s) gives a submission, skipped: %s", ", ".join(FORMATS),
+                             submitted_file)
             return None
         if info.pop("late"):
-            self.log.warning("Canvas marks %s late; the name holds no time, so no late penalty applies here",
+            self.log.warning("%s is marked late in its name, which holds no time: no late penalty applies here",
                              os.path.basename(submitted_file))
         return info

@@ -1,5 +1,5 @@
-"""The LMS export: nbgrader's own `export` command with the course's plugin agrees with nbgrader's CSV, penalty
-included, in the shapes Canvas and Moodle import."""
+"""The LMS export: nbgrader's own `export` command with an LMS's plugin agrees with nbgrader's CSV, penalty
+included, in the shapes Canvas and Moodle import; the base plugin picks one by name."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def _nbgraders_scores(gradebook) -> dict[tuple[str, str], float]:
 
 def test_canvas_shape_agrees_with_nbgraders_csv_penalty_included(gradebook):
     folder, url = gradebook
-    rows = _export(url, folder / "canvas.csv", "--exporter=autograder.plugins.lms.LmsExportPlugin",
-                   "--LmsExportPlugin.section=Autumn 2026")
+    rows = _export(url, folder / "canvas.csv", "--exporter=autograder.plugins.canvas.CanvasExportPlugin",
+                   "--CanvasExportPlugin.section=Autumn 2026")
     assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "00_environment",
                        "01_device_placement"]
     assert rows[1] == ["    Points Possible", "", "", "", "", "8", "8"]
@@ -76,6 +76,7 @@ def test_canvas_shape_agrees_with_nbgraders_csv_penalty_included(gradebook):
 
 
 def test_moodle_shape_names_each_student_by_email_and_id_and_can_rename_columns(gradebook):
+    """Through the base plugin, configured as itself (lms, columns): what make export-grades runs."""
     folder, url = gradebook
     rows = _export(url, folder / "moodle.csv", "--exporter=autograder.plugins.lms.LmsExportPlugin",
                    "--LmsExportPlugin.lms=moodle", "--assignment=00_environment",
