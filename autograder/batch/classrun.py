@@ -225,11 +225,11 @@ class ClassRun:
         for kept in SUBMISSION_FILES:
             if (self.submitted / job.student / job.assignment / kept).is_file():
                 shutil.copy2(self.submitted / job.student / job.assignment / kept, target / kept)
-        if job.status.get("stopped"):
-            notes.setdefault(pair, []).append(f"{job.notebook}: stopped, {job.status['stopped']}")
-        if job.status.get("disk_full"):
+        if job.status.stopped:
+            notes.setdefault(pair, []).append(f"{job.notebook}: stopped, {job.status.stopped}")
+        if job.status.disk_full:
             notes.setdefault(pair, []).append(f"{job.notebook}: filled the disk limit of "
-                                              f"{job.status['disk_full']} MiB (writes past it failed)")
+                                              f"{job.status.disk_full} MiB (writes past it failed)")
         if job.findings:
             notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, "
                                               + "; ".join(job.findings[:3]))
@@ -264,7 +264,7 @@ class ClassRun:
             self.notes.setdefault(pair, []).extend(pair_notes)
         self.state["graded"][key] = self.prints[pair]
         self.state["rows"][key] = {"note": "; ".join(self.notes.get(pair, [])),
-                                   "seconds": round(sum(j.status.get("seconds", 0) for j in self.jobs[pair]), 1)}
+                                   "seconds": round(sum(j.status.seconds for j in self.jobs[pair]), 1)}
         journal_pair(self.workdir, self.state, key)
 
     # ---- 7. the end: a run stopped, a run that failed, or a run done

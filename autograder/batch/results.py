@@ -28,7 +28,7 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
     key = pair.key
     notes = list(run.notes.get(pair, []))
     jobs = run.jobs.get(pair, [])
-    seconds = sum(j.status.get("seconds", 0) for j in jobs)
+    seconds = sum(j.status.seconds for j in jobs)
     if pair in run.earlier:
         row = state["rows"].get(key, {})
         notes = [row["note"]] if row.get("note") else []
@@ -52,7 +52,7 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
     withheld = key in state.get("withheld", {}) and pair in run.graded
     if withheld:
         notes.append(f"review: python -m autograder review {key} --release (or --confirm), or in formgrader")
-    ran = any(j.status.get("seconds") for j in jobs)
+    ran = any(j.status.seconds for j in jobs)
     return Result(student, name, score, max_score, "; ".join(notes), devices if ran else "", round(seconds, 1),
                   withheld=withheld)
 

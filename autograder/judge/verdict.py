@@ -15,6 +15,7 @@ from autograder.course.cells import is_test, nbgrader_meta
 from autograder.judge.compare import compare
 from autograder.prepare.job import Job
 from autograder.prepare.probes import notebook_sites
+from autograder.prepare.status import Status
 
 AGAIN = "when the grader ran this test again, with its hidden checks, "
 
@@ -29,8 +30,8 @@ def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.Notebook
     """
     originals = {nbgrader_meta(c)["grade_id"]: c.source for c in source.cells if is_test(c)}
     sites = notebook_sites(list(originals.values())) if reference is not None else []
-    stopped = job.status.get("stopped", "") or ""
-    running = job.status.get("cell") if stopped else None  # the cell that was running when the notebook stopped
+    stopped = job.status.stopped
+    running = job.status.cell if stopped else None  # the cell that was running when the notebook stopped
     for index, cell in enumerate(executed.cells):
         if not is_test(cell):
             continue
@@ -59,12 +60,11 @@ def verdict(job: Job, executed: nbformat.NotebookNode, source: nbformat.Notebook
 def judge(job: Job, source: nbformat.NotebookNode, reference: dict | None) -> nbformat.NotebookNode:
     """Read what the runner left in the job's folder (status, executed notebook, probes) and decide every test.
 
-    A runner that left no status (killed, or it never started) counts as
-    stopped; a notebook that never ran is judged from its input, every test unrun.
+    A runner that left no status (killed, or it never started), or one that cannot be read, counts as
+    stopped (:meth:`autograder.prepare.status.Status.read`); a notebook that never ran is judged from its input,
+    every test unrun.
     """
-    status_path = job.folder / "status.json"
-    job.status = json.loads(status_path.read_text()) if status_path.exists() else {
-        "stopped": "the runner did not finish; see runner.log", "seconds": 0}
+    job.status = Status.read(job.folder / "status.json")
     out = job.folder / "out.ipynb"
     executed = nbformat.read(out if out.exists() else job.folder / "in.ipynb", as_version=4)
     return verdict(job, executed, source, reference, observations_of(job))

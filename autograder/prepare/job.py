@@ -20,6 +20,7 @@ from autograder.course.config import DEFAULT_STUBS
 from autograder.course.cells import is_answer, is_test, nbgrader_meta, visible_source
 from autograder.prepare.probes import notebook_probes, worker_functions
 from autograder.prepare.scan import ipython_free, names_stand_in, scan
+from autograder.prepare.status import Status
 from autograder.prepare.submission import assemble
 
 
@@ -30,7 +31,7 @@ class Job:
     notebook: str
     folder: Path  # this job's own folder in the work folder
     findings: list[str] = field(default_factory=list)
-    status: dict = field(default_factory=dict)
+    status: Status = field(default_factory=Status)  # what its run said, once it ran
 
 
 def course_imports(source: nbformat.NotebookNode) -> str:

@@ -25,6 +25,7 @@ import nbformat
 from autograder.course.cells import test_id
 from autograder.inside import launcher
 from autograder.prepare.probes import PROBE_TOKEN
+from autograder.prepare.status import Status
 from autograder.run import cgroups, sandbox
 from autograder.run.kernel import first_cell, kernel_env
 from autograder.run.provisioner import KERNEL, kernel_specs
@@ -45,7 +46,7 @@ class Session:
     sandbox is ended.
     """
 
-    def __init__(self, job: dict, spec: sandbox.Spec, status: dict, prefix: str, launchers: list | None = None,
+    def __init__(self, job: dict, spec: sandbox.Spec, status: Status, prefix: str, launchers: list | None = None,
                  cpu_before_s: float = 0.0):
         """``launchers``: the kernel launchers a forked runner made ahead (:mod:`autograder.run.zygote`), each taken
         by the first kernel that starts; ``cpu_before_s``: the notebook's processor time in kernels before this."""
@@ -63,7 +64,7 @@ class Session:
                                                   spec.memory_mib, spec.max_processes)
                 spec = dataclasses.replace(spec, cgroup_procs=self.group.joins)
             except OSError as error:
-                status["cgroup"] = f"no cgroup: {error}"
+                status.cgroup = f"no cgroup: {error}"
         self.spec = spec = dataclasses.replace(spec, kernel_output=str(Path(job["notebook_in"]).parent / KERNEL_LOG))
         ipc = Path(os.path.realpath(job["ipc_dir"]))  # the path the kernel sees inside the sandbox too
         specs = kernel_specs(Path(job["notebook_in"]).parent / f"{prefix}-kernelspec",
@@ -91,7 +92,7 @@ class Session:
 
     def kill(self, reason: str) -> None:
         self.killed.set()
-        self.status["stopped"] = self.status["stopped"] or reason
+        self.status.stopped = self.status.stopped or reason
         process = self.process
         if process is not None:
             with contextlib.suppress(Exception):  # the launcher ends all the kernel started, then itself; else below
@@ -114,7 +115,7 @@ class Session:
         return self._memory_limit("Linux ended a process of it at the limit")
 
     def _died(self) -> None:
-        self.status["stopped"] = self.status["stopped"] or self._out_of_memory() or "the kernel died"
+        self.status.stopped = self.status.stopped or self._out_of_memory() or "the kernel died"
 
     def _over(self) -> str | None:
         """The note of the cgroup's limit this sandbox reached, if one was (checked after every cell too)."""
@@ -182,7 +183,7 @@ class Session:
             if spec.disk_mib and spec.namespaces:
                 written = disk_used_mib(process.pid, spec.disk_mib)
                 if written is not None and written >= spec.disk_mib - 1:
-                    self.status["disk_full"] = spec.disk_mib
+                    self.status.disk_full = spec.disk_mib
 
     @contextlib.contextmanager
     def started(self):
@@ -241,7 +242,7 @@ class Session:
         for grade_id, code in self.job["probes"]:
             if grade_id not in wanted:
                 continue
-            self.status["probe"] = grade_id
+            self.status.probe = grade_id
             # The guard first, in a cell of its own: what student code hooked into IPython (a transformer, a
             # callback before each cell, linecache's cache) is gone before IPython reads the probe's source.
             if not self.execute(nbformat.v4.new_code_cell(f"{self.job['guard_name']}()"), 0, store_history=False):
@@ -263,7 +264,7 @@ class Session:
                                        "notebook: 0 points for it")
             if not done:
                 return
-        self.status["probe"] = None
+        self.status.probe = None
 
 
 def wall_limit(processor_s: float) -> float:
@@ -286,7 +287,7 @@ class Cancelled(Exception):
     """A warm runner's job was taken back before it began (the run stopped): it writes nothing."""
 
 
-def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
+def run(job: dict, go=None, launchers: list | None = None) -> Status | None:
     """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a limit,
     a dead kernel), in a fresh one that runs the cells before the stop again, output unseen, so that the
     tests passed before it keep their points.
@@ -295,7 +296,7 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
     guard installed; the notebook's first cell runs when it returns True. It returns False, or the
     runner is told to end while it starts or waits, when the job is taken back: then nothing is
     written and None is returned. The limits per notebook count from its return,
-    ``status["seconds"]`` too; ``status["start_s"]`` is what starting took, ``cells_s`` and
+    ``status.seconds`` too; ``status.start_s`` is what starting took, ``cells_s`` and
     ``probes_s`` what phase A and the probes of phase B took in the first kernel. Written: the notebook as
     phase A left it (the only output shown), what each probe recorded (``observations.json``) and a status
     file; cells and probes not run record nothing, so their tests earn nothing.
@@ -304,7 +305,7 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
 
     nb = nbformat.read(job["notebook_in"], as_version=4)
     spec = sandbox.Spec(**job["sandbox"])
-    status = {"stopped": "", "cell": None, "probe": None, "seconds": 0.0, "start_s": None, "warm": go is not None}
+    status = Status(warm=go is not None)
     started = time.monotonic()
     now: dict = {"session": None, "ending": False, "before_go": go is not None}
 
@@ -312,7 +313,7 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
         now["ending"] = True
         if now["session"] is not None:
             now["session"].kill(reason)
-        status["stopped"] = status["stopped"] or reason
+        status.stopped = status.stopped or reason
         if now["before_go"]:  # a warm runner, starting or waiting: its job is taken back, at once
             now["before_go"] = False
             raise Cancelled(reason)
@@ -327,7 +328,7 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
     try:
         now["session"] = first = Session(job, spec, status, "k", launchers)
         with first.started():
-            status["start_s"] = round(time.monotonic() - started, 2)
+            status.start_s = round(time.monotonic() - started, 2)
             if go is not None:
                 if not go():
                     raise Cancelled("taken back")
@@ -336,35 +337,35 @@ def run(job: dict, go=None, launchers: list | None = None) -> dict | None:
                 watchdog.start()
             first.count_from_here()
             began = time.monotonic()
-            status["cell"] = first.cells(nb.cells)
-            status["cells_s"] = round(time.monotonic() - began, 2)
+            status.cell = first.cells(nb.cells)
+            status.cells_s = round(time.monotonic() - began, 2)
             shown = copy.deepcopy(nb)  # phase A as it ended: nothing the probes do can change it
-            if status["cell"] is None:
+            if status.cell is None:
                 first.probes(passed_tests(nb.cells), observations)
-                status["probes_s"] = round(time.monotonic() - began - status["cells_s"], 2)
-        wanted = passed_tests(nb.cells[:status["cell"]]) if status["cell"] is not None else []
+                status.probes_s = round(time.monotonic() - began - status.cells_s, 2)
+        wanted = passed_tests(nb.cells[:status.cell]) if status.cell is not None else []
         if wanted and not now["ending"]:
-            again = {"stopped": "", "probe": None}
+            again = Status()  # phase B's own: its stop is probes_again, never the notebook's
             now["session"] = second = Session(job, spec, again, "k2", launchers, cpu_before_s=first.notebook_cpu_s)
             cells = [nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
-                     for c in nb.cells[:status["cell"]]]
+                     for c in nb.cells[:status.cell]]
             with second.started():
                 if second.cells(cells) is None:
                     second.probes(wanted, observations)
-            status["probes_again"] = again["stopped"] or "done"
+            status.probes_again = again.stopped or "done"
     except Cancelled:  # its kernel, if one started, ended with first.started(); the watchdog below
         return None
     except DeadKernelError:
         now["session"]._died()
     except Exception as error:  # noqa: BLE001 - the report says what happened; the batch goes on
         said = str(error) if isinstance(error, OverRecorded) else f"{type(error).__name__}: {error}"
-        status["stopped"] = status["stopped"] or said
+        status.stopped = status.stopped or said
     finally:
         watchdog.cancel()
-    status["seconds"] = round(time.monotonic() - started, 2)
+    status.seconds = round(time.monotonic() - started, 2)
     nbformat.write(shown if shown is not None else nb, job["notebook_out"])
     Path(job["observations_out"]).write_text(json.dumps(observations))
-    Path(job["status_out"]).write_text(json.dumps(status))
+    status.write(Path(job["status_out"]))
     return status
 
 

@@ -1044,3 +1044,34 @@ def test_a_failed_canarys_message_quotes_what_the_kernel_said_after_its_banner_n
     (folder / "kernel.log").unlink()  # the sandbox could not start: the runner's own log says why
     (folder / "runner.log").write_text("sandbox: cannot enter namespaces: unshare: Operation not permitted\n")
     assert _last_words(job) == "sandbox: cannot enter namespaces: unshare: Operation not permitted"
+
+
+@pytest.mark.parametrize("written,says", [
+    (None, "the runner did not finish; see runner.log"),
+    ("{\"stopped\": \"", "its status.json could not be read (JSONDecodeError: "),
+    ("[1, 2]", "its status.json holds a list, not a status"),
+    ('{"stopped": "", "cell": "3", "seconds": 1.5, "warm": 1}', "values of the wrong type (cell, warm)"),
+])
+def test_a_status_file_missing_corrupt_or_foreign_stops_its_notebook_with_why(tmp_path, written, says):
+    """What the judge reads of a job's status.json: a file it cannot take is a stop that says why, its notebook's
+    tests unrun when the notebook is missing too, and grading goes on; another version's extra keys are ignored."""
+    from autograder.judge.verdict import judge
+    from autograder.prepare.job import Job
+    from autograder.prepare.status import Status
+
+    source = nbformat.read(DEMO_CLASS / "ada" / "00_environment" / "00_environment.ipynb", as_version=4)
+    for cell in source.cells:
+        if cell.cell_type == "code":
+            cell.execution_count, cell.outputs = None, []
+    nbformat.write(source, tmp_path / "in.ipynb")
+    if written is not None:
+        (tmp_path / "status.json").write_text(written)
+    job = Job("zed", "00_environment", "00_environment", tmp_path)
+    judged = judge(job, source, None)
+    assert job.status.stopped.startswith(says) or says in job.status.stopped, job.status
+    assert job.status.seconds == 0 and job.status.cell is None
+    errors = [o.evalue for c in judged.cells if is_test(c) for o in c.outputs if o.output_type == "error"]
+    assert errors and all(e.startswith("not run: ") and says.split(" (")[0] in e for e in errors), errors
+    (tmp_path / "status.json").write_text('{"stopped": "", "seconds": 2.5, "from_a_later_version": true}')
+    assert Status.read(tmp_path / "status.json") == Status(seconds=2.5)
+

@@ -1,0 +1,55 @@
+"""What the runner says of one notebook's run: ``status.json`` in the job's folder, as a value.
+
+:func:`autograder.run.runner.run` fills and writes it; the judge and the class run read it
+(:meth:`Status.read`), which turns a missing, corrupt or foreign file into a stop that says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+
+@dataclass
+class Status:
+    stopped: str = ""  # why the notebook stopped before its end (the first limit reached, a dead kernel), or ""
+    cell: int | None = None  # the index of the cell that was running when it stopped
+    probe: str | None = None  # the grade_id of the probe that was running when it stopped
+    seconds: float = 0.0  # from its first cell to its end: what its limits per notebook count
+    start_s: float | None = None  # what starting its kernel took
+    warm: bool = False  # its kernel was started before the job was handed to it
+    cells_s: float | None = None  # its cells (phase A)
+    probes_s: float | None = None  # its probes in the same kernel (phase B)
+    probes_again: str = ""  # after a stop, phase B in a fresh kernel: "done", or why that one stopped
+    cgroup: str = ""  # why it ran without a cgroup of its own, where it did
+    disk_full: int = 0  # the disk limit in MiB, when the submission filled it
+
+    @classmethod
+    def read(cls, path: Path) -> Status:
+        """The status written at ``path``. None written (the runner was killed, or never started) or one that does
+        not read as a status (corrupt, or another version's) is a stop that says which."""
+        try:
+            found = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(stopped="the runner did not finish; see runner.log")
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            return cls(stopped=f"its status.json could not be read ({type(error).__name__}: {error})")
+        names = {field.name: field.type for field in fields(cls)}
+        if not isinstance(found, dict):
+            return cls(stopped=f"its status.json holds a {type(found).__name__}, not a status")
+        wrong = sorted(key for key, value in found.items() if key in names and not _fits(value, names[key]))
+        if wrong:
+            return cls(stopped=f"its status.json has values of the wrong type ({', '.join(wrong)})")
+        return cls(**{key: value for key, value in found.items() if key in names})
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+
+def _fits(value: object, annotation: str) -> bool:
+    """Whether a value read from JSON has the type a field's annotation (a string, as written) names."""
+    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool, "None": type(None)}
+    allowed = tuple(kind for name in annotation.split(" | ") for kind in
+                    (kinds[name] if isinstance(kinds[name], tuple) else (kinds[name],)))
+    return isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
