@@ -6,7 +6,6 @@ the grader's machine.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from autograder.course.paths import checkout
 from autograder.course.profile import profile_named
 from autograder.prepare.job import Job, prepare
 from autograder.run import cgroups, sandbox
+from autograder.run.jobspec import JobSpec
 from autograder.settings import Settings
 
 # The grader's package, wherever it is installed: a kernel imports its guard, and a course's code may start
@@ -91,7 +91,7 @@ def _place(folder: Path, description: dict, settings: Settings, isolation: sandb
     if spec.as_nobody:
         for path in (work, ipc, *work.rglob("*")):
             os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
-    (folder / "job.json").write_text(json.dumps(description))
+    JobSpec(**description).write(folder / "job.json")
 
 
 def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]) -> None:
@@ -101,8 +101,8 @@ def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]
     Python folders, cgroups), hiding this machine's copy of the course and
     ``hide``; what the job runs (notebook, probes, guard) is unchanged.
     """
-    description = json.loads(job_file.read_text())
-    kept = {key: description[key] for key in ("guard_name", "recorder_name", "probes")}
+    prepared = JobSpec.read(job_file)
+    kept = {"guard_name": prepared.guard_name, "recorder_name": prepared.recorder_name, "probes": prepared.probes}
     groups = cgroups.find()  # decided once per process, on a worker as on a grader
     cgroups.sweep(groups)
     _place(job_file.parent, kept, settings, sandbox.isolation_of(settings), ipc_root, [*hidden_checkout(), *hide],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from autograder.course.config import tool_env
 from autograder.course.paths import ROOT
+from autograder.run.jobspec import JobSpec
 from autograder.run.zygote import ZygoteUnavailable
 from autograder.settings import WALL_PER_PROCESSOR_S, Settings
 
@@ -111,7 +111,7 @@ def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings,
             if go and getattr(process, "lost", False):
                 with runners.lock:
                     runners.running.discard(process)
-                Path(json.loads(job_file.read_text())["probes_log"]).unlink(missing_ok=True)
+                Path(JobSpec.read(job_file).probes_log).unlink(missing_ok=True)
                 fresh = launch(job_file, runners, note="this job runs again, in a runner started fresh: the zygote "
                                                         "that had forked its runner ended while it ran")
                 finish(fresh, job_file, settings, runners)

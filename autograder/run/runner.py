@@ -27,6 +27,7 @@ from autograder.inside import launcher
 from autograder.prepare.probes import PROBE_TOKEN
 from autograder.prepare.status import Status
 from autograder.run import cgroups, sandbox
+from autograder.run.jobspec import JobSpec
 from autograder.run.kernel import first_cell, kernel_env
 from autograder.run.provisioner import KERNEL, kernel_specs
 from autograder.run.watch import cpu_counted, disk_used_mib, seal_ipc, tree_cpu_s, tree_usage
@@ -46,7 +47,7 @@ class Session:
     sandbox is ended.
     """
 
-    def __init__(self, job: dict, spec: sandbox.Spec, status: Status, prefix: str, launchers: list | None = None,
+    def __init__(self, job: JobSpec, spec: sandbox.Spec, status: Status, prefix: str, launchers: list | None = None,
                  cpu_before_s: float = 0.0):
         """``launchers``: the kernel launchers a forked runner made ahead (:mod:`autograder.run.zygote`), each taken
         by the first kernel that starts; ``cpu_before_s``: the notebook's processor time in kernels before this."""
@@ -57,7 +58,7 @@ class Session:
         self.cpu_before_s, self.cpu_s = cpu_before_s, 0.0  # the processor time of this session's sandbox
         self.cpu_at_cell: float | None = None  # ... when the running cell began
         self.group = None
-        found = job.get("cgroups") or {}
+        found = job.cgroups
         if found.get("version"):
             try:  # Linux enforces the limits too; the watch below stays as it is
                 self.group = cgroups.Group.create(cgroups.Cgroups(found["version"], found["parents"]),
@@ -65,9 +66,9 @@ class Session:
                 spec = dataclasses.replace(spec, cgroup_procs=self.group.joins)
             except OSError as error:
                 status.cgroup = f"no cgroup: {error}"
-        self.spec = spec = dataclasses.replace(spec, kernel_output=str(Path(job["notebook_in"]).parent / KERNEL_LOG))
-        ipc = Path(os.path.realpath(job["ipc_dir"]))  # the path the kernel sees inside the sandbox too
-        specs = kernel_specs(Path(job["notebook_in"]).parent / f"{prefix}-kernelspec",
+        self.spec = spec = dataclasses.replace(spec, kernel_output=str(Path(job.notebook_in).parent / KERNEL_LOG))
+        ipc = Path(os.path.realpath(job.ipc_dir))  # the path the kernel sees inside the sandbox too
+        specs = kernel_specs(Path(job.notebook_in).parent / f"{prefix}-kernelspec",
                              spec.write(ipc / f"{prefix}-sandbox.json"))
         self.km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=specs, transport="ipc",
                                      ip=str(ipc / prefix), connection_file=str(ipc / f"{prefix}-kernel.json"))
@@ -79,10 +80,10 @@ class Session:
         if not spec.namespaces:  # inside the sandbox, its own /tmp/home is made by the sandbox
             os.makedirs(self.home, exist_ok=True)
         self.killed, self.finished = threading.Event(), threading.Event()
-        self.guard = nbformat.v4.new_code_cell(first_cell(job["recorder_name"], job["guard_name"],
-                                                          job.get("kernel", {})))
+        self.guard = nbformat.v4.new_code_cell(first_cell(job.recorder_name, job.guard_name,
+                                                          job.kernel))
         self.nb = nbformat.v4.new_notebook(cells=[self.guard])
-        cell_wall_s = wall_limit(job["cell_timeout_s"])
+        cell_wall_s = wall_limit(job.cell_timeout_s)
         # After a cell's end its output (a probe's record among it) may come seconds later on a busy machine: it is
         # waited for as long as the cell may run, not nbclient's 4 s, after which it would be dropped unsaid.
         self.client = NotebookClient(self.nb, km=self.km, timeout=cell_wall_s, iopub_timeout=cell_wall_s,
@@ -157,10 +158,10 @@ class Session:
             return None
         self.cpu_s = used
         started, job = self.cpu_at_cell, self.job
-        if started is not None and used - started > job["cell_timeout_s"]:
-            return f"time limit of {job['cell_timeout_s']:g} s of processor time per cell"
-        if self.notebook_cpu_s > job["time_limit_s"]:
-            return f"time limit of {job['time_limit_s']:g} s of processor time per notebook"
+        if started is not None and used - started > job.cell_timeout_s:
+            return f"time limit of {job.cell_timeout_s:g} s of processor time per cell"
+        if self.notebook_cpu_s > job.time_limit_s:
+            return f"time limit of {job.time_limit_s:g} s of processor time per notebook"
         return None
 
     def _watch(self) -> None:
@@ -190,7 +191,7 @@ class Session:
         """The kernel, started in its sandbox with its IPC folder sealed and the recorder and guard installed."""
         threading.Thread(target=self._watch, daemon=True).start()
         try:
-            with self.client.setup_kernel(env=kernel_env(self.home), cwd=self.job["workdir"]):
+            with self.client.setup_kernel(env=kernel_env(self.home), cwd=self.job.workdir):
                 if self.spec.namespaces and self.spec.ipc_dir:
                     seal_ipc(self.km.provisioner.process.pid, self.spec.ipc_dir)
                 self.client.execute_cell(self.guard, 0, store_history=False)
@@ -239,13 +240,13 @@ class Session:
 
     def probes(self, wanted: list[str], observations: dict) -> None:
         """Phase B: the probes of the tests in ``wanted``, in the notebook's order; what each recorded."""
-        for grade_id, code in self.job["probes"]:
+        for grade_id, code in self.job.probes:
             if grade_id not in wanted:
                 continue
             self.status.probe = grade_id
             # The guard first, in a cell of its own: what student code hooked into IPython (a transformer, a
             # callback before each cell, linecache's cache) is gone before IPython reads the probe's source.
-            if not self.execute(nbformat.v4.new_code_cell(f"{self.job['guard_name']}()"), 0, store_history=False):
+            if not self.execute(nbformat.v4.new_code_cell(f"{self.job.guard_name}()"), 0, store_history=False):
                 return
             token = secrets.token_hex(16)  # this run's: a display of the same type from anywhere else lacks it
             cell = nbformat.v4.new_code_cell(code.replace(repr(PROBE_TOKEN), repr(token)))
@@ -253,14 +254,14 @@ class Session:
             done = self.execute(cell, 0, store_history=False)
             payloads = [o.data[MIME] for o in cell.outputs if o.output_type == "display_data"
                         and isinstance(o.get("data", {}).get(MIME), dict) and o.data[MIME].get("token") == token]
-            with open(self.job["probes_log"], "a", errors="replace") as log:  # for the instructor, never shown
+            with open(self.job.probes_log, "a", errors="replace") as log:  # for the instructor, never shown
                 log.write(f"--- {grade_id}\n" + "".join(_text(o) for o in cell.outputs)[-20000:] + "\n")
             if payloads:
                 observations[grade_id] = {"events": payloads[-1].get("events")}
                 recorded = sum(len(json.dumps(record)) for record in observations.values())
-                if recorded > self.job["recorded_bytes"]:
+                if recorded > self.job.recorded_bytes:
                     observations.clear()
-                    raise OverRecorded(f"limit of {self.job['recorded_bytes'] >> 20} MiB of recorded values per "
+                    raise OverRecorded(f"limit of {self.job.recorded_bytes >> 20} MiB of recorded values per "
                                        "notebook: 0 points for it")
             if not done:
                 return
@@ -287,7 +288,7 @@ class Cancelled(Exception):
     """A warm runner's job was taken back before it began (the run stopped): it writes nothing."""
 
 
-def run(job: dict, go=None, launchers: list | None = None) -> Status | None:
+def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
     """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a limit,
     a dead kernel), in a fresh one that runs the cells before the stop again, output unseen, so that the
     tests passed before it keep their points.
@@ -303,8 +304,8 @@ def run(job: dict, go=None, launchers: list | None = None) -> Status | None:
     """
     from nbclient.exceptions import DeadKernelError
 
-    nb = nbformat.read(job["notebook_in"], as_version=4)
-    spec = sandbox.Spec(**job["sandbox"])
+    nb = nbformat.read(job.notebook_in, as_version=4)
+    spec = sandbox.Spec(**job.sandbox)
     status = Status(warm=go is not None)
     started = time.monotonic()
     now: dict = {"session": None, "ending": False, "before_go": go is not None}
@@ -320,7 +321,7 @@ def run(job: dict, go=None, launchers: list | None = None) -> Status | None:
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
         signal.signal(signum, lambda number, _frame: end(f"grading was stopped ({signal.Signals(number).name})"))
-    wall_s = wall_limit(job["time_limit_s"])
+    wall_s = wall_limit(job.time_limit_s)
     watchdog = threading.Timer(wall_s, end, args=(f"time limit of {wall_s:g} s of wall time per notebook",))
     if go is None:
         watchdog.start()
@@ -363,9 +364,9 @@ def run(job: dict, go=None, launchers: list | None = None) -> Status | None:
     finally:
         watchdog.cancel()
     status.seconds = round(time.monotonic() - started, 2)
-    nbformat.write(shown if shown is not None else nb, job["notebook_out"])
-    Path(job["observations_out"]).write_text(json.dumps(observations))
-    status.write(Path(job["status_out"]))
+    nbformat.write(shown if shown is not None else nb, job.notebook_out)
+    Path(job.observations_out).write_text(json.dumps(observations))
+    status.write(Path(job.status_out))
     return status
 
 
@@ -388,7 +389,7 @@ def start(job_file: str, warm: bool, launchers: list | None = None) -> None:
     it writes nothing. The runner dies with its grader (``PR_SET_PDEATHSIG``), and SIGTERM, SIGHUP or SIGINT
     make it end its kernel's sandbox, write what it has and exit.
     """
-    run(json.loads(Path(job_file).read_text()), go=_go_from_stdin if warm else None, launchers=launchers)
+    run(JobSpec.read(Path(job_file)), go=_go_from_stdin if warm else None, launchers=launchers)
 
 
 if __name__ == "__main__":
