@@ -23,7 +23,7 @@ from autograder.record.feedback_worker import FeedbackApart
 from autograder.record.gradebook import EXECUTED, GradebookLock, failure_of, nbgrader_api, ready_gradebook
 from autograder.record.marks import flag_for_review
 from autograder.record.report import Progress
-from autograder.record.state import EARLIER, journal_pair, write_state
+from autograder.record.state import WorkState, journal_pair, write_state
 from autograder.run import cgroups, sandbox
 from autograder.run.cgroups import usable_cores
 from autograder.run.executors import ClusterError, Executor
@@ -36,7 +36,7 @@ class ClassRun:
     """What one run knows as it goes: the course, who is graded, the jobs under way, and what each pair got."""
 
     def __init__(self, workdir: Path, db_url: str, settings: Settings, ipc_root: Path, lock: GradebookLock,
-                 state: dict, executor: Executor):
+                 state: WorkState, executor: Executor):
         self.workdir, self.db_url, self.settings, self.lock = workdir, db_url, settings, lock
         self.state, self.executor, self.ipc_root = state, executor, ipc_root
         with lock.held():
@@ -103,10 +103,10 @@ class ClassRun:
                     self.notes[student, name] = ["not submitted"]
                     continue
                 self.prints[student, name] = fingerprint(folder, recursive=True)
-                changed = state["graded"].get(Pair(student, name).key) != self.prints[student, name]
+                changed = state.graded.get(Pair(student, name).key) != self.prints[student, name]
                 if student in chosen_students and name in self.chosen_names and (settings.regrade or changed):
                     self.todo.append((student, name))
-                elif Pair(student, name).key in state["graded"]:
+                elif Pair(student, name).key in state.graded:
                     self.earlier.add((student, name))
                 else:
                     self.notes[student, name] = ["not graded yet"]
@@ -127,8 +127,7 @@ class ClassRun:
 
     def _clear(self, pairs: list[Pair]) -> None:
         for student, name in pairs:
-            for kept in EARLIER:
-                self.state.setdefault(kept, {}).pop(Pair(student, name).key, None)
+            self.state.forget(Pair(student, name).key)
             shutil.rmtree(self.workdir / EXECUTED / student / name, ignore_errors=True)
             shutil.rmtree(self.workdir / "jobs" / student / name, ignore_errors=True)
             self.cleared.add((student, name))
@@ -186,12 +185,12 @@ class ClassRun:
         state = self.state
         for name in self.canary_names:
             source_print = fingerprint(self.workdir / "source" / name, recursive=True)
-            if state["generated"].get(name) != source_print or not (self.workdir / "release" / name).is_dir():
+            if state.generated.get(name) != source_print or not (self.workdir / "release" / name).is_dir():
                 with INTERRUPTS.holding(), self.lock.held():
                     outcome = self.api.generate_assignment(name, force=True)
                 if not outcome["success"]:
                     raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
-                state["generated"][name] = source_print
+                state.generated[name] = source_print
         write_state(self.workdir, state)
 
     # ---- 6. each finished job judged; each finished pair autograded by nbgrader, with its feedback
@@ -233,7 +232,7 @@ class ClassRun:
         if job.findings:
             notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, "
                                               + "; ".join(job.findings[:3]))
-            withheld = self.state.setdefault("withheld", {}).setdefault(Pair(job.student, job.assignment).key, {})
+            withheld = self.state.withheld.setdefault(Pair(job.student, job.assignment).key, {})
             withheld[job.notebook] = job.findings
 
     def _autograde(self, pair: Pair) -> None:
@@ -245,9 +244,9 @@ class ClassRun:
                 self.notes.setdefault(pair, []).append("not graded: " + failure_of(outcome))
                 return
             key = Pair(student, name).key
-            if key in self.state.get("withheld", {}):
+            if key in self.state.withheld:
                 with self.lock.held():
-                    flag_for_review(self.db_url, self.course_id, pair, self.state["withheld"][key])
+                    flag_for_review(self.db_url, self.course_id, pair, self.state.withheld[key])
             if self.feedback is not None:
                 self.feedback.hand_on(pair, self.hidden[name])
             else:
@@ -262,8 +261,8 @@ class ClassRun:
         self.graded.add(pair)
         if pair_notes:
             self.notes.setdefault(pair, []).extend(pair_notes)
-        self.state["graded"][key] = self.prints[pair]
-        self.state["rows"][key] = {"note": "; ".join(self.notes.get(pair, [])),
+        self.state.graded[key] = self.prints[pair]
+        self.state.rows[key] = {"note": "; ".join(self.notes.get(pair, [])),
                                    "seconds": round(sum(j.status.seconds for j in self.jobs[pair]), 1)}
         journal_pair(self.workdir, self.state, key)
 
@@ -300,11 +299,11 @@ class ClassRun:
             self.feedback.close()
         cgroups.sweep(self.run.cgroups)
         state = self.state
-        state["finished"] = True
+        state.finished = True
         # The assignments whose references this run checked (made, or kept under the same key), for a run with no
         # submissions that made them ahead.
-        state["last_run"] = {"jobs": len(self.futures), "grader_s": round(self.handling_s, 2),
+        state.last_run = {"jobs": len(self.futures), "grader_s": round(self.handling_s, 2),
                              "references": sorted(self.references)}
         if self.feedback is not None:
-            state["last_run"]["feedback_apart_s"] = round(self.feedback.seconds, 2)
+            state.last_run["feedback_apart_s"] = round(self.feedback.seconds, 2)
         write_state(self.workdir, state)

@@ -30,9 +30,9 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
     jobs = run.jobs.get(pair, [])
     seconds = sum(j.status.seconds for j in jobs)
     if pair in run.earlier:
-        row = state["rows"].get(key, {})
+        row = state.rows.get(key, {})
         notes = [row["note"]] if row.get("note") else []
-        changed = state["graded"][key] != run.prints[pair]
+        changed = state.graded[key] != run.prints[pair]
         notes.append("graded by an earlier run" + (", changed since" if changed else ""))
         seconds = row.get("seconds", 0.0)
     score = None
@@ -49,7 +49,7 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
             by_hand = hand_graded_points_left(submission)
             if by_hand:
                 notes.append(f"{by_hand:g} points of written answers to grade by hand (formgrader)")
-    withheld = key in state.get("withheld", {}) and pair in run.graded
+    withheld = key in state.withheld and pair in run.graded
     if withheld:
         notes.append(f"review: python -m autograder review {key} --release (or --confirm), or in formgrader")
     ran = any(j.status.seconds for j in jobs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sys
 from pathlib import Path
 
 from autograder.course.build import copy_solutions
@@ -11,7 +12,7 @@ from autograder.course.directory import is_course_dir
 from autograder.course.paths import RENAMED, SOLUTIONS
 from autograder.prepare.submission import fingerprint
 from autograder.record.gradebook import EXECUTED
-from autograder.record.state import EARLIER, read_state, write_state
+from autograder.record.state import StateError, WorkState, read_state, write_state
 from autograder.settings import Pair
 
 SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")  # a submission's time (late penalty), feedback key
@@ -40,7 +41,7 @@ def take_in(intake: Path, workdir: Path) -> None:
         shutil.copytree(folder, target, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
 
 
-def open_workdir(workdir: Path, intake: Path | None) -> dict:
+def open_workdir(workdir: Path, intake: Path | None) -> WorkState:
     """Ready ``workdir`` for a run; return its state.
 
     A course directory (:mod:`autograder.course.directory`) is never emptied: its
@@ -51,19 +52,22 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
     course_dir = is_course_dir(workdir)
     source = workdir / "source" if course_dir else SOLUTIONS
     course = fingerprint(source, recursive=True, suffix=".ipynb")
-    state = read_state(workdir)
-    if not course_dir and (state is None or state.get("course") != course
-                           or state.get("intake") != (str(intake) if intake else None)):
+    try:
+        state = read_state(workdir)
+    except StateError as error:  # every submission is graded afresh; the gradebook keeps what it had
+        print(f"{error}: grading every submission as if for the first time", file=sys.stderr)
+        state = None
+    if not course_dir and (state is None or state.course != course
+                           or state.intake != (str(intake) if intake else None)):
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.mkdir(parents=True)
         copy_solutions(workdir / "source")
         state = None
-    if state is None or state.get("course") != course:
-        state = {"course": course, "intake": str(intake) if intake else None, "finished": True, "graded": {},
-                 "generated": {}, "rows": {},
-                 **{key: state[key] for key in ("withheld", "reviewed") if state and key in state}}
-    state["finished"] = False
+    if state is None or state.course != course:  # the instructor's decisions on withheld scores stay
+        state = WorkState(course=course, intake=str(intake) if intake else None,
+                          **({"withheld": state.withheld, "reviewed": state.reviewed} if state else {}))
+    state.finished = False
     (workdir / "submitted").mkdir(exist_ok=True)
     if intake is not None:
         take_in(intake, workdir)
@@ -71,10 +75,9 @@ def open_workdir(workdir: Path, intake: Path | None) -> dict:
     return state
 
 
-def has_earlier(workdir: Path, state: dict, pair: tuple[str, str]) -> bool:
+def has_earlier(workdir: Path, state: WorkState, pair: tuple[str, str]) -> bool:
     """Whether an earlier run left anything of the pair: a score, a withheld or reviewed row, executed notebooks."""
-    key = Pair(*pair).key
-    return (any(key in state.get(kept, {}) for kept in EARLIER)
+    return (state.earlier(Pair(*pair).key)
             or (workdir / EXECUTED / pair[0] / pair[1]).exists())
 
 

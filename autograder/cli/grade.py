@@ -24,7 +24,7 @@ from autograder.course.profile import ProfileError, profile_name_of, profile_nam
 from autograder.judge.reference import CACHE_ENV, REFERENCES, CanaryFailed
 from autograder.record.gradebook import gradebook_url
 from autograder.record.report import format_table, write_csv, write_histogram
-from autograder.record.state import read_state
+from autograder.record.state import StateError, read_state
 from autograder.run import bytecode, cgroups, sandbox
 from autograder.run.cgroups import usable_cores
 from autograder.run.executors import ClusterError, start_zygote_early
@@ -299,7 +299,11 @@ def references_text(workdir: Path, settings: Settings) -> str:
     Only those this run made or found kept under the same key (``state.json``'s ``last_run``): a reference the
     work folder keeps of another assignment may be of an older solution, grader or machine.
     """
-    checked = ((read_state(workdir) or {}).get("last_run") or {}).get("references") or []
+    try:
+        state = read_state(workdir)
+    except StateError:  # the run says so; no reference counts as checked
+        state = None
+    checked = (state.last_run.get("references") or []) if state is not None else []
     if settings.on_cluster:
         return (f"No submissions to grade. The instructor's solution passed on the cluster for: "
                 f"{', '.join(checked) or 'none'} (a cluster's grading runs it again each time).")

@@ -9,7 +9,6 @@ The grader withholds the score of a notebook whose code reaches into the grading
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import nbformat
@@ -26,7 +25,7 @@ from autograder.record.gradebook import (
     nbgrader_api,
 )
 from autograder.record.marks import mark_review
-from autograder.record.state import STATE, replay_journal, write_state
+from autograder.record.state import STATE, StateError, WorkState, read_state, write_state
 from autograder.settings import Pair
 
 
@@ -34,13 +33,14 @@ class ReviewError(Exception):
     """A review that cannot be done; the message says why."""
 
 
-def _state(workdir: Path) -> dict:
+def _state(workdir: Path) -> WorkState:
+    """The work folder's state, with what a run stopped outright withheld since state.json was written."""
     try:
-        state = json.loads((workdir / STATE).read_text())
-    except (OSError, ValueError) as error:
-        raise ReviewError(f"no grading run in {workdir} ({error})") from None
-    if isinstance(state, dict):  # a run stopped outright: what it withheld since state.json was written
-        replay_journal(workdir, state)
+        state = read_state(workdir)
+    except StateError as error:
+        raise ReviewError(str(error)) from None
+    if state is None:
+        raise ReviewError(f"no grading run in {workdir} (no {STATE})")
     return state
 
 
@@ -54,9 +54,9 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
 
     state = _state(workdir)
     pair = Pair(student, assignment).key
-    if pair not in state.get("withheld", {}):
+    if pair not in state.withheld:
         raise ReviewError(f"{pair} has no withheld score in {workdir}")
-    for notebook in state["withheld"][pair]:
+    for notebook in state.withheld[pair]:
         folder = workdir / "jobs" / student / assignment / notebook
         reference = reference_of(workdir, assignment, notebook)
         if not (folder / "verdict.json").is_file() or reference is None:
@@ -78,19 +78,19 @@ def confirm(workdir: Path, student: str, assignment: str, db_url: str) -> None:
     """Keep the withheld score at 0 and record the decision (``scores.csv`` says so)."""
     state = _state(workdir)
     pair = Pair(student, assignment).key
-    if pair not in state.get("withheld", {}):
+    if pair not in state.withheld:
         raise ReviewError(f"{pair} has no withheld score in {workdir}")
     _decide(workdir, state, pair, "confirmed", "0", "withheld, confirmed after review: 0 points", db_url)
 
 
-def _decide(workdir: Path, state: dict, pair: str, decision: str, score: str, note: str, db_url: str) -> None:
+def _decide(workdir: Path, state: WorkState, pair: str, decision: str, score: str, note: str, db_url: str) -> None:
     """Record the decision in state.json, scores.csv and the gradebook (formgrader no longer lists it as to grade)."""
     student, assignment = Pair.of_key(pair)
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
         mark_review(db_url, course_directory(workdir).course_id, (student, assignment),
-                    {notebook: f"Score {note}." for notebook in state["withheld"][pair]}, needs_manual_grade=False)
-    state.setdefault("reviewed", {})[pair] = decision
-    state["withheld"].pop(pair)
+                    {notebook: f"Score {note}." for notebook in state.withheld[pair]}, needs_manual_grade=False)
+    state.reviewed[pair] = decision
+    state.withheld.pop(pair)
     write_state(workdir, state)
     path = workdir / "scores.csv"
     if not path.exists():

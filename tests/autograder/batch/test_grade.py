@@ -895,15 +895,15 @@ def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path
     before any submission).
     """
     from autograder.judge.reference import REFERENCES
-    from autograder.record.state import write_state
+    from autograder.record.state import WorkState, write_state
 
     for kept in ("00_environment", "03_saving_and_loading"):
         (tmp_path / REFERENCES / kept).mkdir(parents=True)
-    state = {"graded": {}, "last_run": {"jobs": 0, "grader_s": 0.0, "references": ["00_environment"]}}
+    state = WorkState(last_run={"jobs": 0, "grader_s": 0.0, "references": ["00_environment"]})
     write_state(tmp_path, state)
     said = grade.references_text(tmp_path, Settings())
     assert "References ready for: 00_environment (" in said and "03_saving" not in said, said
-    state["last_run"]["references"] = []  # --canary graded with nothing to grade: no canary ran
+    state.last_run["references"] = []  # --canary graded with nothing to grade: no canary ran
     write_state(tmp_path, state)
     said = grade.references_text(tmp_path, Settings())
     assert "no reference was checked" in said and "ready for" not in said, said
@@ -914,28 +914,28 @@ def test_a_run_with_no_submissions_names_only_the_references_it_checked(tmp_path
 def test_state_json_and_its_journal_say_what_was_graded_whatever_stopped_the_run(tmp_path):
     """Each graded pair is a line added to the journal; state.json is written whole at a run's steps. A line
     cut short, or one of a state.json written whole since, is passed over."""
-    from autograder.record.state import JOURNAL, STATE, journal_pair, read_state, write_state
+    from autograder.record.state import JOURNAL, STATE, WorkState, journal_pair, read_state, write_state
 
-    state = {"graded": {"ada/00": "a"}, "rows": {"ada/00": {"note": ""}}}
+    state = WorkState(graded={"ada/00": "a"}, rows={"ada/00": {"note": ""}})
     write_state(tmp_path, state)
     for key, fingerprint in [("bob/00", "b"), ("eve/00", "e")]:
-        state["graded"][key], state["rows"][key] = fingerprint, {"note": f"{key} noted"}
-        state.setdefault("withheld", {})["eve/00"] = {"00": ["reads sys.modules"]}
+        state.graded[key], state.rows[key] = fingerprint, {"note": f"{key} noted"}
+        state.withheld["eve/00"] = {"00": ["reads sys.modules"]}
         journal_pair(tmp_path, state, key)
     assert json.loads((tmp_path / STATE).read_text())["graded"] == {"ada/00": "a"}
     with (tmp_path / JOURNAL).open("a") as journal:
-        journal.write('{"mark": "' + state["journal"] + '", "pair": "zed/00", "gra')  # killed while writing
+        journal.write('{"mark": "' + state.journal + '", "pair": "zed/00", "gra')  # killed while writing
     found = read_state(tmp_path)
-    assert found["graded"] == {"ada/00": "a", "bob/00": "b", "eve/00": "e"}
-    assert (found["rows"]["bob/00"] == {"note": "bob/00 noted"}
-            and found["withheld"] == {"eve/00": {"00": ["reads sys.modules"]}})
+    assert found.graded == {"ada/00": "a", "bob/00": "b", "eve/00": "e"}
+    assert found.rows["bob/00"] == {"note": "bob/00 noted"}
+    assert found.withheld == {"eve/00": {"00": ["reads sys.modules"]}}
     # Written whole under a new mark, then stopped before the old journal went: its lines are passed over.
     old_journal = (tmp_path / JOURNAL).read_text()
-    del state["graded"]["bob/00"]  # regraded from scratch this run
+    del state.graded["bob/00"]  # regraded from scratch this run
     write_state(tmp_path, state)
     assert not (tmp_path / JOURNAL).exists()
     (tmp_path / JOURNAL).write_text(old_journal)
-    assert "bob/00" not in read_state(tmp_path)["graded"]
+    assert "bob/00" not in read_state(tmp_path).graded
 
 
 def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypatch):
@@ -1074,4 +1074,26 @@ def test_a_status_file_missing_corrupt_or_foreign_stops_its_notebook_with_why(tm
     assert errors and all(e.startswith("not run: ") and says.split(" (")[0] in e for e in errors), errors
     (tmp_path / "status.json").write_text('{"stopped": "", "seconds": 2.5, "from_a_later_version": true}')
     assert Status.read(tmp_path / "status.json") == Status(seconds=2.5)
+
+
+@pytest.mark.parametrize("written,says", [
+    ('{"graded": {"ada/00_environment": "a"', "cannot be read: JSONDecodeError"),
+    ('["ada/00_environment"]', "holds a list, not a work folder's state"),
+    ('{"graded": ["ada/00_environment"], "rows": {}}', "has values of the wrong type (graded)"),
+])
+def test_a_corrupt_state_is_named_and_every_submission_graded_afresh(tmp_path, capsys, written, says):
+    """state.json corrupt, or of another shape: the run says which file and what is wrong, then grades as if
+    for the first time; a review refuses with the same words."""
+    from autograder.batch.workdir import open_workdir
+    from autograder.record import review
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "state.json").write_text(written)
+    state = open_workdir(workdir, None)
+    assert f"{workdir / 'state.json'} {says}" in capsys.readouterr().err
+    assert state.graded == {} and not state.finished and (workdir / "source").is_dir()
+    (workdir / "state.json").write_text(written)
+    with pytest.raises(review.ReviewError, match=re.escape(says)):
+        review.confirm(workdir, "ada", "00_environment", f"sqlite:///{workdir / 'gradebook.db'}")
 

@@ -43,6 +43,11 @@ while not os.path.exists("go.txt"):
 SEEN: set[int] = set()  # every process of this file's runs seen alive: their runners' cgroups are this file's
 
 
+def _graded(workdir: Path) -> dict:
+    state = read_state(workdir)
+    return state.graded if state is not None else {}
+
+
 def live_marked(mark: str) -> list[str]:
     """Command lines of the live processes that carry the run's marker."""
     found = processes_of(mark)
@@ -111,7 +116,7 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
         if signum == signal.SIGKILL:  # once the grader has noted ada as graded (slow's kernel, started ahead, may
             # reach its sleep while nbgrader still grades her)
             deadline = time.monotonic() + 60
-            while f"ada/{ASSIGNMENT}" not in (read_state(workdir) or {}).get("graded", {}):
+            while f"ada/{ASSIGNMENT}" not in _graded(workdir):
                 assert time.monotonic() < deadline, "ada was never noted as graded"
                 time.sleep(0.1)
         if signum == signal.SIGINT:  # Ctrl-C: the grader and the runners it started
@@ -131,7 +136,7 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
         assert left == [], f"still running after {signum.name} to the grader: {left}"
         if signum == signal.SIGKILL:  # killed outright: ada's line in state.json's journal says she is graded
             assert f"ada/{ASSIGNMENT}" not in json.loads((workdir / STATE).read_text())["graded"]
-            assert f"ada/{ASSIGNMENT}" in read_state(workdir)["graded"]
+            assert f"ada/{ASSIGNMENT}" in read_state(workdir).graded
     finally:
         if run.poll() is None:
             run.kill()
