@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 CELL_TIMEOUT_S = 60.0
@@ -65,15 +65,23 @@ def score_text(result: Result) -> str:
     return "withheld" if result.withheld else "" if result.score is None else f"{result.score:g}"
 
 
-@dataclass
-class Settings:
-    jobs: int | None = None  # notebooks graded at once on this machine (None: one per core it may use)
-    cell_timeout_s: float = CELL_TIMEOUT_S
-    time_limit_s: float = TIME_LIMIT_S
+@dataclass(frozen=True)
+class Limits:
+    """What one submission may use. A reference is kept per set of limits: the reference key hashes them all
+    (:func:`autograder.judge.reference.reference_key`), so a new one here counts there without a word."""
+
+    cell_timeout_s: float = CELL_TIMEOUT_S  # processor time per cell
+    time_limit_s: float = TIME_LIMIT_S  # processor time per notebook
     memory_mib: int = MEMORY_LIMIT_MIB
     disk_mib: int = DISK_LIMIT_MIB  # all a submission writes, together (with namespaces; not with keep_work)
     max_processes: int = MAX_PROCESSES  # processes and threads of a submission, together
     recorded_mib: int = RECORDED_LIMIT_MIB  # what a notebook's probes record, together
+
+
+@dataclass
+class Settings:
+    jobs: int | None = None  # notebooks graded at once on this machine (None: one per core it may use)
+    limits: Limits = field(default_factory=Limits)
     db_url: str | None = None
     feedback: bool = True
     # the feedback pages made by a process of their own while the grader goes on
@@ -101,6 +109,11 @@ class Settings:
     # the course's grading profile, a CourseProfile's import string ("": the plain one; None: the one the course's
     # nbgrader_config.py names, autograder.course.profile)
     profile: str | None = None
+
+    @classmethod
+    def from_dict(cls, sent: dict) -> Settings:
+        """Settings as :func:`dataclasses.asdict` sent them (to a cluster's worker)."""
+        return cls(**{**sent, "limits": Limits(**sent["limits"])})
 
     @property
     def on_cluster(self) -> bool:

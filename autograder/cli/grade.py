@@ -42,6 +42,7 @@ from autograder.settings import (
     RECORDED_LIMIT_MIB,
     TIME_LIMIT_S,
     WALL_PER_PROCESSOR_S,
+    Limits,
     Pair,
     Settings,
 )
@@ -232,9 +233,10 @@ def _settings(args, options: argparse.ArgumentParser) -> Settings:
         profile_named(profile)  # a profile that cannot be used stops here, in one line
     except (CourseError, ProfileError) as error:
         options.error(str(error))
-    return Settings(profile=profile, jobs=args.jobs, cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit,
-                    memory_mib=args.memory_limit_mib, disk_mib=args.disk_limit_mib,
-                    max_processes=args.max_processes, recorded_mib=args.recorded_limit_mib, db_url=args.db_url,
+    limits = Limits(cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit, memory_mib=args.memory_limit_mib,
+                    disk_mib=args.disk_limit_mib, max_processes=args.max_processes,
+                    recorded_mib=args.recorded_limit_mib)
+    return Settings(profile=profile, jobs=args.jobs, limits=limits, db_url=args.db_url,
                     feedback=not args.no_feedback,
                     feedback_apart={"auto": None, "yes": True, "no": False}[args.feedback_apart],
                     progress=not args.quiet, sandbox=not args.no_sandbox, canary=args.canary,
@@ -246,7 +248,7 @@ def _settings(args, options: argparse.ArgumentParser) -> Settings:
 
 def _header(args, settings: Settings, db_url: str) -> list[str]:
     """What the run says before it starts: what is graded where, the devices, the limits, the references."""
-    isolation = sandbox.isolation_of(settings)
+    isolation, limits = sandbox.isolation_of(settings), settings.limits
     profile = profile_named(settings.profile)
     devices, not_checked = profile.devices(), profile.not_checked()
     where = (f"on the Dask scheduler at {settings.scheduler}" if settings.scheduler else
@@ -258,13 +260,13 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
               *(f"Not checked on this machine (the checks that ask for it say so in their output): {machine}"
                 for machine in not_checked),
               "Limits on each submission:",
-              *(f"  {line}" for line in isolation.describe(settings.memory_mib, settings.time_limit_s,
-                                                             settings.cell_timeout_s,
-                                                             0 if settings.keep_work else settings.disk_mib,
-                                                             settings.max_processes, cgroups.find().describe(),
+              *(f"  {line}" for line in isolation.describe(limits.memory_mib, limits.time_limit_s,
+                                                             limits.cell_timeout_s,
+                                                             0 if settings.keep_work else limits.disk_mib,
+                                                             limits.max_processes, cgroups.find().describe(),
                                                              cgroups.find().counts_cpu)),
               f"  notebook: at most {MAX_CODE_CELLS} code cells and {MAX_NOTEBOOK_MIB} MiB, and "
-              f"{settings.recorded_mib} MiB of values its tests record together; past one, 0 points for it",
+              f"{limits.recorded_mib} MiB of values its tests record together; past one, 0 points for it",
               *bytecode.advice(bytecode.uncompiled())]
     checked_first = {"graded": "of each assignment with submissions",
                      "all": "of every assignment" + (" chosen" if settings.assignments else "")}[settings.canary]

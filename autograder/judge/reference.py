@@ -9,6 +9,7 @@ are the reference every submission is judged against. :mod:`autograder.batch` ca
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -81,8 +82,7 @@ def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunCont
     settings = run.settings
     if settings.on_cluster:
         return None
-    limits = [settings.cell_timeout_s, settings.time_limit_s, settings.memory_mib, settings.disk_mib,
-              settings.max_processes, settings.recorded_mib, settings.sandbox, settings.keep_work,
+    limits = [dataclasses.asdict(settings.limits), settings.sandbox, settings.keep_work,
               run.isolation.namespaces, run.isolation.user_namespace, run.cgroups.version]
     parts = [str(KEY_FORMAT), assignment, notebook, fingerprint(source_dir, recursive=True), machine,
              json.dumps(limits)]

@@ -70,20 +70,20 @@ def _place(folder: Path, description: dict, settings: Settings, isolation: sandb
     (:func:`autograder.run.sandbox.python_paths`). The kernel is
     set up as the course's grading profile says (:class:`autograder.course.profile.KernelSetup`).
     """
-    profile = profile_named(settings.profile or "")
+    profile, limits = profile_named(settings.profile or ""), settings.limits
     work = folder / "work"
     ipc = Path(tempfile.mkdtemp(prefix="k", dir=ipc_root))
     spec = sandbox.Spec(
-        workdir=str(work), memory_mib=settings.memory_mib, namespaces=isolation.namespaces,
-        user_namespace=isolation.user_namespace, max_processes=settings.max_processes,
-        disk_mib=0 if settings.keep_work else settings.disk_mib, ipc_dir=str(ipc),
+        workdir=str(work), memory_mib=limits.memory_mib, namespaces=isolation.namespaces,
+        user_namespace=isolation.user_namespace, max_processes=limits.max_processes,
+        disk_mib=0 if settings.keep_work else limits.disk_mib, ipc_dir=str(ipc),
         hide=hide, read_only=sandbox.python_paths(hide, [GRADER, *profile.package_folders()]),
         read_write=[str(work), str(ipc)])
     description.update({
         "notebook_in": str(folder / "in.ipynb"), "notebook_out": str(folder / "out.ipynb"),
         "status_out": str(folder / "status.json"), "ipc_dir": str(ipc), "workdir": str(work),
-        "cell_timeout_s": settings.cell_timeout_s, "time_limit_s": settings.time_limit_s,
-        "recorded_bytes": settings.recorded_mib << 20,
+        "cell_timeout_s": limits.cell_timeout_s, "time_limit_s": limits.time_limit_s,
+        "recorded_bytes": limits.recorded_mib << 20,
         "observations_out": str(folder / "observations.json"), "probes_log": str(folder / "probes.log"),
         "sandbox": spec.__dict__, "cgroups": {"version": groups.version, "parents": groups.parents},
         "kernel": profile.kernel.as_dict(),

@@ -104,7 +104,7 @@ def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings,
                     process.stdin.write("go\n" if go else "")
                     process.stdin.close()
             try:
-                process.wait(timeout=settings.time_limit_s * WALL_PER_PROCESSOR_S + 120)
+                process.wait(timeout=settings.limits.time_limit_s * WALL_PER_PROCESSOR_S + 120)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

@@ -86,7 +86,7 @@ def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
     of the course. ``stop`` names the Dask event the grader sets when its run
     is stopped: the job's runner is then ended as the local pool ends its own.
     """
-    settings = Settings(**settings)
+    settings = Settings.from_dict(settings)
     isolation = sandbox.isolation_of(settings)
     if settings.sandbox and not isolation.namespaces:  # a worker runs students' code only as the local pool would
         raise SandboxUnavailable(f"worker {_worker_name()} cannot build the grading sandbox: {isolation.reason} "

@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from autograder.prepare import scan, submission
 from autograder.prepare.job import strict_comparisons
 from autograder.record.state import STATE
 from autograder.run import bytecode, cgroups, sandbox
-from autograder.settings import Settings
+from autograder.settings import Limits, Settings
 
 CELL_TIMEOUT_S = 45  # the looping student costs this much; every honest cell of the course is far quicker
 # The assignments every kind of demo student hands in (04 and 06-09 have only ada's solution and the forger's
@@ -204,7 +205,7 @@ def test_feedback_made_apart_is_the_page_the_grader_makes_itself(tmp_path, monke
         shutil.copytree(demo.SUBMITTED / student / "00_environment",
                         tmp_path / "submitted" / student / "00_environment")
     in_grader = _calls(monkeypatch, feedback, "write_feedback", lambda api, workdir, pair, *_: pair)
-    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
+    settings = Settings(jobs=1, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S), progress=False, feedback_apart=True)
     grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
     workdir = tmp_path / "work"
     assert in_grader == []
@@ -268,7 +269,7 @@ def test_feedback_apart_without_a_process_to_be_had_is_made_by_the_grader(tmp_pa
     monkeypatch.setattr(classrun, "FeedbackApart", no_process)
     shutil.copytree(demo.SUBMITTED / "ada" / "00_environment", tmp_path / "submitted" / "ada" / "00_environment")
     in_grader = _calls(monkeypatch, feedback, "write_feedback", lambda api, workdir, pair, *_: pair)
-    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback_apart=True)
+    settings = Settings(jobs=1, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S), progress=False, feedback_apart=True)
     results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
     assert [(r.student, r.score) for r in results if r.assignment == "00_environment"] == [("ada", 8)]
     assert in_grader == [("ada", "00_environment")]
@@ -504,7 +505,8 @@ def test_grader_in_a_user_namespace_keeps_eve_in_her_own_copy(tmp_path):
     for student in ["ada", "eve"]:
         shutil.copytree(demo.SUBMITTED / student / "00_environment",
                         tmp_path / "submitted" / student / "00_environment")
-    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, user_namespace=True)
+    settings = Settings(jobs=2, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S), progress=False, feedback=False,
+                        user_namespace=True)
     assert "user namespace" in " ".join(sandbox.isolation_of(settings).describe(1, 1, 1))
     results = {r.student: r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                if r.assignment == "00_environment"}
@@ -625,7 +627,7 @@ def _submit(tmp_path, student: str, answers: dict, based_on: str = "ada") -> Non
 def test_processes_past_the_memory_limit_together_end_the_submission(tmp_path):
     """Three processes of 350 MiB each: each within the limit of 1024 MiB, together (with the kernel) over it."""
     _submit(tmp_path, "hog", {"list_devices": lambda answer: MEMORY_HOG + answer})
-    settings = Settings(jobs=1, cell_timeout_s=60, memory_mib=1024, progress=False, feedback=False)
+    settings = Settings(jobs=1, limits=Limits(cell_timeout_s=60, memory_mib=1024), progress=False, feedback=False)
     started = time.monotonic()
     [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                 if r.assignment == "00_environment"]
@@ -667,8 +669,8 @@ def test_disk_processes_and_ipc_folder_are_bounded_for_the_whole_submission(tmp_
     the note names each limit, the tests passed before keep their points and nothing written stays."""
     _submit(tmp_path, "hoarder", {"list_devices": lambda answer: answer + "\n" + FILL_DISK_AND_PLANT,
                                   "resolve_device": lambda answer: THREADS_BOMB + answer})
-    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, disk_mib=32, max_processes=200, progress=False,
-                        feedback=False)
+    settings = Settings(jobs=1, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S, disk_mib=32, max_processes=200),
+                        progress=False, feedback=False)
     [result] = [r for r in grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
                 if r.assignment == "00_environment"]
     assert "process limit of 200 processes and threads together" in result.note, result.note
@@ -856,7 +858,7 @@ def test_the_canary_grades_each_assignment_that_has_submissions_and_its_referenc
     for assignment in ("00_environment", "02_cross_device_errors"):
         shutil.copytree(DEMO_CLASS / "ada" / assignment, tmp_path / "submitted" / "ada" / assignment)
     assert Settings().canary == "graded"
-    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False,
+    settings = Settings(jobs=2, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S), progress=False, feedback=False,
                         reference_cache=str(tmp_path / "cache"))
 
     def graded(work):
@@ -958,7 +960,7 @@ def test_each_job_goes_to_the_pool_as_soon_as_it_is_prepared(tmp_path, monkeypat
 
     monkeypatch.setattr(classrun, "ready", preparing)
     monkeypatch.setattr(executors.LocalPool, "submit", submitting)
-    settings = Settings(jobs=1, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False)
+    settings = Settings(jobs=1, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S), progress=False, feedback=False)
     results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
     assert {(r.student, r.score) for r in results if r.score is not None} == {("ada", 8), ("linus", 0)}
     students = [event for event in events if event[1] != "(canary)"]
@@ -988,7 +990,8 @@ def test_students_run_beside_the_canary_and_a_failed_canary_loses_no_earlier_gra
 
     monkeypatch.setattr(executors.LocalPool, "submit", submitting)
     monkeypatch.setattr(reference.Pending, "result", awaited)
-    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False, feedback=False, rerun_canary=True)
+    settings = Settings(jobs=2, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S), progress=False, feedback=False,
+                        rerun_canary=True)
     results = grade.grade(tmp_path / "submitted", tmp_path / "work", settings)
     assert {(r.student, r.score) for r in results if r.score is not None} == {("ada", 8), ("linus", 0)}
     assert events[:4] == [("submitted", "(canary)"), ("submitted", "ada"), ("submitted", "linus"),
@@ -1000,7 +1003,8 @@ def test_students_run_beside_the_canary_and_a_failed_canary_loses_no_earlier_gra
     graded = json.loads((work / STATE).read_text())["graded"]
     assert set(graded) == {"ada/00_environment", "linus/00_environment"} and kept
     events.clear()
-    settings.regrade, settings.memory_mib = True, 64  # PyTorch cannot start: the canary fails
+    settings.regrade = True
+    settings.limits = dataclasses.replace(settings.limits, memory_mib=64)  # PyTorch cannot start: the canary fails
     with pytest.raises(reference.CanaryFailed):
         grade.grade(tmp_path / "submitted", work, settings)
     assert [who for what, who in events if what == "submitted"] == ["(canary)"], events
@@ -1097,3 +1101,25 @@ def test_a_corrupt_state_is_named_and_every_submission_graded_afresh(tmp_path, c
     with pytest.raises(review.ReviewError, match=re.escape(says)):
         review.confirm(workdir, "ada", "00_environment", f"sqlite:///{workdir / 'gradebook.db'}")
 
+
+
+def test_every_limit_and_only_a_change_of_one_changes_the_reference_key(tmp_path):
+    """The key hashes the limits whole: a change of any one of them (one added later too) runs the canary again;
+    the same limits keep the key."""
+    from autograder.judge.reference import reference_key
+    from autograder.run import sandbox
+    from autograder.run.jobfile import RunContext
+
+    (tmp_path / "source").mkdir()
+
+    def key(limits: Limits) -> str:
+        settings = Settings(limits=limits)
+        run = RunContext(settings, sandbox.isolation_of(settings), "_grader_0", tmp_path, {})
+        return reference_key("00_environment", "00_environment", tmp_path / "source", run, "machine")
+
+    base = key(Limits())
+    assert key(Limits()) == base
+    changed = {}
+    for field in dataclasses.fields(Limits):
+        changed[field.name] = key(dataclasses.replace(Limits(), **{field.name: getattr(Limits(), field.name) + 1}))
+    assert base not in changed.values() and len(set(changed.values())) == len(changed), changed

@@ -33,7 +33,7 @@ import pytest
 from autograder.cli import grade
 from autograder.course.cells import visible_source
 from autograder.course.paths import DEMO_CLASS
-from autograder.settings import Settings
+from autograder.settings import Limits, Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_grade import CELL_TIMEOUT_S, _submit  # noqa: E402
@@ -145,7 +145,7 @@ def attacked(tmp_path_factory):
     shutil.copytree(DEMO_CLASS / "forger" / "00_environment", tmp / "submitted" / "forger" / "00_environment")
     _submit(tmp, "leaker", {"list_devices": lambda answer: LEAKER + "\n" + answer + _leaking("list_devices"),
                             "resolve_device": lambda answer: answer + _leaking("resolve_device")}, based_on="ada")
-    settings = Settings(jobs=2, cell_timeout_s=CELL_TIMEOUT_S, progress=False)
+    settings = Settings(jobs=2, limits=Limits(cell_timeout_s=CELL_TIMEOUT_S), progress=False)
     results = {r.student: r for r in grade.grade(tmp / "submitted", tmp / "work", settings)
                if r.assignment == "00_environment"}
     return tmp / "work", results
