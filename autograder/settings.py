@@ -1,8 +1,9 @@
-"""What a grading run is given and what it gives back: defaults, :class:`Settings`, :class:`Result`."""
+"""What a grading run is given and what it gives back: defaults, :class:`Settings`, :class:`Result`; and
+:func:`fields_of`, which reads any of the grader's values written as JSON (a job file, a status, the state)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import NamedTuple
 
 CELL_TIMEOUT_S = 60.0
@@ -43,6 +44,35 @@ class Pair(NamedTuple):
     def of_key(cls, key: str) -> Pair:
         student, _, assignment = key.partition("/")
         return cls(student, assignment)
+
+
+def fields_of(cls: type, found: object, what: str) -> dict:
+    """The fields of the dataclass ``cls`` in ``found``, read from JSON: keys another version wrote that this one
+    does not know are passed over. ``ValueError``, its message to follow the file's name, where ``found`` is not
+    an object (``what`` names what it should be), lacks a field without a default, or has a value of another
+    type than its field's annotation names."""
+    if not isinstance(found, dict):
+        raise ValueError(f"holds a {type(found).__name__}, not {what}")
+    declared = {f.name: f for f in fields(cls)}
+    missing = sorted(name for name, f in declared.items()
+                     if name not in found and f.default is MISSING and f.default_factory is MISSING)
+    if missing:
+        raise ValueError(f"lacks {', '.join(missing)}: written by another version?")
+    wrong = sorted(key for key, value in found.items() if key in declared and not _fits(value, declared[key].type))
+    if wrong:
+        raise ValueError(f"has values of the wrong type ({', '.join(wrong)})")
+    return {key: value for key, value in found.items() if key in declared}
+
+
+_JSON_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "None": (type(None),),
+               "dict": (dict,), "list": (list,)}
+
+
+def _fits(value: object, annotation: str) -> bool:
+    """Whether a value read from JSON has a type that a field's annotation (as written: ``int | None``) names; a
+    bool is no int here, though Python's bool is one."""
+    allowed = tuple(kind for name in annotation.split(" | ") for kind in _JSON_KINDS[name])
+    return isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
 
 
 @dataclass(frozen=True)

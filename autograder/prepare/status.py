@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from autograder.settings import fields_of
 
 
 @dataclass
@@ -35,21 +37,11 @@ class Status:
             return cls(stopped="the runner did not finish; see runner.log")
         except (OSError, UnicodeDecodeError, ValueError) as error:
             return cls(stopped=f"its status.json could not be read ({type(error).__name__}: {error})")
-        names = {field.name: field.type for field in fields(cls)}
-        if not isinstance(found, dict):
-            return cls(stopped=f"its status.json holds a {type(found).__name__}, not a status")
-        wrong = sorted(key for key, value in found.items() if key in names and not _fits(value, names[key]))
-        if wrong:
-            return cls(stopped=f"its status.json has values of the wrong type ({', '.join(wrong)})")
-        return cls(**{key: value for key, value in found.items() if key in names})
+        try:
+            return cls(**fields_of(cls, found, "a status"))
+        except ValueError as error:
+            return cls(stopped=f"its status.json {error}")
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
 
-
-def _fits(value: object, annotation: str) -> bool:
-    """Whether a value read from JSON has the type a field's annotation (a string, as written) names."""
-    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool, "None": type(None)}
-    allowed = tuple(kind for name in annotation.split(" | ") for kind in
-                    (kinds[name] if isinstance(kinds[name], tuple) else (kinds[name],)))
-    return isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder.prepare.submission import write_whole
+from autograder.settings import fields_of
 
 STATE = "state.json"
 JOURNAL = "state.journal"  # the pairs graded since state.json was last written whole, a line each
@@ -62,14 +63,10 @@ def read_state(workdir: Path) -> WorkState | None:
         return None
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise StateError(f"{path} cannot be read: {type(error).__name__}: {error}") from None
-    if not isinstance(found, dict):
-        raise StateError(f"{path} holds a {type(found).__name__}, not a work folder's state")
-    tables = {f.name for f in fields(WorkState) if f.default_factory is dict}
-    wrong = sorted(key for key in tables if key in found and not isinstance(found[key], dict))
-    if wrong:
-        raise StateError(f"{path} has values of the wrong type ({', '.join(wrong)})")
-    known = {f.name for f in fields(WorkState)}
-    state = WorkState(**{key: value for key, value in found.items() if key in known})
+    try:
+        state = WorkState(**fields_of(WorkState, found, "a work folder's state"))
+    except ValueError as error:
+        raise StateError(f"{path} {error}") from None
     replay_journal(workdir, state)
     return state
 

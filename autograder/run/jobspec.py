@@ -8,8 +8,10 @@ adds this machine's paths, limits and sandbox and writes it; :mod:`autograder.ru
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from autograder.settings import fields_of
 
 
 class JobSpecError(ValueError):
@@ -42,15 +44,10 @@ class JobSpec:
             found = json.loads(Path(path).read_text())
         except (OSError, UnicodeDecodeError, ValueError) as error:
             raise JobSpecError(f"job file {path} cannot be read: {type(error).__name__}: {error}") from None
-        if not isinstance(found, dict):
-            raise JobSpecError(f"job file {path} holds a {type(found).__name__}, not a job")
-        known = {f.name for f in fields(cls)}
-        missing = sorted(f.name for f in fields(cls) if f.name not in found and f.default is MISSING
-                         and f.default_factory is MISSING)
-        if missing:
-            raise JobSpecError(f"job file {path} lacks {', '.join(missing)}: written by another version? "
-                               "Prepare the job again (grade again)")
-        return cls(**{key: value for key, value in found.items() if key in known})
+        try:
+            return cls(**fields_of(cls, found, "a job"))
+        except ValueError as error:
+            raise JobSpecError(f"job file {path} {error} (prepare the job again: grade again)") from None
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self)))
