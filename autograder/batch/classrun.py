@@ -103,10 +103,11 @@ class ClassRun:
                     self.notes[student, name] = ["not submitted"]
                     continue
                 self.prints[student, name] = fingerprint(folder, recursive=True)
-                changed = state.graded.get(Pair(student, name).key) != self.prints[student, name]
+                key = Pair(student, name).key
+                changed = state.graded.get(key) != self.prints[student, name]
                 if student in chosen_students and name in self.chosen_names and (settings.regrade or changed):
                     self.todo.append((student, name))
-                elif Pair(student, name).key in state.graded:
+                elif key in state.graded:
                     self.earlier.add((student, name))
                 else:
                     self.notes[student, name] = ["not graded yet"]
@@ -263,7 +264,7 @@ class ClassRun:
             self.notes.setdefault(pair, []).extend(pair_notes)
         self.state.graded[key] = self.prints[pair]
         self.state.rows[key] = {"note": "; ".join(self.notes.get(pair, [])),
-                                   "seconds": round(sum(j.status.seconds for j in self.jobs[pair]), 1)}
+                                "seconds": round(sum(j.status.seconds for j in self.jobs[pair]), 1)}
         journal_pair(self.workdir, self.state, key)
 
     # ---- 7. the end: a run stopped, a run that failed, or a run done
@@ -303,7 +304,7 @@ class ClassRun:
         # The assignments whose references this run checked (made, or kept under the same key), for a run with no
         # submissions that made them ahead.
         state.last_run = {"jobs": len(self.futures), "grader_s": round(self.handling_s, 2),
-                             "references": sorted(self.references)}
+                          "references": sorted(self.references)}
         if self.feedback is not None:
             state.last_run["feedback_apart_s"] = round(self.feedback.seconds, 2)
         write_state(self.workdir, state)

@@ -37,8 +37,7 @@ from pathlib import Path
 
 import pytest
 from support.gradebooks import table_dump
-from support.lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SECOND, stop_lab
-from support.system import missing
+from support.lab import ARTIFACTS, SECOND, chromium, stop_lab
 from support.servers import free_port, tail
 
 from autograder.course.config import course_config
@@ -159,13 +158,8 @@ def _in_its_own_thread(function, *args) -> None:
 def _give_scores(url: str, token: str, scores: list[tuple[str, str, float]]) -> None:
     """In Chromium: log in, and for each (submitted notebook id, cell, points) open formgrader's page of it and
     type the points into the cell's score field."""
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        missing(f"no Chromium at {CHROMIUM}: run `make browser`")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
-        context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
         context.set_default_timeout(30 * SECOND)
         page = context.new_page()
         requests = ARTIFACT_DIR / "formgrader-requests.log"
@@ -191,7 +185,6 @@ def _give_scores(url: str, token: str, scores: list[tuple[str, str, float]]) -> 
         finally:
             page.screenshot(path=ARTIFACT_DIR / "formgrader.png")
             context.close()
-            chromium.close()
 
 
 def review_in_formgrader(term: Term, body: str) -> dict[str, float]:
