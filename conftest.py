@@ -43,7 +43,7 @@ _real_stderr = None  # standard error before any test's output is captured (see 
 LONGEST_FIRST = [
     "tests/mistakes/test_mistakes.py",
     "tests/autograder/batch/test_grade.py",
-    "tests/autograder/course/test_build.py",
+    "tests/devcourse/instructor/test_build.py",
     "tests/devcourse/test_browser.py",
     "solutions/07_multi_device_training/07_multi_device_training.ipynb",
     "tests/autograder/cli/test_term.py",
@@ -51,7 +51,6 @@ LONGEST_FIRST = [
     "tests/test_project.py",
     "tests/autograder/record/test_gradebook_postgres.py",
     "tests/autograder/run/test_cluster.py",
-    "tests/autograder/cli/test_other_course.py",
 ]
 
 

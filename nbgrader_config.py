@@ -28,5 +28,5 @@ c.AssignLatePenalties.plugin_class = "autograder.plugins.late.PercentPerDay"
 c.PercentPerDay.percent_per_day = 10.0
 
 # What this course adds to grading (its kernels import torch and devcourse, and check on the device matrix):
-# the grader's profile of it (autograder/course/profile.py); a course that names none is graded plainly.
-c.Grader.profile = "autograder.course.profile.DeviceCourse"
+# the grader's profile of it (devcourse/instructor/profile.py); a course that names none is graded plainly.
+c.Grader.profile = "devcourse.instructor.profile.DeviceCourse"

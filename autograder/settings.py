@@ -129,7 +129,7 @@ class Settings:
     assignments: tuple[str, ...] = ()  # grade only these assignments (none named: all)
     students: tuple[str, ...] = ()  # grade only these students (none named: all)
     regrade: bool = False  # grade the chosen submissions even if an earlier run graded them unchanged
-    due: dict[str, str] | None = None  # due dates to record (None: the demo class's for the demo class, else none)
+    due: dict[str, str] | None = None  # due dates to record (None: a course's demo class's for it, else none)
     scheduler: str | None = None  # a Dask scheduler's address: jobs run on its workers (autograder.run.executors)
     dask_local: int = 0  # start a Dask cluster of this many workers on this machine for the run
     warm: bool = True  # the local pool starts the kernels of the next jobs in line while the current ones run

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from autograder.course.build import machine
+from devcourse.instructor.build import machine
 from devcourse import warmstart
 from devcourse.distributed import _environment, run_functions
 from page import WRITE_PAGE_HELP, write_row

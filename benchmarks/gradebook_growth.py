@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
 from autograder.course.config import tool_env
-from autograder.course.paths import DEMO_CLASS, ROOT
+from devcourse.instructor.paths import DEMO_CLASS, ROOT
 from page import WRITE_PAGE_HELP, write_row
 
 STUDENT = "ada"

@@ -77,9 +77,9 @@ import torch
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
-from autograder.course.build import copy_solutions
+from devcourse.instructor.build import copy_solutions
 from autograder.course.config import course_config, tool_env
-from autograder.course.paths import DEMO_CLASS, ROOT, SOLUTIONS
+from devcourse.instructor.paths import DEMO_CLASS, ROOT, SOLUTIONS
 from page import WRITE_PAGE_HELP, write_row
 
 HONEST = ["ada", "grace", "linus", "margaret"]

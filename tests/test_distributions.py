@@ -101,7 +101,7 @@ def test_bad_input_is_one_line_and_writes_nothing(installed, tmp_path):
     course = tmp_path / "course"  # this course's profile named, in an environment without the course's package
     shutil.copytree(COURSE / "course", course)
     with open(course / "nbgrader_config.py", "a") as handle:
-        handle.write('c.Grader.profile = "autograder.course.profile.DeviceCourse"\n')
+        handle.write('c.Grader.profile = "devcourse.instructor.profile.DeviceCourse"\n')
     before = sorted(tmp_path.rglob("*"))
     cases = {
         "not a course": ["grade", "--course", str(tmp_path / "nothing-here")],
@@ -114,7 +114,9 @@ def test_bad_input_is_one_line_and_writes_nothing(installed, tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, (case, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.strip(), (case, done.stderr)
-    assert "needs the package 'simdevice', which is not installed here" in done.stderr, done.stderr
+    assert "needs the package 'devcourse', which is not installed here" in done.stderr, done.stderr
+    usage = _run([str(installed.parent / "autograder"), "--help"], cwd=tmp_path, env=env).stdout
+    assert "grade" in usage and "gpu-check" not in usage, "the grader alone has no verb of this course"
     assert sorted(tmp_path.rglob("*")) == before, "nothing written"
 
 
@@ -177,4 +179,9 @@ def test_the_course_package_installs_on_the_two_and_finds_its_device(with_simdev
     done = _run([str(with_simdevice), "-c", code], cwd=place, env=env)
     assert "['cpu', 'sim:0', 'sim:1']" in done.stdout, done.stdout
     assert str(with_simdevice.parent.parent) in done.stdout, "devcourse came from its wheel, not the checkout"
+    usage = _run([str(with_simdevice.parent / "autograder"), "--help"], cwd=place, env=env).stdout
+    assert "gpu-check" in usage and "this course on a CUDA machine" in usage, "the course's verbs plug in"
+    profile = _run([str(with_simdevice), "-c", "from autograder.course.profile import profile_named; "
+                    "print(profile_named('devcourse.instructor.profile.DeviceCourse').devices())"], cwd=place, env=env)
+    assert "sim:0 (simulated)" in profile.stdout, profile.stdout
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autograder.course.paths import assignments, solution_path
+from devcourse.instructor.paths import assignments, solution_path
 
 
 @cache
@@ -286,7 +286,7 @@ def test_every_test_cell_keeps_a_visible_check(name):
     import ast
 
     from autograder.course.cells import is_test
-    from autograder.course.paths import COURSE
+    from devcourse.instructor.paths import COURSE
 
     notebook = json.loads((COURSE / name / f"{name}.ipynb").read_text())
     empty = []
@@ -365,7 +365,7 @@ def test_gpu_report_is_a_summary_with_the_run_log_beside_it():
     outside the navigation, and ``make gpu-check`` writes a run there."""
     import yaml
 
-    from autograder.checks import gpu
+    from devcourse.instructor import gpucheck as gpu
 
     summary = (ROOT / "docs/gpu-report.md").read_text()
     assert len(summary.splitlines()) <= 80 and "gpu-log.md" in summary

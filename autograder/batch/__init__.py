@@ -18,8 +18,8 @@ from autograder.batch.results import results
 from autograder.batch.stop import INTERRUPTS, ChoiceError, GradingStopped
 from autograder.batch.workdir import open_workdir
 from autograder.course.directory import is_course_dir
-from autograder.course.paths import DEMO_CLASS, WORKDIR, demo_due
-from autograder.course.profile import profile_name_of
+from autograder.course.paths import WORKDIR
+from autograder.course.profile import profile_name_of, profile_named
 from autograder.record.gradebook import GradebookLock, gradebook_url, grading_environment
 from autograder.run.executors import ClusterError, executor_for
 from autograder.run.ipc import ipc_folder
@@ -29,7 +29,7 @@ from autograder.settings import Result, Settings
 __all__ = ["INTERRUPTS", "ChoiceError", "GradingStopped", "grade"]
 
 
-def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR,
+def grade(submitted: Path | None, workdir: Path = WORKDIR,
           settings: Settings | None = None) -> list[Result]:
     """Autograde every ``submitted/<student>/<assignment>/`` folder not graded yet; return one Result per pair.
 
@@ -64,7 +64,7 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR,
         executor = executor_for(settings)  # a cluster that does not answer stops here, before anything is written
         try:
             state = open_workdir(workdir, intake)
-            due = settings.due if settings.due is not None else demo_due() if intake == DEMO_CLASS.resolve() else {}
+            due = settings.due if settings.due is not None else _demo_due(settings.profile, intake)
             RUNNERS.stopping.clear()
             db_url = gradebook_url(settings, workdir)
             with grading_environment(), ipc_folder() as ipc_root, GradebookLock(db_url) as lock:
@@ -72,6 +72,12 @@ def grade(submitted: Path | None = DEMO_CLASS, workdir: Path = WORKDIR,
                 return _phases(run, due)
         finally:
             executor.close()
+
+
+def _demo_due(profile: str, intake: Path | None) -> dict[str, str]:
+    """The due dates of the course's demo class where ``intake`` is its submissions folder, else none."""
+    demo = profile_named(profile).demo_class()
+    return demo.due if demo is not None and intake == demo.submitted.resolve() else {}
 
 
 def _phases(run: ClassRun, due: dict[str, str]) -> list[Result]:

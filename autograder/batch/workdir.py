@@ -7,9 +7,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from autograder.course.build import copy_solutions
+from autograder.batch.stop import ChoiceError
+from autograder.course.config import config_of, course_directory
 from autograder.course.directory import is_course_dir
-from autograder.course.paths import RENAMED, SOLUTIONS
+from autograder.course.paths import RENAMED, copy_source, course_folder, source_of
 from autograder.prepare.submission import fingerprint
 from autograder.record.gradebook import EXECUTED
 from autograder.record.state import StateError, WorkState, read_state, write_state
@@ -46,11 +47,12 @@ def open_workdir(workdir: Path, intake: Path | None) -> WorkState:
 
     A course directory (:mod:`autograder.course.directory`) is never emptied: its
     ``source/`` is the instructor's, and when it changed every submission is
-    graded again. Any other work folder mirrors ``solutions/`` and one
-    submissions folder; it is emptied first when either differs from its last run's.
+    graded again. Any other work folder mirrors the source of the course's folder the grader runs from
+    (:func:`~autograder.course.paths.course_folder`) and one submissions folder; it is emptied first when either
+    differs from its last run's.
     """
     course_dir = is_course_dir(workdir)
-    source = workdir / "source" if course_dir else SOLUTIONS
+    source = workdir / "source" if course_dir else _course_source()
     course = fingerprint(source, recursive=True, suffix=".ipynb")
     try:
         state = read_state(workdir)
@@ -62,7 +64,7 @@ def open_workdir(workdir: Path, intake: Path | None) -> WorkState:
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.mkdir(parents=True)
-        copy_solutions(workdir / "source")
+        copy_source(source, workdir / "source", course_directory(workdir).ignore)
         state = None
     if state is None or state.course != course:  # the instructor's decisions on withheld scores stay
         state = WorkState(course=course, intake=str(intake) if intake else None,
@@ -73,6 +75,14 @@ def open_workdir(workdir: Path, intake: Path | None) -> WorkState:
         take_in(intake, workdir)
     write_state(workdir, state)
     return state
+
+
+def _course_source() -> Path:
+    folder = course_folder()
+    if folder is None:
+        raise ChoiceError(f"{Path.cwd()} is not a course's folder (its nbgrader_config.py and source folder): run "
+                          "from one, or grade a course directory (--course DIR)")
+    return source_of(folder, config_of(folder))
 
 
 def has_earlier(workdir: Path, state: WorkState, pair: tuple[str, str]) -> bool:

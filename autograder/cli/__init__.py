@@ -15,17 +15,34 @@ VERBS = {
     "feedback": ("autograder.cli.feedback", "make an assignment's feedback again from the gradebook"),
     "course": ("autograder.cli.course", "make a course directory for a term, or set its due dates"),
     "worker": ("autograder.cli.worker", "start a Dask worker for the grader"),
-    "build": ("autograder.cli.build", "this course: run solutions, make student versions, check both ways"),
-    "demo": ("autograder.cli.demo", "this course: rebuild the demo class's submissions"),
-    "gpu-check": ("autograder.cli.gpucheck", "this course on a CUDA machine: notebooks, grading, DDP, AMP, loading"),
-    "slurm-check": ("autograder.cli.slurmcheck", "grade part of the demo class through Slurm jobs"),
 }
+# Verbs an installed course adds (its build, its checks): entry points of this group, each a main(argv) -> code
+# whose docstring's first line says what it does.
+PLUGIN_VERBS = "autograder.verbs"
+
+
+def added_verbs() -> dict:
+    """The verbs installed courses add: name -> entry point (:data:`PLUGIN_VERBS`), none shadowing the grader's."""
+    from importlib.metadata import entry_points
+
+    return {point.name: point for point in entry_points(group=PLUGIN_VERBS) if point.name not in VERBS}
 
 
 def usage() -> str:
-    width = max(map(len, VERBS))
+    added = added_verbs()
+    described = {**{verb: what for verb, (_, what) in VERBS.items()},
+                 **{verb: _summary(point) for verb, point in added.items()}}
+    width = max(map(len, described))
     return "\n".join(["usage: autograder VERB [options]   (autograder VERB --help; also python -m autograder VERB)", "",
-                      *(f"  {verb:<{width}}  {what}" for verb, (_, what) in VERBS.items())])
+                      *(f"  {verb:<{width}}  {what}" for verb, what in described.items())])
+
+
+def _summary(point) -> str:
+    """An added verb's line in the usage: its docstring's first line, or where it comes from."""
+    try:
+        return ((point.load().__doc__ or "").strip().splitlines() or [point.value])[0]
+    except Exception as error:  # noqa: BLE001 - a broken plugin is named in the usage, not a crash of it
+        return f"(cannot be loaded from {point.value}: {type(error).__name__}: {error})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,10 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     verb, *rest = argv
-    if verb not in VERBS:
-        print(f"autograder: unknown verb {verb!r}; the verbs are {', '.join(VERBS)}", file=sys.stderr)
+    if verb in VERBS:
+        return importlib.import_module(VERBS[verb][0]).main(rest)
+    added = added_verbs()
+    if verb not in added:
+        print(f"autograder: unknown verb {verb!r}; the verbs are {', '.join([*VERBS, *added])}", file=sys.stderr)
         return 2
-    return importlib.import_module(VERBS[verb][0]).main(rest)
+    return added[verb].load()(rest)
 
 
 def run(entry: Callable[[], int]) -> NoReturn:

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--course-id",
                       help=f"nbgrader's course id (default: {course_config().CourseDirectory.course_id})")
     make.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
-                      help="an assignment's due date, e.g. 01_device_placement='2026-10-05 17:00 UTC' (repeatable)")
+                      help="an assignment's due date, e.g. ps1='2026-10-05 17:00 UTC' (repeatable)")
     later = commands.add_parser("due", help="set due dates in a course directory's gradebook")
     later.add_argument("folder", type=Path)
     later.add_argument("due", nargs="+", metavar="NAME=WHEN", help="WHEN as in init, or now (closes it this moment)")

@@ -19,8 +19,8 @@ from autograder.batch import INTERRUPTS, ChoiceError, GradingStopped, grade
 from autograder.cli.guide import guide, shown
 from autograder.course.config import gradebook_problem, shown_url
 from autograder.course.directory import CourseError, is_course_dir, parse_due
-from autograder.course.paths import DEMO_CLASS, WORKDIR, checkout
-from autograder.course.profile import ProfileError, profile_name_of, profile_named
+from autograder.course.paths import WORKDIR, course_folder
+from autograder.course.profile import CourseProfile, ProfileError, profile_name_of, profile_named
 from autograder.judge.reference import CACHE_ENV, REFERENCES, CanaryFailed
 from autograder.record.gradebook import gradebook_url
 from autograder.record.report import format_table, write_csv, write_histogram
@@ -69,10 +69,11 @@ def _what(parser: argparse.ArgumentParser) -> None:
                              "nothing in it is emptied")
     parser.add_argument("--submitted", type=Path, default=None,
                         help="folder of <student>/<assignment>/ submissions, copied into the work folder's "
-                             "submitted/ first (default: the demo class, or none with --course)")
+                             "submitted/ first (default: the course's demo class, where its profile has one; "
+                             "none with --course)")
     parser.add_argument("--workdir", type=Path, default=WORKDIR,
                         help="work folder without --course, emptied when the course or the submissions folder "
-                             "differ from its last run's (default: build/grade)")
+                             "differ from its last run's (default: build/grade in the course's folder)")
     parser.add_argument("--assignment", action="append", default=[], metavar="NAME",
                         help="grade only this assignment (repeatable; default: all)")
     parser.add_argument("--student", action="append", default=[], metavar="ID",
@@ -81,8 +82,8 @@ def _what(parser: argparse.ArgumentParser) -> None:
                         help="grade the chosen submissions again even if unchanged since an earlier run graded "
                              "them (by default only new or changed submissions are graded)")
     parser.add_argument("--due", action="append", default=[], metavar="NAME=WHEN",
-                        help="record an assignment's due date first, e.g. 01_device_placement='2026-10-05 17:00 UTC' "
-                             "(repeatable; the demo class has its own)")
+                        help="record an assignment's due date first, e.g. ps1='2026-10-05 17:00 UTC' "
+                             "(repeatable; a demo class has its own)")
 
 
 def _limits(parser: argparse.ArgumentParser) -> None:
@@ -142,12 +143,13 @@ def _how(parser: argparse.ArgumentParser) -> None:
                              "does not hold) after grading; by default it is removed once the notebook is graded")
     parser.add_argument("--no-warm", action="store_true",
                         help="start no kernel before its job's turn (by default, on this machine, the kernels of "
-                             "the next --jobs notebooks start in their sandboxes, torch imported, while the "
-                             "current ones run: as many more kernels in memory, the start off each notebook's time)")
+                             "the next --jobs notebooks start in their sandboxes, the course's packages imported, "
+                             "while the current ones run: as many more kernels in memory, the start off each "
+                             "notebook's time)")
     parser.add_argument("--no-zygote", action="store_true",
                         help="start every runner and kernel as a new Python (by default, on Linux with the sandbox's "
-                             "namespaces, they are forked from one process that has imported torch, IPython and "
-                             "devcourse once, so no kernel imports them itself)")
+                             "namespaces, they are forked from one process that has imported IPython and the "
+                             "course's packages once, so no kernel imports them itself)")
 
 
 def _cluster(parser: argparse.ArgumentParser) -> None:
@@ -197,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grading was stopped by {signal.Signals(INTERRUPTS.received).name} before any student was graded",
               file=sys.stderr, flush=True)
         return 128 + INTERRUPTS.received
-    _report(results, args.workdir.resolve(), settings, header, time.monotonic() - started,
-            demo=args.submitted == DEMO_CLASS)
+    profile = profile_named(settings.profile)
+    demo = profile.demo_class()
+    demo_graded = (demo is not None and args.submitted is not None
+                   and args.submitted.resolve() == demo.submitted.resolve())
+    _report(results, args.workdir.resolve(), settings, header, time.monotonic() - started, profile, demo=demo_graded)
     return 0
 
 
@@ -217,10 +222,15 @@ def _check(args, options: argparse.ArgumentParser) -> int | None:
             options.error(f"{args.course} is not a course directory (no nbgrader_config.py): make one with "
                           "nbgrader quickstart, or python -m autograder course init")
         args.workdir = args.course
-    elif checkout() is None:  # --submitted alone grades this course's solutions, which only its checkout has
-        options.error("name the course to grade: --course DIR, an nbgrader course directory (nbgrader quickstart)")
+    elif course_folder() is None:  # --submitted alone grades against the course's source, where the grader runs
+        options.error("name the course to grade: --course DIR, an nbgrader course directory (nbgrader quickstart), "
+                      "or run from a course's folder (its nbgrader_config.py and source folder)")
     elif args.submitted is None:
-        args.submitted = DEMO_CLASS
+        demo = _profile(args.workdir, options).demo_class()
+        if demo is None:
+            options.error("name the submissions to grade: --submitted DIR (a folder of <student>/<assignment>/), or "
+                          "--course DIR to grade what a course directory's submitted/ holds")
+        args.submitted = demo.submitted
     if args.submitted is not None and not args.submitted.is_dir():
         options.error(f"no submissions folder at {args.submitted}")
     return None
@@ -229,10 +239,10 @@ def _check(args, options: argparse.ArgumentParser) -> int | None:
 def _settings(args, options: argparse.ArgumentParser) -> Settings:
     try:
         due = parse_due(args.due) if args.due else None
-        profile = profile_name_of(args.workdir)
-        profile_named(profile)  # a profile that cannot be used stops here, in one line
-    except (CourseError, ProfileError) as error:
+    except CourseError as error:
         options.error(str(error))
+    profile = profile_name_of(args.workdir)
+    _profile(args.workdir, options)  # a profile that cannot be used stops here, in one line
     limits = Limits(cell_timeout_s=args.cell_timeout, time_limit_s=args.time_limit, memory_mib=args.memory_limit_mib,
                     disk_mib=args.disk_limit_mib, max_processes=args.max_processes,
                     recorded_mib=args.recorded_limit_mib)
@@ -244,6 +254,14 @@ def _settings(args, options: argparse.ArgumentParser) -> Settings:
                     keep_work=args.keep_work, assignments=tuple(args.assignment), students=tuple(args.student),
                     regrade=args.regrade, due=due, scheduler=args.scheduler, dask_local=args.dask_local,
                     gpu_jobs=args.gpu_jobs, warm=not args.no_warm, zygote=not args.no_zygote)
+
+
+def _profile(workdir: Path, options: argparse.ArgumentParser) -> CourseProfile:
+    """The grading profile the work folder's course names; one that cannot be used ends the command in one line."""
+    try:
+        return profile_named(profile_name_of(workdir))
+    except ProfileError as error:
+        options.error(str(error))
 
 
 def _header(args, settings: Settings, db_url: str) -> list[str]:
@@ -279,7 +297,7 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
     return header
 
 
-def _report(results, workdir: Path, settings: Settings, header: list[str], seconds: float,
+def _report(results, workdir: Path, settings: Settings, header: list[str], seconds: float, profile: CourseProfile,
             demo: bool = False) -> None:
     if not results:  # no submissions yet: a run that made the references ahead (--canary all) says so
         print(references_text(workdir, settings), flush=True)
@@ -291,7 +309,8 @@ def _report(results, workdir: Path, settings: Settings, header: list[str], secon
     footer = (f"Graded in {seconds:.0f} s. Written to {workdir}: scores.csv, scores.png, report.txt"
               + (", feedback/" if settings.feedback else ""))
     (workdir / "report.txt").write_text("\n".join([*header, "", table, "", footer]) + "\n")
-    after = guide(results_shown, workdir, demo=demo, whole_class=not settings.assignments and not settings.students)
+    after = guide(results_shown, workdir, profile, demo=demo,
+                  whole_class=not settings.assignments and not settings.students)
     print("\n".join(["", table, "", footer, *after]))
 
 

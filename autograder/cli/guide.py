@@ -1,12 +1,11 @@
 """What ``grade`` prints after its table: how to read it, who the demo students are, what to open next (the
-checkout's pages and make targets when run from the course's repository, commands on PATH when installed)."""
+course's profile names its pages and commands: :meth:`~autograder.course.profile.CourseProfile.next_steps`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from autograder.course.paths import checkout
-from autograder.course.roster import WHO
+from autograder.course.profile import CourseProfile, DemoClass
 from autograder.settings import Result
 
 HOW_TO_READ = ("How to read the table: a row per student, a column per assignment, each cell score/maximum; "
@@ -23,16 +22,16 @@ def shown(results: list[Result], assignments: tuple[str, ...], students: tuple[s
     return [r for r in chosen if not assignments or r.student in handed_in]
 
 
-def guide(results: list[Result], workdir: Path, demo: bool, whole_class: bool) -> list[str]:
-    """The lines after the table of ``results``: how to read it; with ``demo``, who each of its demo students is;
-    what to open next."""
+def guide(results: list[Result], workdir: Path, profile: CourseProfile, demo: bool, whole_class: bool) -> list[str]:
+    """The lines after the table of ``results``: how to read it; with ``demo``, who each of the profile's demo
+    students is; what to open next."""
     lines = ["", HOW_TO_READ]
     students = sorted({r.student for r in results})
-    if demo:
+    who = (profile.demo_class() or DemoClass(workdir)).who if demo else {}
+    if who:
         lines += ["", "The demo class (each student shows one thing the grader does):",
-                  *(f"  {name}: {WHO[name]}" for name in students if name in WHO)]
-    pages = sorted((workdir / "feedback").glob("*/*/*.html"))
-    page = next((p for p in pages if p.parts[-3] == "grace"), pages[0] if pages else None)
+                  *(f"  {name}: {who[name]}" for name in students if name in who)]
+    page = _instructive_page(results, workdir)
     withheld = next((r for r in results if r.withheld), None)
     lines += ["", "Next:"]
     if page is not None:
@@ -41,13 +40,15 @@ def guide(results: list[Result], workdir: Path, demo: bool, whole_class: bool) -
     if withheld is not None:
         lines.append(f"  python -m autograder review {withheld.student}/{withheld.assignment} --release "
                      f"(or --confirm): the instructor's decision on a withheld score")
-    if checkout() is not None:  # run from the course's repository: its pages and make targets are here
-        lines.append("  formgrader, nbgrader's pages for grading by hand and reviewing: docs/instructors.md, in a "
-                     "term's course directory (make course-dir)")
-        if demo and not whole_class:
-            lines.append("  make grade ALL=1: the whole demo class, every assignment")
-    else:  # installed from a wheel: what that gives, commands on PATH
-        lines.append("  nbgrader formgrader, in the course directory: nbgrader's pages for grading by hand and "
-                     "reviewing, the grades this run recorded included")
-        lines.append("  autograder --help: every verb (feedback again, a course directory for a term, a Dask worker)")
+    lines += [f"  {step}" for step in profile.next_steps(demo, whole_class)]
     return lines
+
+
+def _instructive_page(results: list[Result], workdir: Path) -> Path | None:
+    """A feedback page to open first: of a graded submission that earned some points and lost the largest share
+    (its page shows passed and failed tests together), else the first there is."""
+    pages = sorted((workdir / "feedback").glob("*/*/*.html"))
+    lost = sorted((r.score / r.max_score, r.student, r.assignment) for r in results
+                  if r.score is not None and not r.withheld and 0 < r.score < r.max_score)
+    chosen = [p for _, student, assignment in lost for p in pages if p.parts[-3:-1] == (student, assignment)]
+    return chosen[0] if chosen else pages[0] if pages else None

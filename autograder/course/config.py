@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from autograder.course.paths import ROOT, checkout
+from autograder.course.paths import config_in, course_folder
 
 
 def tool_env() -> dict[str, str]:
@@ -38,23 +38,19 @@ def tools_on_path():
 
 
 def course_config():
-    """This course's nbgrader settings, read from its checkout's ``nbgrader_config.py`` (a traitlets ``Config``);
-    none (nbgrader's defaults) for a grader installed without the checkout."""
+    """The nbgrader settings of the course's folder the grader runs from
+    (:func:`~autograder.course.paths.course_folder`), a traitlets ``Config``; none (nbgrader's defaults) elsewhere."""
     from traitlets.config import Config
-    from traitlets.config.loader import PyFileConfigLoader
 
-    if checkout() is None:
-        return Config()
-    return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    folder = course_folder()
+    return config_in(folder) if folder is not None else Config()
 
 
 def config_of(workdir: Path):
     """The nbgrader settings of a work folder: a course directory's own ``nbgrader_config.py``
-    (:mod:`autograder.course.directory`), else the course repository's."""
-    from traitlets.config.loader import PyFileConfigLoader
-
+    (:mod:`autograder.course.directory`), else those of the course's folder the grader runs from."""
     if (Path(workdir) / "nbgrader_config.py").is_file():
-        return PyFileConfigLoader("nbgrader_config.py", path=str(Path(workdir).resolve())).load_config()
+        return config_in(workdir)
     return course_config()
 
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autograder.course.build import copy_solutions
 from autograder.course.config import config_of, course_config, course_directory, gradebook_problem, tools_on_path
-from autograder.course.paths import assignments
-
-CONFIG = "nbgrader_config.py"
+from autograder.course.paths import CONFIG, copy_source, course_folder, source_assignments, source_of
 # Paths and the gradebook are this folder's own; everything else is the course's policy, from the repository.
 OWN = {("CourseDirectory", name) for name in ("root", "source_directory", "release_directory", "db_url")}
 
@@ -69,7 +66,7 @@ def parse_due(items: list[str]) -> dict[str, str]:
     for item in items:
         name, _, when = item.partition("=")
         if not name or not when:
-            raise CourseError(f"a due date is NAME=WHEN, e.g. 01_device_placement='2026-10-05 17:00 UTC'; got {item!r}")
+            raise CourseError(f"a due date is NAME=WHEN, e.g. ps1='2026-10-05 17:00 UTC'; got {item!r}")
         if when.strip().lower() == "now":
             when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
         try:
@@ -104,15 +101,20 @@ def _api(folder: Path):
 
 def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = None, exchange: str | None = None,
          course_id: str | None = None) -> list[str]:
-    """Make a course directory in ``folder`` (absent or empty) with every assignment released; return their names.
+    """Make a course directory in ``folder`` (absent or empty) with every assignment of the course's folder the
+    command runs from (:func:`~autograder.course.paths.course_folder`) released; return their names.
 
     It holds ``nbgrader_config.py`` (course id, stubs, late policy, this folder's paths, the gradebook's URL,
-    the exchange's folder), ``source/NAME/`` (copied from solutions/, edited here for the term),
+    the exchange's folder), ``source/NAME/`` (copied from the course's source, edited here for the term),
     ``release/NAME/`` (nbgrader generate_assignment), ``gradebook.db`` unless ``db_url`` names PostgreSQL, and
     ``exchange/`` unless ``exchange`` names another. The grader never empties a course directory: grading again
     grades what is new or changed (:mod:`autograder.batch`).
     """
     folder = Path(folder).resolve()
+    course = course_folder()
+    if course is None:
+        raise CourseError(f"run this from a course's folder (its {CONFIG} and source folder, such as the course's "
+                          f"repository): its source is what the course directory gets; {Path.cwd()} is not one")
     if is_course_dir(folder):
         raise CourseError(f"{folder} is a course directory already; its gradebook and submissions are kept")
     if folder.exists() and any(folder.iterdir()):
@@ -120,9 +122,10 @@ def init(folder: Path, db_url: str | None = None, due: dict[str, str] | None = N
     if db_url and (problem := gradebook_problem(db_url)):
         raise CourseError(f"cannot open the gradebook at {db_url.split('@')[-1]}: {problem}")
     folder.mkdir(parents=True, exist_ok=True)
-    names = assignments()
+    source = source_of(course, config_of(course))
+    names = source_assignments(source)
     try:
-        copy_solutions(folder / "source")
+        copy_source(source, folder / "source", course_directory(course).ignore)
         (folder / CONFIG).write_text(config_text(db_url, exchange, course_id))
         if db_url:  # it may hold the database's password: the instructor's to read alone
             (folder / CONFIG).chmod(0o600)

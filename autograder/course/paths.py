@@ -1,44 +1,52 @@
-"""Where this course's own files are in its checkout: the solutions, the student versions, the demo class.
+"""Where the grader finds a course: the course's folder it runs from, as nbgrader's commands do, and its source.
 
-Every path here is inside the repository; a grader installed elsewhere, grading another course, uses none
-of them (see :mod:`autograder.course.directory` for a course directory of any course).
+A course's folder holds ``nbgrader_config.py`` and the instructor's notebooks in its ``source_directory``
+(a course directory, :mod:`autograder.course.directory`, or a course's repository). Run from one, the grader grades
+a folder of submissions against that source in a work folder of its own (``build/grade`` there by default).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the folder holding the autograder package: the checkout, or site-packages
-SOLUTIONS = ROOT / "solutions"
-COURSE = ROOT / "course"
-STUDENTS_GUIDE = ROOT / "docs" / "students.md"
-DEMO_CLASS = ROOT / "demo_class" / "submitted"
-WORKDIR = ROOT / "build" / "grade"
+HOME = Path(__file__).resolve().parents[2]  # the folder holding the grader's package: its processes start there
+CONFIG = "nbgrader_config.py"
+WORKDIR = Path("build") / "grade"  # relative to the course's folder the grader runs from
 
 # A copy an LMS or a browser renamed: ``00_environment (1).ipynb``, ``00_environment-1.ipynb``.
 RENAMED = re.compile(r"^(?P<stem>.+?)(?: \(\d+\)|-\d+)$")
 
 
-def checkout() -> Path | None:
-    """This course's checkout, where the grader runs from one (its solutions and nbgrader_config.py beside the
-    package); None for a grader installed from a wheel."""
-    return ROOT if (ROOT / "solutions").is_dir() and (ROOT / "nbgrader_config.py").is_file() else None
+def course_folder(folder: Path | None = None) -> Path | None:
+    """The course's folder the grader runs from (``folder``, default the current one): where it holds
+    ``nbgrader_config.py`` and the source folder that names; None where it does not."""
+    folder = Path.cwd() if folder is None else Path(folder).resolve()
+    if not (folder / CONFIG).is_file():
+        return None
+    return folder if source_of(folder, config_in(folder)).is_dir() else None
 
 
-def assignments() -> list[str]:
-    """The assignment names, in teaching order: ``solutions/NN_topic/NN_topic.ipynb``."""
-    return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
+def config_in(folder: Path):
+    """The settings of the ``nbgrader_config.py`` in ``folder`` (a traitlets ``Config``)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return PyFileConfigLoader(CONFIG, path=str(Path(folder).resolve())).load_config()
 
 
-def solution_path(assignment: str) -> Path:
-    return SOLUTIONS / assignment / f"{assignment}.ipynb"
+def source_of(folder: Path, config) -> Path:
+    """The instructor's notebooks of the course in ``folder``: its ``CourseDirectory.source_directory``."""
+    return folder / config.get("CourseDirectory", {}).get("source_directory", "source")
 
 
-def demo_due() -> dict[str, str]:
-    """The demo class's due dates (UTC), weekly from 2026-09-07 17:00, for its work folder's gradebook; one of
-    its submissions is late."""
-    first = datetime(2026, 9, 7, 17, tzinfo=timezone.utc)
-    return {name: (first + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
-            for number, name in enumerate(assignments())}
+def source_assignments(source: Path) -> list[str]:
+    """The assignments of a course's source: its folders that hold a notebook, by name (nbgrader's layout)."""
+    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) if source.is_dir() else []
+
+
+def copy_source(source: Path, target: Path, ignore: list[str]) -> None:
+    """Copy a course's ``source`` into ``target``, less what ``ignore`` (its ``CourseDirectory.ignore``) names:
+    checkpoints, caches, and files a notebook writes beside itself when it runs. Left out, they neither reach the
+    students nor change what the grader keys the canary's references on."""
+    shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*ignore))

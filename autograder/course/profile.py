@@ -1,15 +1,15 @@
 """What a course adds to grading, learnt in one place: the profile its ``nbgrader_config.py`` names.
 
 Any nbgrader course is graded with the plain :class:`CourseProfile`, which adds nothing; a course whose tests rely
-on helpers of their own names a subclass (``c.Grader.profile = "package.module.Class"``), as this course names
-:class:`DeviceCourse`: the packages its kernels import, what they run first, and the devices each submission is
-checked on. The guard, the zygote and the sandbox read it (:class:`KernelSetup`).
+on helpers of their own names a subclass in its package (``c.Grader.profile = "package.module.Class"``): the
+packages its kernels import, what they run first, the devices each submission is checked on, its demo class and
+the next steps it names. The guard, the zygote and the sandbox read it (:class:`KernelSetup`).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder.course.config import config_of
@@ -27,6 +27,16 @@ class KernelSetup:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class DemoClass:
+    """A course's demo class: the submissions graded when the grader runs from the course's folder without a
+    submissions folder named, their due dates, and who each student is (printed after the table)."""
+
+    submitted: Path
+    due: dict[str, str] = field(default_factory=dict)  # assignment -> due date, as nbgrader reads it
+    who: dict[str, str] = field(default_factory=dict)  # student -> what their submissions show
+
+
 class CourseProfile:
     """The plain profile: a course whose notebooks need nothing but Python and what they import themselves."""
 
@@ -41,6 +51,18 @@ class CourseProfile:
         """The machines some checks ask for that this machine cannot stand for, each with why (the report says)."""
         return []
 
+    def demo_class(self) -> DemoClass | None:
+        """The course's demo class, where it has one."""
+        return None
+
+    def next_steps(self, demo: bool, whole_class: bool) -> list[str]:
+        """What the lines after the table name to open next, besides the feedback, the report and a review: for a
+        grader installed from a wheel, nbgrader's pages and the grader's own commands. ``demo``: the demo class
+        was graded; ``whole_class``: every assignment of every student."""
+        return ["nbgrader formgrader, in the course directory: nbgrader's pages for grading by hand and reviewing, "
+                "the grades this run recorded included",
+                "autograder --help: every verb (feedback again, a course directory for a term, a Dask worker)"]
+
     def course_packages(self) -> list[str]:
         """The course's own packages among the kernel's (``name.*``): their code is part of a reference's key, and
         the sandbox shows their folders where they lie outside the Python environment (an editable install)."""
@@ -49,27 +71,6 @@ class CourseProfile:
     def package_folders(self) -> list[Path]:
         """The folders of :meth:`course_packages`."""
         return [Path(importlib.import_module(name).__file__).resolve().parent for name in self.course_packages()]
-
-
-class DeviceCourse(CourseProfile):
-    """This course: its kernels import torch, ``simdevice`` and ``devcourse``, and every check runs on the device matrix
-    (the CPU, and CUDA or the simulated accelerator), turned on before the student's code runs."""
-
-    kernel = KernelSetup(packages=("numpy", "torch", "torch.nn", "torch.testing", "torch._subclasses.fake_tensor",
-                                   "simdevice.*", "devcourse.*"),
-                         setup="devcourse.grading.device_matrix", plain_tensor="devcourse.grading.is_plain_tensor")
-    stand_ins = ("sim",)
-
-    def devices(self) -> str:
-        from devcourse.grading import device_matrix
-
-        return " ".join(f"{entry.device}{'' if entry.real else ' (simulated)'}" for entry in device_matrix("tensor"))
-
-    def not_checked(self) -> list[str]:
-        from devcourse.grading import not_checked_here
-        from devcourse.machines import MACHINES
-
-        return not_checked_here(machines=tuple(MACHINES))
 
 
 class ProfileError(Exception):

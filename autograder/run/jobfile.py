@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.config import DEFAULT_STUBS
-from autograder.course.paths import checkout
+from autograder.course.paths import course_folder
 from autograder.course.profile import profile_named
 from autograder.prepare.job import Job, prepare
 from autograder.run import cgroups, sandbox
@@ -22,7 +22,7 @@ from autograder.run.jobspec import JobSpec
 from autograder.settings import Settings
 
 # The grader's package, wherever it is installed: a kernel imports its guard, and a course's code may start
-# processes with its fork server. It holds code only (the demo class lies beside it in the checkout).
+# processes with its fork server. It holds code only (a course's files may lie beside it, in a checkout).
 GRADER = Path(__file__).resolve().parents[1]
 
 
@@ -40,9 +40,10 @@ class RunContext:
     stubs: tuple[str, str] = DEFAULT_STUBS  # what nbgrader writes into an answer cell (course.config.answer_stubs)
 
 
-def hidden_checkout() -> list[str]:
-    """The course's checkout, where the grader runs from one: hidden from every kernel (solutions, hidden tests)."""
-    found = checkout()
+def hidden_course() -> list[str]:
+    """The course's folder the grader runs from, where it runs from one: hidden from every kernel (its source,
+    the hidden tests)."""
+    found = course_folder()
     return [str(found)] if found is not None else []
 
 
@@ -50,13 +51,13 @@ def ready(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookN
           run: RunContext, reference: bool = False) -> Path:
     """Prepare ``job`` (:func:`autograder.prepare.job.prepare`) and write its job file for this run; return it.
 
-    The kernel does not see the course's checkout (where the grader runs from one), the work folder, or the
+    The kernel does not see the course's folder (where the grader runs from one), the work folder, or the
     folder of submissions.
     """
     description = prepare(job, source, submitted, submitted_dir, run.guard_name,
                           run.imports[job.assignment][job.notebook], reference, run.stubs,
                           profile_named(run.settings.profile or "").stand_ins)
-    hide = [*hidden_checkout(), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
+    hide = [*hidden_course(), str(job.folder.parents[3]), str(submitted_dir.parents[1])]
     _place(job.folder, description, run.settings, run.isolation, run.ipc_root, hide, run.cgroups)
     return job.folder / "job.json"
 
@@ -105,5 +106,5 @@ def relocate(job_file: Path, settings: Settings, ipc_root: Path, hide: list[str]
     kept = {"guard_name": prepared.guard_name, "recorder_name": prepared.recorder_name, "probes": prepared.probes}
     groups = cgroups.find()  # decided once per process, on a worker as on a grader
     cgroups.sweep(groups)
-    _place(job_file.parent, kept, settings, sandbox.isolation_of(settings), ipc_root, [*hidden_checkout(), *hide],
+    _place(job_file.parent, kept, settings, sandbox.isolation_of(settings), ipc_root, [*hidden_course(), *hide],
            groups)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from autograder.course.config import tool_env
-from autograder.course.paths import ROOT
+from autograder.course.paths import HOME
 from autograder.run.jobspec import JobSpec
 from autograder.run.zygote import ZygoteUnavailable
 from autograder.settings import WALL_PER_PROCESSOR_S, Settings
@@ -84,7 +84,7 @@ def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False, zygot
         process = subprocess.Popen(
             [sys.executable, "-m", "autograder.run.runner", str(job_file), str(os.getpid()),
              *(["--warm"] if warm else [])],
-            cwd=ROOT, stdin=subprocess.PIPE if warm else subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+            cwd=HOME, stdin=subprocess.PIPE if warm else subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
             env=tool_env(), text=True)
         runners.running.add(process)
     return process

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from autograder.cli import grade
-from autograder.course.paths import solution_path
+from devcourse.instructor.paths import solution_path
 import simdevice
 from devcourse import best_device, grading
 

@@ -9,7 +9,7 @@ import nbformat
 
 from autograder.course.cells import is_test, nbgrader_meta
 from autograder.course.config import tool_env
-from autograder.course.paths import COURSE, ROOT, assignments, solution_path
+from devcourse.instructor.paths import COURSE, ROOT, assignments, solution_path
 from devcourse import validation
 
 

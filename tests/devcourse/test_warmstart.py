@@ -223,7 +223,7 @@ import os
 from autograder.inside import guard
 from autograder.run.kernel import source_of
 exec(source_of(guard))
-from autograder.course.profile import DeviceCourse
+from devcourse.instructor.profile import DeviceCourse
 install("_guard_for_test", **DeviceCourse.kernel.as_dict())
 from devcourse import warmstart
 env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COURSE_PROBE="a graded notebook")

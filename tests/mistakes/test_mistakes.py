@@ -32,7 +32,7 @@ import nbformat
 import pytest
 
 from autograder.cli import grade
-from autograder.course.paths import ROOT, solution_path
+from devcourse.instructor.paths import ROOT, solution_path
 
 MISTAKE_BAR = 0.95
 ROUNDS = os.environ.get("COURSE_MISTAKE_ROUNDS", "2")  # a number, or "all"

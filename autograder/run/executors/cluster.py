@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from autograder.course.config import tool_env
-from autograder.course.paths import ROOT
+from autograder.course.paths import HOME
 from autograder.run.executors.base import ClusterError
 
 CONNECT_TIMEOUT_S = 5
@@ -76,7 +76,7 @@ def check_scheduler(address: str) -> None:
         raise ClusterError(f"what answered at {address} is not a Dask scheduler; nothing was graded")
 
 
-def start_process(command: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
+def start_process(command: list[str], log: Path, env: dict | None = None, cwd: Path = HOME) -> subprocess.Popen:
     """``command`` (a scheduler, a worker) as a process of its own session, writing to ``log``.
 
     It gets SIGTERM when this process ends, however that happens (:func:`autograder.run.sandbox.tethered`);

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from autograder.course.config import tool_env
-from autograder.course.paths import ROOT
+from autograder.course.paths import HOME
 from autograder.course.profile import profile_named
 from autograder.run import sandbox
 from autograder.run.cgroups import usable_cores
@@ -127,7 +127,7 @@ def no_zygote(settings: Settings) -> str:
 def new_zygote(settings: Settings) -> Zygote:
     """A zygote with the kernel's environment as it is when its first runner starts (a runner's, started
     fresh then, would have that environment), importing what the course's kernels import."""
-    return Zygote(lambda: kernel_env("/tmp/home", tool_env()), ROOT,
+    return Zygote(lambda: kernel_env("/tmp/home", tool_env()), HOME,
                   profile_named(settings.profile or "").kernel.packages)
 
 

@@ -21,9 +21,10 @@ from support.gradebooks import table_dump
 from traitlets.utils.importstring import import_item
 
 from autograder.cli import grade
-from autograder.course import config, demo, paths
+from autograder.course import config
+from devcourse.instructor import demo, paths
 from autograder.course.cells import grade_ids_of, hidden_test_lines, is_answer, is_test, nbgrader_meta
-from autograder.course.paths import DEMO_CLASS
+from devcourse.instructor.paths import DEMO_CLASS
 from autograder.prepare import scan, submission
 from autograder.prepare.job import strict_comparisons
 from autograder.record.state import STATE
@@ -817,7 +818,7 @@ from autograder.prepare.job import strict_comparisons
 from autograder.inside import guard
 from autograder.run.kernel import source_of
 exec(source_of(guard))
-from autograder.course.profile import DeviceCourse
+from devcourse.instructor.profile import DeviceCourse
 install("_guard_for_test", **DeviceCourse.kernel.as_dict())
 
 class Lying(torch.Tensor):  # says yes to every comparison
@@ -882,7 +883,7 @@ def test_the_key_of_a_reference_is_the_same_whichever_folder_the_grader_starts_i
     """`make grade` starts in the repository's root, an instructor's own command may start elsewhere: the references
     kept on one day must serve the other (the root holds the course's metadata, found there a second time)."""
     code = ("from autograder.judge import reference; "
-            "print(reference.this_machine('autograder.course.profile.DeviceCourse'))")
+            "print(reference.this_machine('devcourse.instructor.profile.DeviceCourse'))")
     root = Path(paths.ROOT)
     env = dict(os.environ, PYTHONPATH=str(root))
     keys = [subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,

@@ -7,7 +7,7 @@ feedback alone must hold:
 * ``silencer`` has no answer: it prints every line of source it can reach and silences every
   error the kernel would show (the attack that earned 2 of 8 points when a test passed by
   printing a completion marker);
-* ``forger`` (the demo class's, see ``autograder.course.forger.FORGER``) has no answer either: its functions
+* ``forger`` (the demo class's, see ``devcourse.instructor.forger.FORGER``) has no answer either: its functions
   return an object that absorbs every use, and a thread of its rewrites the kernel's recorder so
   that every check records True and every value comparison records the expected side the notebook
   pairs with the same expression elsewhere; its errors are silenced too (every test passes in the
@@ -32,7 +32,7 @@ import pytest
 
 from autograder.cli import grade
 from autograder.course.cells import visible_source
-from autograder.course.paths import DEMO_CLASS
+from devcourse.instructor.paths import DEMO_CLASS
 from autograder.settings import Limits, Settings
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course.demo import SUBMITTED
+from devcourse.instructor.demo import SUBMITTED
 from autograder.record.state import STATE, read_state
 from autograder.run import cgroups
 from autograder.run.watch import RUN_MARKER, processes_of

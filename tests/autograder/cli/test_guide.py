@@ -1,9 +1,11 @@
 """What grade prints after its table: only what was chosen, who the demo students are, what to open next."""
 
 from autograder.cli.guide import HOW_TO_READ, guide, shown
-from autograder.course.paths import DEMO_CLASS
-from autograder.course.roster import WHO
+from autograder.course.profile import CourseProfile
 from autograder.settings import Result
+from devcourse.instructor.paths import DEMO_CLASS
+from devcourse.instructor.profile import DeviceCourse
+from devcourse.instructor.roster import WHO
 
 
 def _results() -> list[Result]:
@@ -26,7 +28,7 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
     page.parent.mkdir(parents=True)
     page.write_text("<html></html>")
     table = shown(_results(), ("00", "01"), ())
-    lines = guide(table, tmp_path, demo=True, whole_class=False)
+    lines = guide(table, tmp_path, DeviceCourse(), demo=True, whole_class=False)
     text = "\n".join(lines)
     assert HOW_TO_READ in lines
     assert f"  ada: {WHO['ada']}" in lines and f"  mallory: {WHO['mallory']}" in lines
@@ -34,19 +36,33 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
     assert f"open {page}" in text
     assert "python -m autograder review mallory/00 --release" in text
     assert "make grade ALL=1" in text and "formgrader" in text
-    plain = "\n".join(guide(table, tmp_path, demo=False, whole_class=True))
+    plain = "\n".join(guide(table, tmp_path, DeviceCourse(), demo=False, whole_class=True))
     assert "demo class" not in plain and "ALL=1" not in plain and f"open {page}" in plain
 
 
-def test_installed_from_a_wheel_the_next_steps_name_commands_it_has(tmp_path, monkeypatch):
-    """Without the course's checkout around it there is no docs/ folder and no Makefile: the lines name commands
-    on PATH instead."""
-    from autograder.cli import guide as guide_module
+def test_a_course_without_a_profile_of_its_own_is_shown_the_graders_commands(tmp_path, monkeypatch):
+    """A course with no profile, or this course's installed without its checkout: no docs/ folder and no Makefile
+    around, so the lines name commands on PATH instead, and no student is explained."""
+    from devcourse.instructor import profile
 
-    monkeypatch.setattr(guide_module, "checkout", lambda: None)
-    text = "\n".join(guide(shown(_results(), ("00", "01"), ()), tmp_path, demo=False, whole_class=False))
-    assert "nbgrader formgrader" in text and "autograder --help" in text
-    assert "docs/" not in text and "make " not in text
+    for course in (CourseProfile(), DeviceCourse()):
+        text = "\n".join(guide(shown(_results(), ("00", "01"), ()), tmp_path, course, demo=False, whole_class=False))
+        assert ("make " in text) == isinstance(course, DeviceCourse), text
+    monkeypatch.setattr(profile, "ROOT", tmp_path)  # this course's, installed from a wheel: no checkout
+    for course in (CourseProfile(), DeviceCourse()):
+        text = "\n".join(guide(shown(_results(), ("00", "01"), ()), tmp_path, course, demo=True, whole_class=False))
+        assert "nbgrader formgrader" in text and "autograder --help" in text
+        assert "docs/" not in text and "make " not in text
+    assert "ada:" not in "\n".join(guide(_results(), tmp_path, CourseProfile(), demo=True, whole_class=True))
+
+
+def test_the_feedback_page_named_first_is_of_a_submission_that_lost_some_points(tmp_path):
+    for student, assignment in (("ada", "00"), ("ada", "01"), ("mallory", "01"), ("tony", "02")):
+        page = tmp_path / "feedback" / student / assignment / f"{assignment}.html"
+        page.parent.mkdir(parents=True)
+        page.write_text("<html></html>")
+    text = "\n".join(guide(_results(), tmp_path, CourseProfile(), demo=False, whole_class=True))
+    assert f"open {tmp_path / 'feedback' / 'tony' / '02' / '02.html'}" in text, "3 of 7: passed and failed tests"
 
 
 def test_every_demo_student_is_explained():
@@ -64,7 +80,7 @@ def test_the_header_names_a_machine_the_checks_ask_for_that_this_one_cannot_stan
     from autograder.settings import Settings
 
     args = argparse.Namespace(submitted=DEMO_CLASS, course=None)
-    settings = Settings(jobs=1, profile="autograder.course.profile.DeviceCourse")
+    settings = Settings(jobs=1, profile="devcourse.instructor.profile.DeviceCourse")
     here = grade._header(args, settings, f"sqlite:///{tmp_path}/gradebook.db")
     assert not any(line.startswith("Not checked on this machine") for line in here), "a CPU machine stands for a Mac"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -41,8 +41,8 @@ from support.lab import ARTIFACTS, SECOND, chromium, stop_lab
 from support.servers import free_port, tail
 
 from autograder.course.config import course_config
-from autograder.course.demo import SUBMITTED
-from autograder.course.paths import ROOT
+from devcourse.instructor.demo import SUBMITTED
+from devcourse.instructor.paths import ROOT
 from autograder.run.sandbox import tethered
 
 DOC = ROOT / "docs" / "instructors.md"

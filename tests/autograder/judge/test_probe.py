@@ -11,7 +11,7 @@ import secrets
 import pytest
 import torch
 
-from autograder.course.profile import DeviceCourse
+from devcourse.instructor.profile import DeviceCourse
 from autograder.inside import recorder
 from autograder.judge import compare
 from autograder.prepare import probes

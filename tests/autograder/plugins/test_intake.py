@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 from autograder.course.config import tool_env
-from autograder.course.paths import COURSE, ROOT
+from devcourse.instructor.paths import COURSE, ROOT
 from autograder.plugins.intake import parse
 
 NAME = "00_environment"
@@ -81,7 +81,7 @@ def test_a_renamed_download_is_graded_in_full_and_the_report_says_so(tmp_path):
     import csv
 
     from autograder.cli import grade
-    from autograder.course.paths import DEMO_CLASS
+    from devcourse.instructor.paths import DEMO_CLASS
 
     submitted = tmp_path / "submitted" / "ada" / NAME
     submitted.mkdir(parents=True)

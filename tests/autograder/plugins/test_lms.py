@@ -12,7 +12,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.course.config import tool_env
-from autograder.course.paths import ROOT
+from devcourse.instructor.paths import ROOT
 
 
 @pytest.fixture(scope="module")

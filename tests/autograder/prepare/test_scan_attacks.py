@@ -8,7 +8,7 @@ only on the simulated device by testing ``device.type == "sim"``.
 import nbformat
 import pytest
 
-from autograder.course.profile import DeviceCourse
+from devcourse.instructor.profile import DeviceCourse
 from autograder.prepare import scan
 
 STAND_INS = DeviceCourse.stand_ins

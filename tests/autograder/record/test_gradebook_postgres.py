@@ -22,9 +22,9 @@ import pytest
 from support.servers import PASSWORD, free_port
 
 from autograder.cli import grade
-from autograder.course import demo
+from devcourse.instructor import demo
 from autograder.course.config import course_config
-from autograder.course.paths import DEMO_CLASS
+from devcourse.instructor.paths import DEMO_CLASS
 from autograder.record.gradebook import GradebookLock, grading_environment
 from autograder.run import sandbox
 from autograder.run.watch import alive

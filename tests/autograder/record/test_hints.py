@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.course.paths import solution_path
+from devcourse.instructor.paths import solution_path
 from autograder.record import hints
 from autograder.record.feedback import redact
 

@@ -15,7 +15,7 @@ import pytest
 
 from autograder.cli import grade
 from autograder.cli import review as review_cli
-from autograder.course.demo import SUBMITTED
+from devcourse.instructor.demo import SUBMITTED
 from autograder.record import review
 
 ASSIGNMENT = "00_environment"

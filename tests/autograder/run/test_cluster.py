@@ -33,8 +33,8 @@ from support.lab import stop_lab
 from support.servers import free_port
 
 from autograder.cli import grade
-from autograder.course import demo
-from autograder.course.paths import DEMO_CLASS, ROOT
+from devcourse.instructor import demo
+from devcourse.instructor.paths import DEMO_CLASS, ROOT
 from autograder.run.executors import ClusterError, DaskExecutor, dask
 from autograder.run.executors.cluster import check_scheduler, start_process, start_scheduler, wait_for_workers
 from autograder.settings import Settings

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course.profile import DeviceCourse
+from devcourse.instructor.profile import DeviceCourse
 from autograder.run import sandbox
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -21,8 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course.demo import SUBMITTED
-from autograder.course.profile import DeviceCourse
+from devcourse.instructor.demo import SUBMITTED
+from devcourse.instructor.profile import DeviceCourse
 from autograder.run import watch, zygote
 from autograder.run.watch import RUN_MARKER, processes_of, tree_usage
 

@@ -16,7 +16,7 @@ import time
 import pytest
 from support.system import missing as system_package_missing
 
-from autograder.course.paths import ROOT
+from devcourse.instructor.paths import ROOT
 
 SCRIPT = ROOT / "tools" / "practice-slurm.sh"
 

@@ -12,8 +12,8 @@ import shutil
 import nbformat
 import pytest
 
-from autograder.cli import build as build_cli
-from autograder.course import build, paths
+from devcourse.instructor import cli
+from devcourse.instructor import build, paths
 
 
 @pytest.mark.parametrize("name", paths.assignments())
@@ -60,8 +60,8 @@ def test_times_runs_and_validates_a_notebook_and_names_the_machine():
 def test_times_exits_1_when_a_notebook_is_over_a_limit(monkeypatch, capsys):
     seconds = {"00_environment": (5.0, 8.0), "01_device_placement": (61.0, 8.0), "02_cross_device_errors": (9.0, 31.0)}
     monkeypatch.setattr(build, "timings", seconds.get)
-    assert build_cli.main(["times", "00_environment"]) == 0
-    assert build_cli.main(["times", *seconds]) == 1
+    assert cli.build(["times", "00_environment"]) == 0
+    assert cli.build(["times", *seconds]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].endswith("run over") and lines[-1].endswith("Validate over") and "over" not in lines[-3]
 
@@ -93,6 +93,8 @@ def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_t
     assert fingerprint(copied, recursive=True) == fingerprint(clean, recursive=True)
 
     made = []
-    monkeypatch.setattr(workdir, "copy_solutions", lambda target: made.append(target) or target.mkdir())
-    workdir.open_workdir(tmp_path / "work", None)
-    assert made == [tmp_path / "work" / "source"], "a new work folder copies the solutions another way"
+    monkeypatch.setattr(workdir, "copy_source", lambda source, target, ignore: made.append((source, target, ignore))
+                        or target.mkdir())
+    workdir.open_workdir(tmp_path / "work", None)  # run from the course's checkout, as the tests are
+    assert made == [(paths.SOLUTIONS, tmp_path / "work" / "source", list(build.course_config().CourseDirectory.ignore))
+                    ], "a new work folder copies the solutions another way"

@@ -3,7 +3,7 @@
 ``solutions/NN_topic/NN_topic.ipynb`` is the only notebook edited by hand. From it come the stored outputs nbval
 compares (:func:`execute`), the student version in ``course/`` (:func:`generate_course`), and a student version
 that keeps the hidden tests (:func:`student_version`), which must fail every test. See
-``python -m autograder build --help``.
+``autograder build --help``.
 """
 
 from __future__ import annotations
@@ -19,21 +19,22 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import has_hidden, is_test, nbgrader_meta
-from autograder.course.config import course_config, tool_env
-from autograder.course.paths import COURSE, ROOT, SOLUTIONS, STUDENTS_GUIDE, assignments, solution_path
+from autograder.course.config import tool_env
+from autograder.course.paths import config_in, copy_source
+from devcourse.instructor.paths import COURSE, ROOT, SOLUTIONS, STUDENTS_GUIDE, assignments, solution_path
 
 CELL_TIMEOUT_S = 120
 
 
-def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
-    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores.
+def course_config():
+    """This course's nbgrader settings, from its checkout's ``nbgrader_config.py`` (a traitlets ``Config``)."""
+    return config_in(ROOT)
 
-    ``CourseDirectory.ignore`` names checkpoints, caches and the files a notebook writes beside itself when it
-    runs (08's memory picture): left out, they neither reach the students nor change what the grader keys the
-    canary's references on.
-    """
-    shutil.copytree(source, target, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(*course_config().CourseDirectory.ignore))
+
+def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
+    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores (the
+    files a notebook writes beside itself when it runs, 08's memory picture), as the grader copies a source."""
+    copy_source(source, target, list(course_config().CourseDirectory.ignore))
 
 
 def execute(path: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from autograder.course.config import tool_env
-from autograder.course.paths import ROOT
+from devcourse.instructor.paths import ROOT
 
 GPU_REPORT = ROOT / "docs" / "gpu-log.md"  # the runs' log; docs/gpu-report.md sums it up
 DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
@@ -175,11 +175,12 @@ def check_mistakes(ctx: Context) -> Check:
 def check_grading(ctx: Context) -> Check:
     """The demo class graded with CUDA in the device matrix, scores compared with ``expected_scores.csv``."""
     from autograder import batch
-    from autograder.course.demo import unexpected_scores
     from autograder.record.report import format_table
     from devcourse.grading import device_matrix
+    from devcourse.instructor.demo import unexpected_scores
+    from devcourse.instructor.paths import DEMO_CLASS
 
-    results = batch.grade(workdir=WORKDIR / "grade")
+    results = batch.grade(DEMO_CLASS, WORKDIR / "grade")
     wrong = unexpected_scores(results)
     devices = ", ".join(str(d) for d in device_matrix("tensor"))
     body = [f"Device matrix: {devices}", "", "```", format_table(results), "```"]
@@ -266,8 +267,8 @@ def check_cluster(ctx: Context) -> Check:
     from distributed import Client
 
     from autograder import batch
-    from autograder.course.demo import unexpected_scores
-    from autograder.course.paths import DEMO_CLASS
+    from devcourse.instructor.demo import unexpected_scores
+    from devcourse.instructor.paths import DEMO_CLASS
     from autograder.record.report import format_table
     from autograder.run.executors.cluster import (
         RAN_ON,

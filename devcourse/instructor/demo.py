@@ -1,15 +1,8 @@
-"""The demo class: a few students whose submissions ``make grade`` grades.
-
-Each student is a policy for filling the answer cells of the student
-versions in ``course/``: the instructor's solution, nothing at all, or
-answers written out below with the mistakes students really make. The
-submissions are built from those and committed under
-``demo_class/submitted/<student>/<assignment>/``; a test
-rebuilds them and fails on any difference, and another grades them and
-compares with ``expected_scores.csv``.
-
-Run ``python -m autograder demo`` from the repository root to rebuild them
-after changing a notebook.
+"""The demo class: a few students whose submissions ``make grade`` grades, each a policy for filling the answer
+cells of the student versions in ``course/`` (:mod:`.roster`): the instructor's solution, nothing, or answers with
+the mistakes students really make. :func:`build` writes them under ``demo_class/submitted/<student>/<assignment>/``
+(``autograder demo``, after a notebook changed); a test rebuilds them and fails on any difference, another grades
+them and compares with ``expected_scores.csv``.
 """
 
 from __future__ import annotations
@@ -21,14 +14,12 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.course.forger import forged
-from autograder.course.roster import FORGED, LATE_HOURS, ROSTER, SOLUTION, STUB, TAMPER
-from autograder.course.paths import COURSE, ROOT, assignments, demo_due, solution_path
+from devcourse.instructor.forger import forged
+from devcourse.instructor.roster import FORGED, LATE_HOURS, ROSTER, SOLUTION, STUB, TAMPER
 from autograder.settings import score_text
+from devcourse.instructor.paths import COURSE, DEMO_CLASS, EXPECTED_SCORES, assignments, demo_due, solution_path
 
-DEMO_DIR = ROOT / "demo_class"
-SUBMITTED = DEMO_DIR / "submitted"
-EXPECTED_SCORES = DEMO_DIR / "expected_scores.csv"
+SUBMITTED = DEMO_CLASS
 
 
 def unexpected_scores(results) -> list[str]:

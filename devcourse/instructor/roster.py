@@ -1,4 +1,4 @@
-"""The demo class's students: for each, what they hand in for each assignment, as :mod:`autograder.course.demo`
+"""The demo class's students: for each, what they hand in for each assignment, as :mod:`devcourse.instructor.demo`
 fills it into the student versions. The instructor's solution, nothing at all, answers with the mistakes students
 really make, and submissions that attack the grader or break (each earns only what its honest answers earn).
 """
@@ -10,7 +10,7 @@ import textwrap
 import nbformat
 
 from autograder.course.cells import is_test
-from autograder.course.paths import COURSE, assignments
+from devcourse.instructor.paths import COURSE, assignments
 
 
 def _code(source: str) -> str:

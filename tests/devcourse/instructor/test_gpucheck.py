@@ -5,15 +5,15 @@ import re
 import pytest
 import torch
 
-from autograder.checks import gpu as gpucheck
-from autograder.cli import gpucheck as gpu_check
+from devcourse.instructor import gpucheck
+from devcourse.instructor import cli
 
 NO_GPU = not torch.cuda.is_available()
 
 
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
 def test_without_cuda_it_stops_at_once_and_says_why(capsys, tmp_path):
-    assert gpu_check.main(["--report", str(tmp_path / "r.md")]) == 2
+    assert cli.gpu_check(["--report", str(tmp_path / "r.md")]) == 2
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and "--dry-run" in err
     assert not (tmp_path / "r.md").exists()
@@ -22,7 +22,7 @@ def test_without_cuda_it_stops_at_once_and_says_why(capsys, tmp_path):
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
 def test_a_dry_run_rehearses_and_marks_gpu_checks_not_run(tmp_path):
     report = tmp_path / "dry.md"
-    assert gpu_check.main(["--dry-run", "--only", "environment,ddp,amp,loading", "--report", str(report)]) == 0
+    assert cli.gpu_check(["--dry-run", "--only", "environment,ddp,amp,loading", "--report", str(report)]) == 0
     text = report.read_text()
     assert text.startswith("# GPU check, dry run on a machine without a GPU")
     assert "Nothing here was measured on a GPU" in text
@@ -34,12 +34,12 @@ def test_a_dry_run_rehearses_and_marks_gpu_checks_not_run(tmp_path):
 @pytest.mark.skipif(not NO_GPU, reason="describes a machine without CUDA")
 def test_a_dry_run_never_writes_the_gpu_report():
     with pytest.raises(SystemExit):
-        gpu_check.main(["--dry-run", "--only", "environment", "--report", str(gpucheck.GPU_REPORT)])
+        cli.gpu_check(["--dry-run", "--only", "environment", "--report", str(gpucheck.GPU_REPORT)])
 
 
 def test_unknown_checks_are_refused():
     with pytest.raises(SystemExit):
-        gpu_check.main(["--dry-run", "--only", "environment,benchmarks"])
+        cli.gpu_check(["--dry-run", "--only", "environment,benchmarks"])
 
 
 def test_a_check_that_raises_is_reported_as_failed_and_the_rest_run(monkeypatch):
@@ -71,7 +71,7 @@ def test_the_report_is_rewritten_after_each_check_so_a_stopped_run_keeps_what_it
 
     monkeypatch.setitem(gpucheck.CHECKS, "amp", stopped)
     with pytest.raises(KeyboardInterrupt):
-        gpu_check.main(["--dry-run", "--only", "environment,amp", "--report", str(report)])
+        cli.gpu_check(["--dry-run", "--only", "environment,amp", "--report", str(report)])
     assert "| environment | not run |" in seen[0] and "| amp |" not in seen[0]
 
 
@@ -83,7 +83,7 @@ def test_make_gpu_check_installs_where_the_sandbox_lets_kernels_import_from(monk
     import subprocess
     import sys
 
-    from autograder.course.paths import ROOT
+    from devcourse.instructor.paths import ROOT
     from autograder.run import sandbox
 
     home = tmp_path / "home"
@@ -110,7 +110,7 @@ def test_unexpected_scores_names_each_row_that_differs_from_expected_scores_csv(
     """The comparison gpu-check and slurm-check judge a run by: withheld and ungraded rows as the CSV writes them."""
     import csv
 
-    from autograder.course.demo import EXPECTED_SCORES, unexpected_scores
+    from devcourse.instructor.demo import EXPECTED_SCORES, unexpected_scores
     from autograder.settings import Result
 
     with EXPECTED_SCORES.open() as handle:

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from autograder.checks import slurm as slurmcheck
-from autograder.cli import slurmcheck as slurm_check
-from autograder.course.paths import ROOT
+from devcourse.instructor import slurmcheck
+from devcourse.instructor import cli
+from devcourse.instructor.paths import ROOT
 
 DOCS = ROOT / "docs" / "cluster.md"
 
@@ -37,13 +37,13 @@ def test_with_gpu_each_job_asks_slurm_for_a_gpu_and_its_worker_offers_the_resour
 
 def test_without_sbatch_it_says_so_and_submits_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch there
-    assert slurm_check.main(["--workdir", str(tmp_path / "work")]) == 2
+    assert cli.slurm_check(["--workdir", str(tmp_path / "work")]) == 2
     assert "sbatch is not on the PATH" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
 
 
 def test_print_job_script_prints_the_script_it_would_submit(tmp_path, capsys):
-    assert slurm_check.main(["--print-job-script", "--gpu", "--queue", "gpu", "--workdir", str(tmp_path)]) == 0
+    assert cli.slurm_check(["--print-job-script", "--gpu", "--queue", "gpu", "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("#!/usr/bin/env bash") and "#SBATCH -p gpu" in out and "--gres=gpu:1" in out
 
@@ -103,7 +103,7 @@ def test_a_job_script_slurm_refuses_stops_the_check_before_anything_is_submitted
                       "exit 1\n")
     sbatch.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert slurm_check.main(["--queue", "nosuch", "--workdir", str(tmp_path / "work")]) == 2
+    assert cli.slurm_check(["--queue", "nosuch", "--workdir", str(tmp_path / "work")]) == 2
     err = capsys.readouterr().err
     assert "sbatch refuses the workers' job script: invalid partition specified: nosuch" in err
     assert all(line.startswith("--test-only ") for line in calls.read_text().splitlines())

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.course.paths import ROOT
+from devcourse.instructor.paths import ROOT
 
 WORKDIR = ROOT / "build" / "slurm-check"
 JOB_NAME = "course-grader"
@@ -154,8 +154,8 @@ def check(args) -> int:
     from distributed import Client
 
     from autograder import batch
-    from autograder.course.demo import unexpected_scores
-    from autograder.course.paths import DEMO_CLASS
+    from devcourse.instructor.demo import unexpected_scores
+    from devcourse.instructor.paths import DEMO_CLASS
     from autograder.run.executors.cluster import jobs_per_worker, runner_sees
     from autograder.settings import Settings
 
