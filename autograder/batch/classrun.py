@@ -6,6 +6,7 @@ import secrets
 import shutil
 import time
 from concurrent.futures import as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -31,6 +32,20 @@ from autograder.run.jobfile import RunContext, ready
 from autograder.settings import Pair, Settings
 
 
+@dataclass
+class Submission:
+    """One pair of the class as this run finds and grades it: what it is, what the run does with it, what it got."""
+
+    pair: Pair
+    fingerprint: str | None = None  # its folder's, as this run found it; None: not handed in
+    earlier: bool = False  # graded by an earlier run, unchanged since (or not chosen): not graded again
+    before: bool = False  # to grade, and an earlier run left something of it: cleared once the canary passed
+    cleared: bool = False  # what an earlier run kept of it is gone: graded afresh
+    notes: list[str] = field(default_factory=list)  # what the instructor reads beside its score
+    jobs: list[Job] = field(default_factory=list)  # one per notebook submitted to the executor
+    remaining: int = 0  # of its jobs, those not judged yet
+    graded: bool = False  # its scores and feedback are in (state.json says so), or an earlier run's are
+
 
 class ClassRun:
     """What one run knows as it goes: the course, who is graded, the jobs under way, and what each pair got."""
@@ -44,16 +59,19 @@ class ClassRun:
         self.api = nbgrader_api(workdir, db_url)
         self.course_id = course_directory(workdir).course_id
         self.submitted = workdir / "submitted"
-        self.notes: dict[Pair, list[str]] = {}
-        self.earlier: set[Pair] = set()  # graded by an earlier run, unchanged since
-        self.todo: list[Pair] = []
-        self.before: list[Pair] = []  # of todo, what an earlier run left something of: cleared once the canary passed
-        self.prints: dict[Pair, str] = {}  # each submission folder's fingerprint as this run found it
-        self.cleared: set[Pair] = set()  # what an earlier run kept of these is gone: graded afresh
-        self.jobs: dict[Pair, list[Job]] = {}
-        self.remaining: dict[Pair, int] = {}
-        self.graded: set[Pair] = set()
-        self.futures: dict = {}
+        # the course (read_course): its assignments, their source notebooks, grade ids and hidden test lines
+        self.names: list[str] = []
+        self.sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
+        self.grade_ids: dict[str, set[str]] = {}
+        self.hidden: dict[str, set[str]] = {}
+        self.run: RunContext | None = None  # what every job of the run shares
+        # who is graded (choose): every pair of the class, and those this run grades, in the order it submits them
+        self.students: list[str] = []
+        self.chosen_names: list[str] = []
+        self.canary_names: list[str] = []
+        self.submissions: dict[Pair, Submission] = {}
+        self.todo: list[Submission] = []
+        self.futures: dict = {}  # the executor's future -> its Job
         self.reached = 0  # the pairs of todo whose jobs are prepared and submitted
         self.handling_s = 0.0  # this process's own time per finished job: what workers cannot share
         self.feedback: FeedbackApart | None = None
@@ -98,20 +116,24 @@ class ClassRun:
         self.chosen_names = [n for n in self.names if not settings.assignments or n in settings.assignments]
         for student in self.students:
             for name in self.names:
+                pair = Pair(student, name)
+                submission = self.submissions[pair] = Submission(pair)
                 folder = self.submitted / student / name
                 if not folder.is_dir():
-                    self.notes[student, name] = ["not submitted"]
+                    submission.notes.append("not submitted")
                     continue
-                self.prints[student, name] = fingerprint(folder, recursive=True)
-                key = Pair(student, name).key
-                changed = state.graded.get(key) != self.prints[student, name]
+                submission.fingerprint = fingerprint(folder, recursive=True)
+                changed = state.graded.get(pair.key) != submission.fingerprint
                 if student in chosen_students and name in self.chosen_names and (settings.regrade or changed):
-                    self.todo.append((student, name))
-                elif key in state.graded:
-                    self.earlier.add((student, name))
+                    self.todo.append(submission)
+                elif pair.key in state.graded:
+                    submission.earlier = submission.graded = True
                 else:
-                    self.notes[student, name] = ["not graded yet"]
-        self.graded = set(self.earlier)
+                    submission.notes.append("not graded yet")
+
+    def graded_pairs(self) -> list[Pair]:
+        """The pairs graded, by this run or an earlier one."""
+        return sorted(s.pair for s in self.submissions.values() if s.graded)
 
     # ---- 3. the references: the instructor's solutions run first, in the same sandbox
     def start_references(self) -> None:
@@ -119,19 +141,21 @@ class ClassRun:
         solution notebook would otherwise keep every worker waiting). A pair an earlier run graded keeps what that
         run left until the canary has passed: a failed canary loses nothing."""
         self.canary_names = (self.chosen_names if self.settings.canary == "all"
-                             else sorted({name for _, name in self.todo}))
+                             else sorted({s.pair.assignment for s in self.todo}))
         self.pending = reference.start([(name, notebook, nb) for name in self.canary_names
                                         for notebook, nb in self.sources[name].items()], self.workdir, self.run)
-        self.before = [pair for pair in self.todo if has_earlier(self.workdir, self.state, pair)]
-        self.todo = [pair for pair in self.todo if pair not in self.before] + self.before
-        self._clear(self.todo[:len(self.todo) - len(self.before)])  # new pairs: at most a stopped run's job folders
+        for submission in self.todo:
+            submission.before = has_earlier(self.workdir, self.state, submission.pair)
+        self.todo = [s for s in self.todo if not s.before] + [s for s in self.todo if s.before]
+        self._clear([s for s in self.todo if not s.before])  # new pairs: at most a stopped run's job folders
 
-    def _clear(self, pairs: list[Pair]) -> None:
-        for student, name in pairs:
-            self.state.forget(Pair(student, name).key)
+    def _clear(self, submissions: list[Submission]) -> None:
+        for submission in submissions:
+            student, name = submission.pair
+            self.state.forget(submission.pair.key)
             shutil.rmtree(self.workdir / EXECUTED / student / name, ignore_errors=True)
             shutil.rmtree(self.workdir / "jobs" / student / name, ignore_errors=True)
-            self.cleared.add((student, name))
+            submission.cleared = True
         write_state(self.workdir, self.state)
 
     def open_feedback(self) -> None:
@@ -149,36 +173,38 @@ class ClassRun:
     def submit(self) -> None:
         """Each job goes to the executor as soon as it is prepared: the first runs while the rest are prepared
         (a class of a thousand has thousands), and nbgrader's release is made while they run."""
-        for index, (student, name) in enumerate(self.todo):
-            if index == len(self.todo) - len(self.before):
+        new = sum(not s.before for s in self.todo)
+        for index, submission in enumerate(self.todo):
+            if index == new:
                 self.pending.result()
-                self._clear(self.before)
-            self._submit_pair(student, name)
+                self._clear(self.todo[new:])
+            self._submit_pair(submission)
             self.reached += 1
         self.references = self.pending.result()
 
-    def _submit_pair(self, student: str, name: str) -> None:
-        folder, pair = self.submitted / student / name, (student, name)
+    def _submit_pair(self, submission: Submission) -> None:
+        (student, name), notes = submission.pair, submission.notes
+        folder = self.submitted / student / name
         others = {a: ids for a, ids in self.grade_ids.items() if a != name}
         for notebook, source in self.sources[name].items():
             path = submitted_notebook(folder, notebook)
             if path is None:
-                self.notes.setdefault(pair, []).append(f"{notebook}.ipynb missing: 0 points for it")
+                notes.append(f"{notebook}.ipynb missing: 0 points for it")
                 continue
             if path.name != f"{notebook}.ipynb":
-                self.notes.setdefault(pair, []).append(f"graded {path.name} as {notebook}.ipynb")
+                notes.append(f"graded {path.name} as {notebook}.ipynb")
             try:
                 nb = read_submission(path, grade_ids_of(source), others)
             except OverLimit as error:  # graded without an answer: 0 points, and its gradebook entry says so
-                self.notes.setdefault(pair, []).append(str(error))
+                notes.append(str(error))
                 nb = nbformat.v4.new_notebook(metadata=source.metadata)
             except SubmissionError as error:
-                self.notes.setdefault(pair, []).append(f"not graded: {error}")
+                notes.append(f"not graded: {error}")
                 continue
             job = Job(student, name, notebook, self.workdir / "jobs" / student / name / notebook)
             job_file = ready(job, source, nb, folder, self.run)
-            self.jobs.setdefault(pair, []).append(job)
-            self.remaining[pair] = self.remaining.get(pair, 0) + 1
+            submission.jobs.append(job)
+            submission.remaining += 1
             self.futures[self.executor.submit(job_file)] = job
 
     # ---- 5. nbgrader's release and gradebook entries, only of what this run grades
@@ -202,11 +228,11 @@ class ClassRun:
                 raise future.exception()
             began = time.monotonic()
             job = self.futures[future]
-            self._judge(job)
-            pair = (job.student, job.assignment)
-            self.remaining[pair] -= 1
-            if self.remaining[pair] == 0:  # its scores and feedback, while the pool runs the next notebooks
-                self._autograde(pair)
+            submission = self.submissions[Pair(job.student, job.assignment)]
+            self._judge(job, submission.notes)
+            submission.remaining -= 1
+            if submission.remaining == 0:  # its scores and feedback, while the pool runs the next notebooks
+                self._autograde(submission.pair)
             if self.feedback is not None:  # the pages made so far; at most depth - 1 left waiting
                 self.feedback.deliver(self._record, INTERRUPTS.holding, keep=self.feedback.depth - 1)
             progress.step(Pair(job.student, job.assignment).key)
@@ -214,9 +240,8 @@ class ClassRun:
         if self.feedback is not None:
             self.feedback.deliver(self._record, INTERRUPTS.holding)
 
-    def _judge(self, job: Job) -> None:
+    def _judge(self, job: Job, notes: list[str]) -> None:
         """The job's verdict, written where nbgrader's autograde reads it, with the notes its run leaves."""
-        pair, notes = (job.student, job.assignment), self.notes
         executed = judge(job, self.sources[job.assignment][job.notebook],
                          self.references[job.assignment][job.notebook])
         target = self.workdir / EXECUTED / job.student / job.assignment
@@ -226,13 +251,11 @@ class ClassRun:
             if (self.submitted / job.student / job.assignment / kept).is_file():
                 shutil.copy2(self.submitted / job.student / job.assignment / kept, target / kept)
         if job.status.stopped:
-            notes.setdefault(pair, []).append(f"{job.notebook}: stopped, {job.status.stopped}")
+            notes.append(f"{job.notebook}: stopped, {job.status.stopped}")
         if job.status.disk_full:
-            notes.setdefault(pair, []).append(f"{job.notebook}: filled the disk limit of "
-                                              f"{job.status.disk_full} MiB (writes past it failed)")
+            notes.append(f"{job.notebook}: filled the disk limit of {job.status.disk_full} MiB (writes past it failed)")
         if job.findings:
-            notes.setdefault(pair, []).append(f"{job.notebook}: score withheld for review, "
-                                              + "; ".join(job.findings[:3]))
+            notes.append(f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3]))
             withheld = self.state.withheld.setdefault(Pair(job.student, job.assignment).key, {})
             withheld[job.notebook] = job.findings
 
@@ -242,7 +265,7 @@ class ClassRun:
             with self.lock.held():
                 outcome = self.api.autograde(name, student, force=True, create=True)
             if not outcome["success"]:
-                self.notes.setdefault(pair, []).append("not graded: " + failure_of(outcome))
+                self.submissions[pair].notes.append("not graded: " + failure_of(outcome))
                 return
             key = Pair(student, name).key
             if key in self.state.withheld:
@@ -258,13 +281,13 @@ class ClassRun:
 
     def _record(self, pair: Pair, pair_notes: list[str]) -> None:
         """The pair's scores and feedback are in: it is graded (state.json says so from here)."""
-        key = Pair(*pair).key
-        self.graded.add(pair)
-        if pair_notes:
-            self.notes.setdefault(pair, []).extend(pair_notes)
-        self.state.graded[key] = self.prints[pair]
-        self.state.rows[key] = {"note": "; ".join(self.notes.get(pair, [])),
-                                "seconds": round(sum(j.status.seconds for j in self.jobs[pair]), 1)}
+        submission = self.submissions[Pair(*pair)]
+        key = submission.pair.key
+        submission.graded = True
+        submission.notes.extend(pair_notes)
+        self.state.graded[key] = submission.fingerprint
+        self.state.rows[key] = {"note": "; ".join(submission.notes),
+                                "seconds": round(sum(j.status.seconds for j in submission.jobs), 1)}
         journal_pair(self.workdir, self.state, key)
 
     # ---- 7. the end: a run stopped, a run that failed, or a run done
@@ -272,7 +295,8 @@ class ClassRun:
         """A run stopped (a signal, a cluster that could not run a job): what was graded stays graded."""
         self.executor.stop()
         self.pending.close()
-        unfinished = {pair for pair, left in self.remaining.items() if left} | set(self.todo[self.reached:])
+        unfinished = ({s.pair for s in self.submissions.values() if s.remaining}
+                      | {s.pair for s in self.todo[self.reached:]})
         if self.feedback is not None:  # the pairs nbgrader has graded get their pages (a few, a second or so each)
             try:
                 self.feedback.deliver(self._record, INTERRUPTS.holding)
@@ -280,11 +304,11 @@ class ClassRun:
                 pass
             unfinished |= set(self.feedback.close())
         unfinished = sorted(unfinished)
-        discard(self.workdir, [pair for pair in unfinished if pair in self.cleared])
+        discard(self.workdir, [pair for pair in unfinished if self.submissions[Pair(*pair)].cleared])
         write_state(self.workdir, self.state)  # the pairs graded before the stop, in state.json itself
         if isinstance(error, ClusterError):
-            return GradingStopped(0, sorted(self.graded), unfinished, reason=f"grading stopped: {error}")
-        return GradingStopped(INTERRUPTS.received, sorted(self.graded), unfinished)
+            return GradingStopped(0, self.graded_pairs(), unfinished, reason=f"grading stopped: {error}")
+        return GradingStopped(INTERRUPTS.received, self.graded_pairs(), unfinished)
 
     def failed(self) -> None:
         """A failed canary, a release nbgrader cannot make: no job goes on without the run."""
@@ -293,7 +317,7 @@ class ClassRun:
             self.pending.close()
         if self.feedback is not None:
             self.feedback.close()
-        discard(self.workdir, [pair for pair, left in self.remaining.items() if left and pair in self.cleared])
+        discard(self.workdir, [s.pair for s in self.submissions.values() if s.remaining and s.cleared])
 
     def finish(self) -> None:
         if self.feedback is not None:

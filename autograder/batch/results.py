@@ -24,32 +24,32 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
     state = run.state
     # nbgrader's maximum, also of an assignment it has not generated
     max_score = sum(max_points(nb) for nb in run.sources[name].values())
-    pair = Pair(student, name)
-    key = pair.key
-    notes = list(run.notes.get(pair, []))
-    jobs = run.jobs.get(pair, [])
+    submission = run.submissions[Pair(student, name)]
+    key = submission.pair.key
+    notes = list(submission.notes)
+    jobs = submission.jobs
     seconds = sum(j.status.seconds for j in jobs)
-    if pair in run.earlier:
+    if submission.earlier:
         row = state.rows.get(key, {})
         notes = [row["note"]] if row.get("note") else []
-        changed = state.graded[key] != run.prints[pair]
+        changed = state.graded[key] != submission.fingerprint
         notes.append("graded by an earlier run" + (", changed since" if changed else ""))
         seconds = row.get("seconds", 0.0)
     score = None
-    if pair in run.graded:
+    if submission.graded:
         try:
-            submission = gradebook.find_submission(name, student)
+            entry = gradebook.find_submission(name, student)
         except MissingEntry:
             notes.append("not graded: no submission in the gradebook")
         else:
-            score = submission.score
-            if submission.late_submission_penalty:
-                notes.append(f"late by {late_text(submission.total_seconds_late)}: "
-                             f"-{submission.late_submission_penalty:g} points")
-            by_hand = hand_graded_points_left(submission)
+            score = entry.score
+            if entry.late_submission_penalty:
+                notes.append(f"late by {late_text(entry.total_seconds_late)}: "
+                             f"-{entry.late_submission_penalty:g} points")
+            by_hand = hand_graded_points_left(entry)
             if by_hand:
                 notes.append(f"{by_hand:g} points of written answers to grade by hand (formgrader)")
-    withheld = key in state.withheld and pair in run.graded
+    withheld = key in state.withheld and submission.graded
     if withheld:
         notes.append(f"review: python -m autograder review {key} --release (or --confirm), or in formgrader")
     ran = any(j.status.seconds for j in jobs)

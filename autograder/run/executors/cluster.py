@@ -80,7 +80,7 @@ def start_process(command: list[str], log: Path, env: dict | None = None, cwd: P
     """``command`` (a scheduler, a worker) as a process of its own session, writing to ``log``.
 
     It gets SIGTERM when this process ends, however that happens (:func:`autograder.run.sandbox.tethered`);
-    ``env`` defaults to :func:`autograder.course.build.tool_env`. End it with :func:`stop_group`.
+    ``env`` defaults to :func:`autograder.course.config.tool_env`. End it with :func:`stop_group`.
     """
     from autograder.run.sandbox import tethered
 
