@@ -7,50 +7,26 @@ needs no GPU runs, the rest is marked not run, and the report goes to ``build/gp
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
 import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from autograder.course.config import tool_env
+from devcourse.instructor.gpucluster import check_cluster
+from devcourse.instructor.gpureport import DRY_RUN_REPORT, GPU_REPORT, WORKDIR, Check, Context, render
 from devcourse.instructor.paths import ROOT
 
-GPU_REPORT = ROOT / "docs" / "gpu-log.md"  # the runs' log; docs/gpu-report.md sums it up
-DRY_RUN_REPORT = ROOT / "build" / "gpu-report-dry-run.md"
-WORKDIR = ROOT / "build" / "gpu-check"
+__all__ = ["CHECKS", "DRY_RUN_REPORT", "GPU_REPORT", "STEPS", "Check", "Context", "render", "run"]
+
 STEPS = ("environment", "notebooks", "grading", "ddp", "amp", "loading", "cluster", "mistakes")
 MISTAKES_TESTS = ROOT / "tests" / "mistakes" / "test_mistakes.py"
-CLUSTER_ASSIGNMENTS = ("01_device_placement", "07_multi_device_training")
-
-
-@dataclass
-class Check:
-    """One check's outcome: ``passed``, ``failed`` or ``not run``, with a markdown body."""
-
-    name: str
-    status: str
-    summary: str
-    details: list[str] = field(default_factory=list)
-    seconds: float | None = None  # how long the check took, set by run()
-
-
-class Context:
-    """What the checks need to know about this run."""
-
-    def __init__(self, dry_run: bool, size_mib: int):
-        self.cuda = torch.cuda.is_available()
-        self.dry_run = dry_run
-        self.size_mib = size_mib
-        self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
-        WORKDIR.mkdir(parents=True, exist_ok=True)
 
 
 def check_environment(ctx: Context) -> Check:
@@ -260,74 +236,6 @@ def check_loading(ctx: Context) -> Check:
                  ["```", format_table(results), "```"])
 
 
-def check_cluster(ctx: Context) -> Check:
-    """Part of the demo class (``CLUSTER_ASSIGNMENTS``) graded through a real Dask scheduler with ``--gpu-jobs``,
-    by a worker started with ``--gpu 0`` beside one without the GPU resource: every job must run on the GPU
-    worker, whose runners see only its GPU, with the expected scores."""
-    from distributed import Client
-
-    from autograder import batch
-    from devcourse.instructor.demo import unexpected_scores
-    from devcourse.instructor.paths import DEMO_CLASS
-    from autograder.record.report import format_table
-    from autograder.run.executors.cluster import (
-        RAN_ON,
-        jobs_per_worker,
-        runner_sees,
-        start_process,
-        start_scheduler,
-        stop_group,
-        wait_for_workers,
-    )
-    from autograder.settings import Settings
-
-    folder = WORKDIR / "cluster"
-    folder.mkdir(parents=True, exist_ok=True)
-    scheduler, address = start_scheduler(folder / "scheduler.log")
-    processes = [scheduler]
-    try:
-        worker = [sys.executable, "-m", "autograder", "worker", address]
-        processes.append(start_process(worker + ["--gpu", "0", "--nthreads", "4", "--name", "gpu0"],
-                                       folder / "gpu0.log"))
-        processes.append(start_process(worker + ["--nthreads", "2", "--name", "cpu-only"], folder / "cpu-only.log"))
-        with Client(address, timeout=30, set_as_default=False) as client:
-            wait_for_workers(client, {"gpu0", "cpu-only"}, timeout_s=90)
-            sees = client.submit(runner_sees, resources={"GPU": 1}, pure=False).result(timeout=180)
-        settings = Settings(scheduler=address, gpu_jobs=True, assignments=CLUSTER_ASSIGNMENTS, progress=False,
-                            feedback=False)
-        started = time.monotonic()
-        results = [r for r in batch.grade(DEMO_CLASS, folder / "work", settings) if r.assignment in CLUSTER_ASSIGNMENTS]
-        seconds = time.monotonic() - started
-    finally:
-        for process in reversed(processes):
-            stop_group(process)
-    wrong = unexpected_scores(results)
-    ran_on = jobs_per_worker(folder / "work")
-    # The values the checks saw, kept per job by the grader: a CUDA tensor or device among them shows that the
-    # kernel in the job's sandbox ran checks on the GPU (on a machine without one they show sim:0 and sim:1).
-    observed = sorted((folder / "work").glob("jobs/*/*/*/observations.json"))
-    on_gpu = sum('"cuda:' in path.read_text() for path in observed)
-    body = ["Scheduler and workers: separate processes on this machine; `gpu0` started with "
-            "`python -m autograder worker ADDRESS --gpu 0 --nthreads 4`, `cpu-only` without `--gpu`.",
-            f"- a process started by `gpu0` sees: {sees}",
-            f"- jobs per worker (`{RAN_ON}`): {ran_on}",
-            f"- jobs whose checks saw a CUDA device (`observations.json`): {on_gpu} of {len(observed)}",
-            f"- {len(results)} rows of {', '.join(CLUSTER_ASSIGNMENTS)} graded in {seconds:.1f} s "
-            f"(submitted notebooks and each assignment's solution, the canary)",
-            "", "```", format_table(results), "```"]
-    if wrong:
-        body += ["", "Scores that differ from expected_scores.csv:", *(f"- {w}" for w in wrong)]
-    routed = set(ran_on) == {"gpu0"} and sum(ran_on.values()) >= sum(r.score is not None for r in results)
-    pinned = sees.get("CUDA_VISIBLE_DEVICES") == "0" and sees.get("device_count") == (1 if ctx.cuda else 0)
-    good = routed and pinned and not wrong and results and (on_gpu > 0 or not ctx.cuda)
-    summary = (f"{len(results)} rows, jobs per worker {ran_on}, runner sees CUDA_VISIBLE_DEVICES="
-               f"{sees.get('CUDA_VISIBLE_DEVICES')} and {sees.get('device_count')} GPU(s), checks on CUDA in "
-               f"{on_gpu} of {len(observed)} jobs; {len(wrong)} unexpected scores")
-    if not ctx.cuda:
-        return Check("cluster", "not run" if good else "failed", "rehearsed on the CPU: " + summary, body)
-    return Check("cluster", "passed" if good else "failed", summary, body)
-
-
 CHECKS: dict[str, Callable[[Context], Check]] = {
     "environment": check_environment,
     "notebooks": check_notebooks,
@@ -361,21 +269,3 @@ def run(steps: list[str], ctx: Context, after_each: Callable[[list[Check]], None
         if after_each is not None:
             after_each(checks)
     return checks
-
-
-def render(checks: list[Check], ctx: Context) -> str:
-    """The report as markdown: a title saying what machine and mode, a summary table, a section per check."""
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    if ctx.cuda:
-        title = f"# GPU report: {torch.cuda.get_device_name(0)}"
-        note = f"Measured on {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} by `make gpu-check`, {when}."
-    else:
-        title = "# GPU check, dry run on a machine without a GPU"
-        note = (f"Dry run on a CPU-only machine ({platform.machine()}, torch {torch.__version__}), {when}. "
-                "Nothing here was measured on a GPU; checks that need one say `not run`.")
-    lines = [title, "", note, "", "| check | status | seconds | summary |", "|---|---|---|---|"]
-    lines += [f"| {c.name} | {c.status} | {'' if c.seconds is None else f'{c.seconds:.0f}'} | {c.summary} |"
-              for c in checks]
-    for c in checks:
-        lines += ["", f"## {c.name}: {c.status}", "", c.summary, ""] + c.details
-    return "\n".join(lines) + "\n"
