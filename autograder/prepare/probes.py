@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from autograder.course.cells import hidden_line_numbers
 from autograder.prepare.scan import ipython_free
+from autograder.prepare.unbind import Unbind, dotted, expected_only, expected_parameters
 
 # The calls whose first argument is the actual value and whose other arguments are the expectation.
 VALUE_CALLS = {"assert_tensor": "tensor", "torch.testing.assert_close": "assert_close",
@@ -24,7 +25,6 @@ WORKER_RUNNERS = {"run_functions"}
 # What a probe hands its recorder's end, for the runner to replace with a token of that run of it: the record it
 # publishes is told apart from any other display of the same type (autograder.run.runner.Session.probes).
 PROBE_TOKEN = "_course_probe_token"
-UNBOUND = "_course_probe_unused"  # what a student's probe binds instead of a loop target that only feeds expectations
 
 
 @dataclass(frozen=True)
@@ -38,19 +38,11 @@ class Site:
     actual: str = ""  # a value comparison's actual side, as ast.unparse writes it
 
 
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.insert(0, node.attr)
-        node = node.value
-    return ".".join([node.id, *parts]) if isinstance(node, ast.Name) else ""
-
-
 def worker_functions(tree: ast.AST) -> set[str]:
     """Names of the functions a test hands to another process (every name in a ``run_functions`` call)."""
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] in WORKER_RUNNERS:
+        if isinstance(node, ast.Call) and dotted(node.func).split(".")[-1] in WORKER_RUNNERS:
             for argument in [*node.args, *(k.value for k in node.keywords)]:
                 names.update(n.id for n in ast.walk(argument) if isinstance(n, ast.Name))
     return names
@@ -107,9 +99,9 @@ class _Rewrite(ast.NodeTransformer):
             call = None
             if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
                 call = self._value("eq", test, test.left, test.comparators[0])
-            elif isinstance(test, ast.Call) and VALUE_ASSERTS.get(_dotted(test.func)) and test.args \
+            elif isinstance(test, ast.Call) and VALUE_ASSERTS.get(dotted(test.func)) and test.args \
                     and not any(k.arg is None for k in test.keywords):
-                call = self._value(VALUE_ASSERTS[_dotted(test.func)], test, test.args[0],
+                call = self._value(VALUE_ASSERTS[dotted(test.func)], test, test.args[0],
                                    self._expectation(test, ()))
             if call is None:
                 site = self._site("check", test)
@@ -118,138 +110,10 @@ class _Rewrite(ast.NodeTransformer):
         return statements
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
-        kind = VALUE_CALLS.get(_dotted(node.func))
+        kind = VALUE_CALLS.get(dotted(node.func))
         if kind and node.args and not any(k.arg is None for k in node.keywords):
             return ast.copy_location(self._value(kind, node, node.args[0], self._expectation(node, ())), node)
         return self.generic_visit(node)
-
-
-def _positions(tree: ast.AST, excluded: list[ast.AST]) -> tuple[set[str], set[str]]:
-    """Names loaded inside the excluded expressions, and names loaded anywhere else."""
-    inside = {id(n) for e in excluded for n in ast.walk(e)}
-    there, elsewhere = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            (there if id(node) in inside else elsewhere).add(node.id)
-    return there, elsewhere
-
-
-class _Unbind(ast.NodeTransformer):
-    """In a student's probe: names that only feed expected sides are never bound (an assignment keeps any side
-    effect, a loop binds a throwaway name instead), and the test's own helpers get None for parameters that
-    only feed expected sides. ``scopes`` maps a function's path in the cell ("" for the cell's top level) to
-    those names."""
-
-    def __init__(self, scopes: dict[str, set[str]], parameters: dict[str, list[tuple[int, str]]]):
-        self.scopes, self.parameters, self.path = scopes, parameters, [""]
-
-    @property
-    def names(self) -> set[str]:
-        return self.scopes.get(self.path[-1], set())
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
-        self.path.append(f"{self.path[-1]}.{node.name}".lstrip("."))
-        try:
-            return self.generic_visit(node)
-        finally:
-            self.path.pop()
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_Assign(self, node: ast.Assign) -> ast.AST:
-        if all(isinstance(t, ast.Name) and t.id in self.names for t in node.targets):
-            if any(isinstance(n, ast.Call) for n in ast.walk(node.value)):  # keep its side effects
-                return ast.copy_location(ast.Expr(self.visit(node.value)), node)
-            return ast.copy_location(ast.Pass(), node)
-        return self.generic_visit(node)
-
-    def visit_For(self, node: ast.For) -> ast.AST:
-        for target in ast.walk(node.target):  # the loop goes on; its expected-only targets are not bound
-            if isinstance(target, ast.Name) and target.id in self.names:
-                target.id = UNBOUND
-        return self.generic_visit(node)
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        for index, name in self.parameters.get(_dotted(node.func), []):
-            if index < len(node.args) and not isinstance(node.args[index], ast.Starred):
-                node.args[index] = ast.Constant(None)
-            for keyword in node.keywords:
-                if keyword.arg == name:
-                    keyword.value = ast.Constant(None)
-        return node
-
-
-def _bound_here(body: list[ast.stmt]) -> set[str]:
-    """The names a scope binds itself (its nested functions, classes and comprehensions left out)."""
-    names = set()
-
-    def visit(node):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            return
-        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            return
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    for statement in body:
-        visit(statement)
-    return names
-
-
-def _functions(node: ast.AST, path: str = ""):
-    """Every function defined in ``node``, with its path of names ("check", "check.helper")."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner = f"{path}.{child.name}".lstrip(".")
-            yield inner, child
-            yield from _functions(child, inner)
-        else:
-            yield from _functions(child, path)
-
-
-def _expected_only(trees: list[ast.AST], analyses: list["_Rewrite"]) -> list[dict[str, set[str]]]:
-    """For each test cell: scope path -> the names bound there that are loaded only on expected sides.
-
-    The cells' top level is one scope across the notebook (a later test may read an earlier one's names)."""
-    excluded = [e for analysis in analyses for e in analysis.expected]
-    bound_top = set().union(*(_bound_here(tree.body) for tree in trees)) if trees else set()
-    there, elsewhere = set(), set()
-    for tree in trees:
-        a, b = _positions(tree, excluded)
-        there |= a
-        elsewhere |= b
-    top = bound_top & (there - elsewhere)
-    scopes = []
-    for tree, analysis in zip(trees, analyses):
-        found = {"": top}
-        for path, function in _functions(tree):
-            if function.name in analysis.workers:
-                continue
-            arguments = function.args
-            bound = _bound_here(function.body) | {a.arg for a in [*arguments.posonlyargs, *arguments.args,
-                                                                   *arguments.kwonlyargs]}
-            inside, outside = _positions(function, excluded)
-            found[path] = bound & (inside - outside)
-        scopes.append(found)
-    return scopes
-
-
-def _expected_parameters(trees: list[ast.AST], scopes: list[dict[str, set[str]]]) -> dict[str, list[tuple[int, str]]]:
-    """For each function the tests define at a cell's top level: its parameters (position, name) used only on
-    expected sides, which a student's probe does not pass."""
-    found = {}
-    for tree, scope in zip(trees, scopes):
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in scope:
-                arguments = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
-                dropped = [(i, a) for i, a in enumerate(arguments) if a in scope[node.name]]
-                if dropped:
-                    found[node.name] = dropped
-    return found
 
 
 def _wrap_hidden(body: list[ast.stmt], hidden: set[int], recorder: str, workers: set[str]) -> list[ast.stmt]:
@@ -330,14 +194,14 @@ def _notebook_probes(tests: tuple[str, ...], recorder: str,
         analyses.append(analysis)
         sites += analysis.sites
     if not reference:
-        scopes = _expected_only(trees, analyses)
-        parameters = _expected_parameters(trees, scopes)
+        scopes = expected_only(trees, analyses)
+        parameters = expected_parameters(trees, scopes)
         trees = []
         for source, analysis, scope in zip(sources, analyses, scopes):
             student = _Rewrite(source, local, reference=False, first=analysis.first)
             student.workers = analysis.workers
             tree = student.visit(ast.parse(source))
-            trees.append(_Unbind(scope, parameters).visit(tree))
+            trees.append(Unbind(scope, parameters).visit(tree))
     probes = []
     for tree, analysis in zip(trees, analyses):
         body = tree.body
