@@ -34,7 +34,7 @@ from autograder.prepare.probes import notebook_sites
 from autograder.prepare.submission import fingerprint, write_whole
 from autograder.run import sandbox
 from autograder.run.jobfile import RunContext, ready
-from autograder.run.runner import KERNEL_LOG
+from autograder.run.session import KERNEL_LOG
 
 STUDENT = "(canary)"
 CACHE_ENV = "COURSE_REFERENCE_CACHE"
@@ -304,7 +304,7 @@ _BANNER_END = "To connect another client to this kernel, use:"  # ipykernel's, t
 
 
 def _last_words(job: Job) -> str:
-    """The last line the kernel wrote to its output (:data:`autograder.run.runner.KERNEL_LOG`), else the last line
+    """The last line the kernel wrote to its output (:data:`autograder.run.session.KERNEL_LOG`), else the last line
     of the runner's log, or ``""``.
 
     Every kernel that starts writes ipykernel's banner, ending with the path of its connection file

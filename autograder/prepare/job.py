@@ -90,7 +90,7 @@ def test_prelude(guard_name: str, imports: str, probe: bool = False, keep: tuple
     """What the grader runs in a test's cell before the test: its guard's start, then the course's imports
     (:func:`course_imports`); a traceback counts these lines too (:func:`autograder.record.hints.frame_as_written`).
 
-    A ``probe``'s guard ran in a cell of its own just before (:meth:`autograder.run.runner.Session.probes`): its
+    A ``probe``'s guard ran in a cell of its own just before (:meth:`autograder.run.session.Session.probes`): its
     first line takes its own source out of ``linecache`` instead, all but the line ranges ``keep``.
     """
     return f"{guard_name}.forget({list(keep)!r})\n{imports}\n" if probe else f"{guard_name}()\n{imports}\n"

@@ -23,7 +23,7 @@ VALUE_ASSERTS = {"torch.equal": "equal", "torch.allclose": "allclose"}
 # Functions that run in other processes (DDP ranks): their assertions stay as written.
 WORKER_RUNNERS = {"run_functions"}
 # What a probe hands its recorder's end, for the runner to replace with a token of that run of it: the record it
-# publishes is told apart from any other display of the same type (autograder.run.runner.Session.probes).
+# publishes is told apart from any other display of the same type (autograder.run.session.Session.probes).
 PROBE_TOKEN = "_course_probe_token"
 
 
