@@ -1,10 +1,8 @@
 """Execute one assembled notebook in a sandboxed kernel (one process per notebook).
 
-``python -m autograder.run.runner JOB.json`` is started by :mod:`autograder.prepare.job` for every submission
-and runs outside the sandbox, like nbgrader's executor: it starts the kernel through
-:func:`autograder.run.sandbox.wrap`, installs :mod:`autograder.inside.guard`, runs the cells with limits
-(:class:`~autograder.run.session.Session`), then the tests' probes (:mod:`autograder.prepare.probes`), and
-writes what it found.
+``python -m autograder.run.runner JOB.json``, started for every job and run outside the sandbox like nbgrader's
+executor, runs the cells in a kernel with limits (:class:`~autograder.run.session.Session`), then the tests'
+probes (:mod:`autograder.prepare.probes`), and writes what it found.
 """
 
 from __future__ import annotations
