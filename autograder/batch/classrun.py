@@ -6,18 +6,18 @@ import secrets
 import shutil
 import time
 from concurrent.futures import as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
+from autograder.batch.records import Course, Submission
 from autograder.batch.stop import INTERRUPTS, ChoiceError, GradingStopped
 from autograder.batch.workdir import SUBMISSION_FILES, discard, has_earlier, submitted_notebook
-from autograder.course.cells import grade_ids_of, hidden_test_lines
+from autograder.course.cells import grade_ids_of
 from autograder.course.config import answer_stubs, course_directory
 from autograder.judge import reference
 from autograder.judge.verdict import judge
-from autograder.prepare.job import Job, course_imports
+from autograder.prepare.job import Job
 from autograder.prepare.submission import OverLimit, SubmissionError, fingerprint, read_submission
 from autograder.record.feedback import page_notes
 from autograder.record.feedback_worker import FeedbackApart
@@ -32,21 +32,6 @@ from autograder.run.jobfile import RunContext, ready
 from autograder.settings import Pair, Settings
 
 
-@dataclass
-class Submission:
-    """One pair of the class as this run finds and grades it: what it is, what the run does with it, what it got."""
-
-    pair: Pair
-    fingerprint: str | None = None  # its folder's, as this run found it; None: not handed in
-    earlier: bool = False  # graded by an earlier run, unchanged since (or not chosen): not graded again
-    before: bool = False  # to grade, and an earlier run left something of it: cleared once the canary passed
-    cleared: bool = False  # what an earlier run kept of it is gone: graded afresh
-    notes: list[str] = field(default_factory=list)  # what the instructor reads beside its score
-    jobs: list[Job] = field(default_factory=list)  # one per notebook submitted to the executor
-    remaining: int = 0  # of its jobs, those not judged yet
-    graded: bool = False  # its scores and feedback are in (state.json says so), or an earlier run's are
-
-
 class ClassRun:
     """What one run knows as it goes: the course, who is graded, the jobs under way, and what each pair got."""
 
@@ -59,11 +44,7 @@ class ClassRun:
         self.api = nbgrader_api(workdir, db_url)
         self.course_id = course_directory(workdir).course_id
         self.submitted = workdir / "submitted"
-        # the course (read_course): its assignments, their source notebooks, grade ids and hidden test lines
-        self.names: list[str] = []
-        self.sources: dict[str, dict[str, nbformat.NotebookNode]] = {}
-        self.grade_ids: dict[str, set[str]] = {}
-        self.hidden: dict[str, set[str]] = {}
+        self.course = Course()  # read by read_course
         self.run: RunContext | None = None  # what every job of the run shares
         # who is graded (choose): every pair of the class, and those this run grades, in the order it submits them
         self.students: list[str] = []
@@ -81,20 +62,15 @@ class ClassRun:
     # ---- 1. the course: its assignments, their notebooks, the due dates, what every job of the run shares
     def read_course(self, due: dict[str, str]) -> None:
         settings, source_dir = self.settings, self.workdir / "source"
-        self.names = sorted(p.name for p in source_dir.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
-        unknown = sorted(set(settings.assignments or ()) - set(self.names))
+        self.course = Course.read(source_dir)
+        unknown = sorted(set(settings.assignments or ()) - set(self.course.names))
         if unknown:
             raise ChoiceError(f"no assignment named {', '.join(unknown)} in {source_dir}")
-        self.sources = {name: {p.stem: nbformat.read(p, as_version=4)
-                               for p in sorted((source_dir / name).glob("*.ipynb"))} for name in self.names}
         if due:
             self._record_due(due)
-        sources = self.sources.items()
-        self.grade_ids = {a: set().union(*(grade_ids_of(nb) for nb in nbs.values())) for a, nbs in sources}
-        self.hidden = {a: set().union(*(hidden_test_lines(nb) for nb in nbs.values())) for a, nbs in sources}
-        imports = {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources}
         self.run = RunContext(settings, sandbox.isolation_of(settings), "_grader_" + secrets.token_hex(8),
-                              self.ipc_root, imports, cgroups.find(), self.executor, answer_stubs(self.workdir))
+                              self.ipc_root, self.course.imports, cgroups.find(), self.executor,
+                              answer_stubs(self.workdir))
         cgroups.sweep(self.run.cgroups)  # what runners killed outright left behind
 
     def _record_due(self, due: dict[str, str]) -> None:
@@ -113,9 +89,9 @@ class ClassRun:
         if unknown:
             raise ChoiceError(f"no submissions of {', '.join(unknown)} in {self.submitted}")
         chosen_students = [s for s in self.students if not settings.students or s in settings.students]
-        self.chosen_names = [n for n in self.names if not settings.assignments or n in settings.assignments]
+        self.chosen_names = [n for n in self.course.names if not settings.assignments or n in settings.assignments]
         for student in self.students:
-            for name in self.names:
+            for name in self.course.names:
                 pair = Pair(student, name)
                 submission = self.submissions[pair] = Submission(pair)
                 folder = self.submitted / student / name
@@ -143,7 +119,7 @@ class ClassRun:
         self.canary_names = (self.chosen_names if self.settings.canary == "all"
                              else sorted({s.pair.assignment for s in self.todo}))
         self.pending = reference.start([(name, notebook, nb) for name in self.canary_names
-                                        for notebook, nb in self.sources[name].items()], self.workdir, self.run)
+                                        for notebook, nb in self.course.sources[name].items()], self.workdir, self.run)
         for submission in self.todo:
             submission.before = has_earlier(self.workdir, self.state, submission.pair)
         self.todo = [s for s in self.todo if not s.before] + [s for s in self.todo if s.before]
@@ -185,8 +161,8 @@ class ClassRun:
     def _submit_pair(self, submission: Submission) -> None:
         (student, name), notes = submission.pair, submission.notes
         folder = self.submitted / student / name
-        others = {a: ids for a, ids in self.grade_ids.items() if a != name}
-        for notebook, source in self.sources[name].items():
+        others = {a: ids for a, ids in self.course.grade_ids.items() if a != name}
+        for notebook, source in self.course.sources[name].items():
             path = submitted_notebook(folder, notebook)
             if path is None:
                 notes.append(f"{notebook}.ipynb missing: 0 points for it")
@@ -242,7 +218,7 @@ class ClassRun:
 
     def _judge(self, job: Job, notes: list[str]) -> None:
         """The job's verdict, written where nbgrader's autograde reads it, with the notes its run leaves."""
-        executed = judge(job, self.sources[job.assignment][job.notebook],
+        executed = judge(job, self.course.sources[job.assignment][job.notebook],
                          self.references[job.assignment][job.notebook])
         target = self.workdir / EXECUTED / job.student / job.assignment
         target.mkdir(parents=True, exist_ok=True)
@@ -272,12 +248,12 @@ class ClassRun:
                 with self.lock.held():
                     flag_for_review(self.db_url, self.course_id, pair, self.state.withheld[key])
             if self.feedback is not None:
-                self.feedback.hand_on(pair, self.hidden[name])
+                self.feedback.hand_on(pair, self.course.hidden[name])
             else:
                 self._record(pair, self._feedback_in_line(pair) if self.settings.feedback else [])
 
     def _feedback_in_line(self, pair: Pair) -> list[str]:
-        return page_notes(self.api, self.workdir, pair, self.hidden[pair[1]])
+        return page_notes(self.api, self.workdir, pair, self.course.hidden[pair[1]])
 
     def _record(self, pair: Pair, pair_notes: list[str]) -> None:
         """The pair's scores and feedback are in: it is graded (state.json says so from here)."""

@@ -15,7 +15,8 @@ def results(run: ClassRun) -> list[Result]:
 
     devices = profile_named(run.settings.profile).devices()
     with Gradebook(run.db_url, run.course_id) as gradebook:
-        return [_result(run, gradebook, student, name, devices) for student in run.students for name in run.names]
+        return [_result(run, gradebook, student, name, devices)
+                for student in run.students for name in run.course.names]
 
 
 def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> Result:
@@ -23,7 +24,7 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
 
     state = run.state
     # nbgrader's maximum, also of an assignment it has not generated
-    max_score = sum(max_points(nb) for nb in run.sources[name].values())
+    max_score = sum(max_points(nb) for nb in run.course.sources[name].values())
     submission = run.submissions[Pair(student, name)]
     key = submission.pair.key
     notes = list(submission.notes)
