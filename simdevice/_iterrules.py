@@ -1,7 +1,7 @@
 """Where CUDA takes a CPU tensor beside device tensors in an operator without a generated device check.
 
 :func:`error` gives what CUDA raises for such an operator (TensorIterator's rules, and the few CUDA kernels that
-check CPU scalars of their own), or None; ``_tensor.check_devices`` raises it. Each rule names the PyTorch source
+check CPU scalars of their own), or None; ``_devicecheck.check_devices`` raises it. Each rule names the PyTorch source
 it follows, read as of the pinned torch.
 """
 

@@ -1,6 +1,6 @@
 """Checks that some operators make of their own on CUDA, which the simulated device makes the same way.
 
-:func:`simdevice._tensor.check_devices` calls :func:`own_checks` before its same-device rules; each
+:func:`simdevice._devicecheck.check_devices` calls :func:`own_checks` before its same-device rules; each
 check names the PyTorch source it follows. On a CPU-only machine without the simulated device nothing calls it.
 """
 

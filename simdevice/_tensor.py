@@ -2,8 +2,8 @@
 
 A tensor on ``sim:N`` is a :class:`SimTensor`, a wrapper subclass whose values live in a plain CPU tensor. Every
 operator on one comes to ``SimTensor.__torch_dispatch__`` (:func:`run`), which checks devices as CUDA would
-(:func:`check_devices`, PyTorch's own message with ``cuda`` read as ``sim``), runs it on the CPU values and puts
-the results where the operator would. Random numbers come from the CPU generator (``torch.manual_seed``).
+(:mod:`simdevice._devicecheck`: PyTorch's own message, ``cuda`` read as ``sim``), runs it on the CPU values and
+puts the results where the operator would. Random numbers come from the CPU generator (``torch.manual_seed``).
 """
 
 from __future__ import annotations
@@ -13,22 +13,10 @@ import sys
 import torch
 import torch.utils._pytree as pytree
 
-from simdevice import _bits, _clock, _cudaforms, _cudaonly, _iterrules, _memory, _opchecks
-from simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS
-from simdevice._cudaforms import TABLE as _TABLE
+from simdevice import _bits, _clock, _cudaforms, _cudaonly, _memory, _opchecks
+from simdevice._cudaforms import CONVOLUTIONS
+from simdevice._devicecheck import _plan, _plans, check_devices
 from simdevice._state import NAME, resolve
-
-# Operators that move data between devices (or only look at metadata): no check.
-_TRANSFERS = frozenset(
-    {"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "set_", "lift_fresh",
-     "lift_fresh_copy", "_has_compatible_shallow_copy_type", "is_same_size", "_pin_memory",
-     "is_pinned", "_to_cpu", "detach", "alias"}
-)
-
-# Composite kernels have no generated device check (torchgen gives one to CUDA's own kernels only)
-_COMPOSITES = tuple(getattr(torch._C.DispatchKey, name) for name in (
-    "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd"))
-
 
 class SimTensor(_bits.Marked, torch.Tensor):
     """A tensor on a simulated device; its values are the CPU tensor ``_values``."""
@@ -326,70 +314,3 @@ def _restride(func, wrapper: SimTensor, values: torch.Tensor) -> None:
         f"and a tensor on the simulated device cannot grow in place (a limit of the simulated device); "
         f"create a new tensor instead"
     )
-
-
-_plans: dict[object, tuple] = {}
-
-
-def _plan(func) -> tuple:
-    plan = _plans.get(func)
-    if plan is None:
-        schema = func._schema
-        name = schema.name.split("::", 1)[-1]
-        key = name if func._overloadname == "default" else f"{name}.{func._overloadname}"
-        entry = _TABLE.get(key)
-        positions = {a.name: i for i, a in enumerate(schema.arguments) if not a.kwarg_only}
-        checked = None if entry is None else [(n, positions.get(n)) for n in entry[1]]
-        writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-        plan = (name, entry[0] if entry else None, checked, writes)
-        _plans[func] = plan
-    return plan
-
-
-def _checked_tensors(checked, args: tuple, kwargs: dict):
-    """(argument, tensor) of each tensor a generated check looks at, in its order (a list's tensors each)."""
-    for arg, position in checked:
-        value = kwargs.get(arg) if position is None or position >= len(args) else args[position]
-        for tensor in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(tensor, torch.Tensor):
-                yield arg, tensor
-
-
-def check_devices(func, args: tuple, kwargs: dict):
-    """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
-
-    Operators with a CUDA kernel that PyTorch generates a device check for raise ``... but got <arg> is on
-    <device>, different from other tensors on <device> (when checking argument in method
-    wrapper_<BACKEND>_<name>)``, checking the arguments in the generated order. Operators without it (elementwise
-    ones go through TensorIterator) raise what ``_iterrules`` gives: ``... but found at least two devices, <a> and
-    <b>!``, where ``<a>`` is the first device that is not the CPU, or a CPU scalar's error. Convolutions
-    raise what CUDA's convolution raises (see ``_cudaforms``); some operators' own checks come first
-    (``_opchecks``). Returns a composite dispatch key when an operator that CUDA would run as a composite of others
-    mixes devices: the caller then runs the composite, whose parts raise what they raise on CUDA.
-    """
-    name, method, checked, _ = _plan(func)
-    if name in _TRANSFERS:
-        return None
-    if name not in CONVOLUTIONS and _iterrules.one_device(args, kwargs):  # no device rule can raise: its own may
-        return _opchecks.own_checks(name, func, args, kwargs)
-    if checked is not None:
-        error = _cudaforms.first_mismatch(method, _checked_tensors(checked, args, kwargs))
-        if error is not None:
-            raise error
-        return None
-    if name in CONVOLUTIONS and type(args[0]) is SimTensor:
-        error = _cudaforms.convolution_error(args)
-        if error is not None:
-            raise error
-        return None
-    _opchecks.own_checks(name, func, args, kwargs)
-    error = _iterrules.error(name, func, args, kwargs)
-    if error is not None:
-        # a foreach operator over tensors on two devices runs one tensor at a time on CUDA, as its composite does
-        # (the fast route wants one device: _check_tensors_share_device_and_dtype, native/ForeachUtils.h)
-        if name not in CUDA_KERNELS or name.startswith("_foreach_"):
-            for key in _COMPOSITES:
-                if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
-                    return key
-        raise error
-    return None
