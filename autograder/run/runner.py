@@ -36,18 +36,15 @@ class Cancelled(Exception):
 
 def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
     """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a limit,
-    a dead kernel), in a fresh one that runs the cells before the stop again, output unseen, so that the
-    tests passed before it keep their points.
+    a dead kernel), in a fresh one (:func:`_probes_again`), so that the tests passed before the stop keep
+    their points.
 
-    ``go`` (a warm start): called once the first kernel is up in its sandbox, torch imported and the
-    guard installed; the notebook's first cell runs when it returns True. It returns False, or the
-    runner is told to end while it starts or waits, when the job is taken back: then nothing is
-    written and None is returned. The limits per notebook count from its return,
-    ``status.seconds`` too; ``status.start_s`` is what starting took, ``cells_s`` and
-    ``probes_s`` what phase A and the probes of phase B took in the first kernel. Written: the notebook as
-    phase A left it (the only output shown), what each probe recorded (``observations.json``) and a status
-    file; cells and probes not run record nothing, so their tests earn nothing.
-    """
+    ``go`` (a warm start) is called once the first kernel is up in its sandbox; the first cell runs when it
+    returns True. When it returns False, or the runner is told to end while it starts or waits, the job is
+    taken back: nothing is written and None is returned. The limits per notebook, and ``status.seconds``,
+    count from its return. Written: the notebook as phase A left it (the only output shown), what each
+    probe recorded (``observations.json``) and the status; what did not run records nothing, so its tests
+    earn nothing."""
     from nbclient.exceptions import DeadKernelError
 
     nb = nbformat.read(job.notebook_in, as_version=4)
@@ -90,16 +87,8 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
             if status.cell is None:
                 first.probes(passed_tests(nb.cells), observations)
                 status.probes_s = round(time.monotonic() - began - status.cells_s, 2)
-        wanted = passed_tests(nb.cells[:status.cell]) if status.cell is not None else []
-        if wanted and not now["ending"]:
-            again = Status()  # phase B's own: its stop is probes_again, never the notebook's
-            now["session"] = second = Session(job, spec, again, "k2", launchers, cpu_before_s=first.notebook_cpu_s)
-            cells = [nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
-                     for c in nb.cells[:status.cell]]
-            with second.started():
-                if second.cells(cells) is None:
-                    second.probes(wanted, observations)
-            status.probes_again = again.stopped or "done"
+        if not now["ending"]:
+            _probes_again(job, spec, nb, status, observations, now, launchers, first.notebook_cpu_s)
     except Cancelled:  # its kernel, if one started, ended with first.started(); the watchdog below
         return None
     except DeadKernelError:
@@ -114,6 +103,22 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
     Path(job.observations_out).write_text(json.dumps(observations))
     status.write(Path(job.status_out))
     return status
+
+
+def _probes_again(job: JobSpec, spec, nb, status: Status, observations: dict, now: dict, launchers, cpu_s: float):
+    """Phase B where phase A stopped halfway: in a fresh kernel (``now["session"]``, for the runner's end), the
+    cells before the stop again, output unseen, then the probes of the tests they passed."""
+    wanted = passed_tests(nb.cells[:status.cell]) if status.cell is not None else []
+    if not wanted:
+        return
+    again = Status()  # phase B's own: its stop is probes_again, never the notebook's
+    now["session"] = second = Session(job, spec, again, "k2", launchers, cpu_before_s=cpu_s)
+    cells = [nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
+             for c in nb.cells[:status.cell]]
+    with second.started():
+        if second.cells(cells) is None:
+            second.probes(wanted, observations)
+    status.probes_again = again.stopped or "done"
 
 
 def _go_from_stdin() -> bool:

@@ -74,12 +74,16 @@ class Isolation:
             why = "--disk-limit-mib 0" if self.namespaces else self.reason
             lines.append(f"disk: {file_limit}; all it writes together NOT bounded ({why}); the working copy is "
                          "removed once graded (unless --keep-work)")
+        return lines + self._isolation_lines(max_processes, by_linux)
+
+    def _isolation_lines(self, max_processes: int, by_linux: str) -> list[str]:
+        """The report's lines on the network, files, processes and IPC."""
         if self.namespaces:
             who = ("in a user namespace, without capabilities" if self.user_namespace else "runs as nobody")
-            count = (f"at most {max_processes} processes and threads together (counted by the grader"
-                     f"{', and the PID namespace' + chr(39) + 's pid_max' if per_namespace_pid_max() else ''}"
+            pid_max = ", and the PID namespace's pid_max" if per_namespace_pid_max() else ""
+            count = (f"at most {max_processes} processes and threads together (counted by the grader{pid_max}"
                      f"{by_linux}), " if max_processes else "")
-            lines += [
+            return [
                 "network: enforced, loopback only (network namespace)",
                 "files: enforced, own working copy only; the Python environment and the course's packages read-only "
                 f"(mount namespace, {who})",
@@ -87,15 +91,13 @@ class Isolation:
                 "IPC: enforced, System V IPC and POSIX message queues of its own, gone with the kernel (IPC "
                 "namespace)",
             ]
-        else:
-            lines += [
-                f"network: NOT enforced ({self.reason})",
-                f"files: NOT enforced ({self.reason})",
-                "processes: " + (f"at most {max_processes} processes and threads together (counted by the grader), "
-                                 if max_processes else "") + "kernel's process group killed at the end",
-                f"IPC: NOT enforced ({self.reason})",
-            ]
-        return lines
+        return [
+            f"network: NOT enforced ({self.reason})",
+            f"files: NOT enforced ({self.reason})",
+            "processes: " + (f"at most {max_processes} processes and threads together (counted by the grader), "
+                             if max_processes else "") + "kernel's process group killed at the end",
+            f"IPC: NOT enforced ({self.reason})",
+        ]
 
 
 @lru_cache(maxsize=2)
