@@ -56,12 +56,14 @@ LONGEST_FIRST = [
 
 def pytest_collection_modifyitems(config, items):
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: order within a file kept
+    # stable: order within a file kept
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     ignore_simulated_outputs(items)
 
 
 def ignore_simulated_outputs(items) -> list:
-    """On a machine with a real accelerator, do not compare the outputs of cells tagged ``sim-output``.
+    """On a machine with a real accelerator, do not compare the outputs of cells tagged
+    ``sim-output``.
 
     Such a cell shows the simulated device on a machine without a GPU (its
     stored output) and the machine's own accelerator where there is one
@@ -69,8 +71,11 @@ def ignore_simulated_outputs(items) -> list:
     first kind of machine only; it still has to run without an error on both.
     Returns the items whose outputs are no longer compared.
     """
-    tagged = [item for item in items
-              if "sim-output" in (getattr(item, "cell", None) or {}).get("metadata", {}).get("tags", [])]
+    tagged = [
+        item
+        for item in items
+        if "sim-output" in (getattr(item, "cell", None) or {}).get("metadata", {}).get("tags", [])
+    ]
     if not tagged:
         return []
     from devcourse.devices import hardware_accelerator
@@ -84,7 +89,8 @@ def ignore_simulated_outputs(items) -> list:
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_references(tmp_path_factory, worker_id):
-    """One reference cache for the whole run: with xdist, beside every worker's own temporary folder."""
+    """One reference cache for the whole run: with xdist, beside every worker's own temporary
+    folder."""
     base = tmp_path_factory.getbasetemp()
     folder = (base if worker_id == "master" else base.parent) / "references"
     previous = os.environ.get("COURSE_REFERENCE_CACHE")
@@ -109,7 +115,8 @@ def pytest_runtest_call(item):
 
 def pytest_configure(config):
     global _real_stderr
-    if _real_stderr is None:  # pytest's capture is off while plugins are configured: fd 2 is the real one
+    # pytest's capture is off while plugins are configured: fd 2 is the real one
+    if _real_stderr is None:
         _real_stderr = os.fdopen(os.dup(2), "w")
 
 
@@ -126,9 +133,11 @@ def _timeout_s(item) -> float:
 
 
 def _started_journal(config) -> Path | None:
-    """Under xdist, the file the run's workers share: a line ``start NODEID`` or ``end NODEID`` per test."""
+    """Under xdist, the file the run's workers share: a line ``start NODEID`` or ``end NODEID`` per
+    test."""
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is None or not config.option.basetemp:  # not a worker; xdist gives each its basetemp
+    # not a worker; xdist gives each its basetemp
+    if workerinput is None or not config.option.basetemp:
         return None
     return Path(config.option.basetemp).parent / f"tests-started-{workerinput['testrunuid']}.txt"
 
@@ -146,10 +155,13 @@ def pytest_runtest_protocol(item, nextitem):
     journal = _started_journal(item.config)
     if journal is not None:
         lines = journal.read_text().splitlines() if journal.exists() else []
-        item.stash[CRASHED_BEFORE] = lines.count(f"start {item.nodeid}") > lines.count(f"end {item.nodeid}")
+        item.stash[CRASHED_BEFORE] = lines.count(f"start {item.nodeid}") > lines.count(
+            f"end {item.nodeid}"
+        )
         _note(journal, f"start {item.nodeid}")
     limit = _timeout_s(item)
-    watched = limit > 0 and not float(item.config.getini("faulthandler_timeout") or 0)  # one timer per process
+    # one timer per process
+    watched = limit > 0 and not float(item.config.getini("faulthandler_timeout") or 0)
     if watched:
         faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=_real_stderr)
     try:
@@ -164,5 +176,8 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     if item.stash.get(CRASHED_BEFORE, False):
-        pytest.fail("not run again: this test was running when an earlier process of this run ended (reported "
-                    "as that process's crash; a stuck test's stacks are on standard error)", pytrace=False)
+        pytest.fail(
+            "not run again: this test was running when an earlier process of this run ended"
+            " (reported as that process's crash; a stuck test's stacks are on standard error)",
+            pytrace=False,
+        )

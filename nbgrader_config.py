@@ -20,13 +20,21 @@ c.ExecutePreprocessor.timeout = 60
 
 # Files a notebook writes beside itself when it runs (08's memory picture) are the
 # run's output, not part of the assignment: never copied from solutions/ into course/
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "memory_timeline.png"]
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",
+    "*.pyc",
+    "__pycache__",
+    "feedback",
+    "memory_timeline.png",
+]
 
-# Late work: 10% of a notebook's score per started day past the assignment's due date, all of it after
-# ten days (autograder/plugins/late.py). Due dates live in the gradebook; the submission time is timestamp.txt.
+# Late work: 10% of a notebook's score per started day past the assignment's due date, all of it
+# after ten days (autograder/plugins/late.py). Due dates live in the gradebook; the submission time
+# is timestamp.txt.
 c.AssignLatePenalties.plugin_class = "autograder.plugins.late.PercentPerDay"
 c.PercentPerDay.percent_per_day = 10.0
 
-# What this course adds to grading (its kernels import torch and devcourse, and check on the device matrix):
-# the grader's profile of it (devcourse/instructor/profile.py); a course that names none is graded plainly.
+# What this course adds to grading (its kernels import torch and devcourse, and check on the device
+# matrix): the grader's profile of it (devcourse/instructor/profile.py); a course that names none is
+# graded plainly.
 c.Grader.profile = "devcourse.instructor.profile.DeviceCourse"

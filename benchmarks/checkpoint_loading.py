@@ -21,22 +21,30 @@ import torch
 from devcourse.loadbench import compare_loading, format_table
 
 from page import WRITE_PAGE_HELP, write_row
+
 TARGET_RATIO = 1.2
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mib", type=int, default=1024, help="checkpoint size in MiB (default 1024)")
+    parser.add_argument(
+        "--size-mib", type=int, default=1024, help="checkpoint size in MiB (default 1024)"
+    )
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch {torch.__version__}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch"
+        f" {torch.__version__}"
+    )
     results = compare_loading(args.size_mib)
     print(format_table(results))
     by_name = {m.strategy: m for m in results}
     ours, plain = by_name["devcourse"], by_name["plain"]
-    result = (f"devcourse.load_model: {ours.ratio:.2f}x the checkpoint size in extra peak memory "
-              f"(target at most {TARGET_RATIO}x); plain loading: {plain.ratio:.2f}x; "
-              f"memory saved against plain: {plain.extra_peak_mib / ours.extra_peak_mib:.2f}x")
+    result = (
+        f"devcourse.load_model: {ours.ratio:.2f}x the checkpoint size in extra peak memory "
+        f"(target at most {TARGET_RATIO}x); plain loading: {plain.ratio:.2f}x; "
+        f"memory saved against plain: {plain.extra_peak_mib / ours.extra_peak_mib:.2f}x"
+    )
     print(f"\n{result}")
     if args.write_page:
         write_row(__file__, result)

@@ -1,4 +1,5 @@
-"""Grade a class replicated to N submissions on a Dask cluster of 1, then 2 workers; project a term at scale.
+"""Grade a class replicated to N submissions on a Dask cluster of 1, then 2 workers; project a term
+at scale.
 
     python benchmarks/cluster_scale.py [--submissions 200] [--assignments 00_environment]
                                        [--workers 1,2] [--project-workers 50] [--no-feedback]
@@ -53,7 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
+# the autograder package of this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autograder.course.config import tool_env
 from devcourse.instructor.demo import EXPECTED_SCORES
 from devcourse.instructor.paths import DEMO_CLASS, ROOT
@@ -63,9 +65,14 @@ HONEST = ["ada", "grace", "linus", "margaret"]
 
 
 def replicate(assignments: list[str], count: int, folder: Path) -> dict[tuple[str, str], str]:
-    """``count`` submissions copied round-robin from the honest students; returns (copy, assignment) -> original."""
-    originals = [(student, name) for name in assignments for student in HONEST
-                 if (DEMO_CLASS / student / name).is_dir()]
+    """``count`` submissions copied round-robin from the honest students; returns (copy, assignment)
+    -> original."""
+    originals = [
+        (student, name)
+        for name in assignments
+        for student in HONEST
+        if (DEMO_CLASS / student / name).is_dir()
+    ]
     if not originals:
         raise SystemExit(f"no honest demo submission of {', '.join(assignments)}")
     made = {}
@@ -80,14 +87,36 @@ def replicate(assignments: list[str], count: int, folder: Path) -> dict[tuple[st
 def grade(submitted: Path, workdir: Path, workers: int, feedback: str = "apart") -> float:
     """``feedback``: "apart" (a process of its own), "in-line" (the grader's), or "none"."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted),
-                           "--workdir", str(workdir), "--dask-local", str(workers), "--quiet",
-                           *{"apart": ["--feedback-apart", "yes"], "in-line": ["--feedback-apart", "no"],
-                             "none": ["--no-feedback"]}[feedback]],
-                          cwd=ROOT, env=tool_env(), capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autograder",
+            "grade",
+            "--submitted",
+            str(submitted),
+            "--workdir",
+            str(workdir),
+            "--dask-local",
+            str(workers),
+            "--quiet",
+            *{
+                "apart": ["--feedback-apart", "yes"],
+                "in-line": ["--feedback-apart", "no"],
+                "none": ["--no-feedback"],
+            }[feedback],
+        ],
+        cwd=ROOT,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+    )
     took = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"grading with {workers} worker(s) failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        raise SystemExit(
+            f"grading with {workers} worker(s) failed"
+            f" ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        )
     return took
 
 
@@ -96,39 +125,59 @@ def check_scores(workdir: Path, made: dict[tuple[str, str], str]) -> None:
         expected = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
     with (workdir / "scores.csv").open() as handle:
         got = {(r["student"], r["assignment"]): r["score"] for r in csv.DictReader(handle)}
-    wrong = [f"{copy}/{name}: {got.get((copy, name))!r}, expected {expected[original, name]!r}"
-             for (copy, name), original in made.items() if got.get((copy, name)) != expected[original, name]]
+    wrong = [
+        f"{copy}/{name}: {got.get((copy, name))!r}, expected {expected[original, name]!r}"
+        for (copy, name), original in made.items()
+        if got.get((copy, name)) != expected[original, name]
+    ]
     if wrong:
-        raise SystemExit(f"scores differ from expected_scores.csv in {workdir}:\n" + "\n".join(wrong[:20]))
+        raise SystemExit(
+            f"scores differ from expected_scores.csv in {workdir}:\n" + "\n".join(wrong[:20])
+        )
 
 
 def costs(workdir: Path) -> tuple[float, float, float]:
-    """From the grader's state file: the runners' time, all jobs together, the grader's own time for them, and the
-    feedback process's (0 with the feedback in line or none)."""
+    """From the grader's state file: the runners' time, all jobs together, the grader's own time for
+    them, and the feedback process's (0 with the feedback in line or none)."""
     state = json.loads((workdir / "state.json").read_text())
-    return (sum(row.get("seconds", 0) for row in state["rows"].values()), state["last_run"]["grader_s"],
-            state["last_run"].get("feedback_apart_s", 0.0))
+    return (
+        sum(row.get("seconds", 0) for row in state["rows"].values()),
+        state["last_run"]["grader_s"],
+        state["last_run"].get("feedback_apart_s", 0.0),
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--submissions", type=int, default=200)
-    parser.add_argument("--assignments", default="00_environment", help="comma-separated (default 00_environment)")
-    parser.add_argument("--workers", default="1,2", help="worker counts to grade with, the first is the baseline")
+    parser.add_argument(
+        "--assignments", default="00_environment", help="comma-separated (default 00_environment)"
+    )
+    parser.add_argument(
+        "--workers", default="1,2", help="worker counts to grade with, the first is the baseline"
+    )
     parser.add_argument("--project-workers", type=int, default=50)
     parser.add_argument("--project-students", type=int, default=1000)
     parser.add_argument("--project-notebooks", type=int, default=9)
-    parser.add_argument("--no-feedback", action="store_true", help="grade without the students' feedback")
-    parser.add_argument("--feedback-in-line", action="store_true",
-                        help="the grader makes the feedback itself (default: a process of its own beside it)")
+    parser.add_argument(
+        "--no-feedback", action="store_true", help="grade without the students' feedback"
+    )
+    parser.add_argument(
+        "--feedback-in-line",
+        action="store_true",
+        help="the grader makes the feedback itself (default: a process of its own beside it)",
+    )
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
     counts = [int(part) for part in args.workers.split(",")]
     feedback = "none" if args.no_feedback else "in-line" if args.feedback_in_line else "apart"
     assignments = args.assignments.split(",")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
-          f"{args.submissions} submissions of {', '.join(assignments)}; workers {counts}; "
-          f"{'no feedback' if args.no_feedback else 'feedback made ' + feedback.replace('-', ' ')}", flush=True)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
+        f"{args.submissions} submissions of {', '.join(assignments)}; workers {counts}; "
+        f"{'no feedback' if args.no_feedback else 'feedback made ' + feedback.replace('-', ' ')}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="cluster-scale-") as place:
         root = Path(place)
         made = replicate(assignments, args.submissions, root / "submitted")
@@ -139,31 +188,48 @@ def main() -> int:
             check_scores(workdir, made)
             busy, own, pages = costs(workdir)
             runs.append((workers, wall, busy, own, pages))
-            print(f"{workers} worker(s): {wall:.0f} s wall, {60 * len(made) / wall:.1f} submissions/min, "
-                  f"{60 * len(made) / wall / workers:.1f} per worker per min; runners busy {busy:.0f} s in all, "
-                  f"the grader's own handling {own:.0f} s"
-                  + (f", the feedback process's {pages:.0f} s" if pages else ""),
-                  flush=True)
+            print(
+                f"{workers} worker(s): {wall:.0f} s wall, {60 * len(made) / wall:.1f}"
+                f" submissions/min, {60 * len(made) / wall / workers:.1f} per worker per min;"
+                f" runners busy {busy:.0f} s in all, the grader's own handling {own:.0f} s"
+                + (f", the feedback process's {pages:.0f} s" if pages else ""),
+                flush=True,
+            )
     base_workers, base_wall, base_busy, base_own, base_pages = runs[0]
     for workers, wall, *_ in runs[1:]:
         print(f"speedup of {workers} workers over {base_workers}: {base_wall / wall:.2f}x")
     per_job = base_busy / len(made)  # a worker's time for one notebook
-    serial = base_own / len(made)  # the grader's own, per notebook: one at a time however many workers
-    apart = base_pages / len(made)  # the feedback process's, per notebook: one at a time too, beside the grader
+    # the grader's own, per notebook: one at a time however many workers
+    serial = base_own / len(made)
+    # the feedback process's, per notebook: one at a time too, beside the grader
+    apart = base_pages / len(made)
     notebooks = args.project_students * args.project_notebooks
-    shares = {"the workers": notebooks * per_job / args.project_workers, "the grader": notebooks * serial,
-              "the feedback process": notebooks * apart}
+    shares = {
+        "the workers": notebooks * per_job / args.project_workers,
+        "the grader": notebooks * serial,
+        "the feedback process": notebooks * apart,
+    }
     pace = max(shares, key=shares.get)
-    print(f"per notebook: {per_job:.1f} s on a worker, {serial:.2f} s on the grader (wall not spent in runners, "
-          f"{base_workers} worker(s))" + (f", {apart:.2f} s in the feedback process" if apart else ""))
-    print(f"on paper: {args.project_students} students x {args.project_notebooks} notebooks = {notebooks} notebooks "
-          f"on {args.project_workers} workers like these: {shares[pace] / 3600:.2f} h ({pace} set the pace; "
-          + ", ".join(f"{who} {seconds / 3600:.2f} h" for who, seconds in shares.items()) + ")")
+    print(
+        f"per notebook: {per_job:.1f} s on a worker, {serial:.2f} s on the grader (wall not spent"
+        f" in runners, {base_workers} worker(s))"
+        + (f", {apart:.2f} s in the feedback process" if apart else "")
+    )
+    print(
+        f"on paper: {args.project_students} students x {args.project_notebooks} notebooks ="
+        f" {notebooks} notebooks on {args.project_workers} workers like these:"
+        f" {shares[pace] / 3600:.2f} h ({pace} set the pace; "
+        + ", ".join(f"{who} {seconds / 3600:.2f} h" for who, seconds in shares.items())
+        + ")"
+    )
     if args.write_page:
         walls = " and ".join(f"{wall:.0f} s" for _, wall, *_ in runs)
         speedups = ", ".join(f"{base_wall / wall:.2f}x" for _, wall, *_ in runs[1:])
-        write_row(__file__, f"{args.submissions} submissions of {', '.join(assignments)}, workers {counts}: "
-                            f"{walls}" + (f": {speedups}" if speedups else ""))
+        write_row(
+            __file__,
+            f"{args.submissions} submissions of {', '.join(assignments)}, workers {counts}: {walls}"
+            + (f": {speedups}" if speedups else ""),
+        )
     return 0
 
 

@@ -1,4 +1,5 @@
-"""What forking the ranks from a warm server saves a check of 07: fresh processes against forked ones.
+"""What forking the ranks from a warm server saves a check of 07: fresh processes against forked
+ones.
 
     python benchmarks/distributed_start.py [--rounds 5]
 
@@ -42,7 +43,10 @@ def check(outdir):
     x = torch.randn(8, 8, generator=torch.Generator().manual_seed(dist.get_rank()))  # noqa: F821
     model(x).pow(2).mean().backward()
     torch.optim.SGD(model.parameters(), lr=0.1).step()
-    return {"weights": [p.detach() for p in model.module.parameters()], "cpu_s": _time.process_time()}
+    return {
+        "weights": [p.detach() for p in model.module.parameters()],
+        "cpu_s": _time.process_time(),
+    }
 
 
 def one_run(fresh: bool) -> tuple[float, float, list]:
@@ -51,7 +55,11 @@ def one_run(fresh: bool) -> tuple[float, float, list]:
     try:
         start = time.perf_counter()
         results = run_functions([], check, timeout_s=120)
-        return time.perf_counter() - start, sum(r["cpu_s"] for r in results), [r["weights"] for r in results]
+        return (
+            time.perf_counter() - start,
+            sum(r["cpu_s"] for r in results),
+            [r["weights"] for r in results],
+        )
     finally:
         os.environ.pop("DEVCOURSE_NO_WARMSTART", None)
 
@@ -75,14 +83,27 @@ def main(argv: list[str] | None = None) -> int:
             wall, cpu, result = one_run(way == "fresh")
             seen[way].append((wall, cpu))
             weights.append(result)
-    same = all(torch.equal(a, b) for run in weights for ranks in zip(run, weights[0]) for a, b in zip(*ranks))
+    same = all(
+        torch.equal(a, b)
+        for run in weights
+        for ranks in zip(run, weights[0])
+        for a, b in zip(*ranks)
+    )
     print(f"the server's start (once per kernel): {server_s:.2f} s")
-    print(f"{'ranks':8} {'run (s)':>8} {'ranks CPU (s)':>14}   medians of {args.rounds} runs of 2 ranks")
-    median = {way: [statistics.median(v[i] for v in runs) for i in (0, 1)] for way, runs in seen.items()}
+    print(
+        f"{'ranks':8} {'run (s)':>8} {'ranks CPU (s)':>14}   medians of {args.rounds} runs of 2"
+        " ranks"
+    )
+    median = {
+        way: [statistics.median(v[i] for v in runs) for i in (0, 1)] for way, runs in seen.items()
+    }
     for way, (wall, cpu) in median.items():
         print(f"{way:8} {wall:8.2f} {cpu:14.2f}")
-    result = (f"fresh / forked: {median['fresh'][0] / median['forked'][0]:.1f}x the wall time, "
-              f"{median['fresh'][1] / median['forked'][1]:.1f}x the ranks' processor time; same weights: {same}")
+    result = (
+        f"fresh / forked: {median['fresh'][0] / median['forked'][0]:.1f}x the wall time,"
+        f" {median['fresh'][1] / median['forked'][1]:.1f}x the ranks' processor time; same weights:"
+        f" {same}"
+    )
     print(result)
     if args.write_page:
         write_row(__file__, result)

@@ -1,6 +1,7 @@
 """Grade the same submissions with plain sequential nbgrader and with make grade; print the ratio.
 
-    python benchmarks/grading_throughput.py [--students ada,grace,linus,margaret] [--assignments 00_environment,...]
+    python benchmarks/grading_throughput.py [--students ada,grace,linus,margaret] [--assignments
+    00_environment,...]
 
 Six runs over the same copy of some demo students' submissions, one after
 another in this one run:
@@ -76,7 +77,8 @@ import nbformat
 import torch
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
+# the autograder package of this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devcourse.instructor.build import copy_solutions
 from autograder.course.config import course_config, tool_env
 from devcourse.instructor.paths import DEMO_CLASS, ROOT, SOLUTIONS
@@ -87,8 +89,11 @@ TARGET_SPEEDUP = 3.0
 TARGET_OVERHEAD_S = 0.3
 
 
-def copy_class(students: list[str], folder: Path, assignments: list[str] | None = None) -> list[Path]:
-    """Copy the students' submissions into ``folder`` (of ``assignments`` only, when given); return their notebooks."""
+def copy_class(
+    students: list[str], folder: Path, assignments: list[str] | None = None
+) -> list[Path]:
+    """Copy the students' submissions into ``folder`` (of ``assignments`` only, when given); return
+    their notebooks."""
     known = sorted(path.name for path in SOLUTIONS.iterdir() if path.is_dir())
     unknown = sorted(set(assignments or ()) - set(known))
     if unknown:
@@ -107,17 +112,19 @@ def copy_class(students: list[str], folder: Path, assignments: list[str] | None 
 
 
 def children_cpu_s() -> float:
-    """Processor time, user and system, of this process's children that have ended (and theirs), in seconds."""
+    """Processor time, user and system, of this process's children that have ended (and theirs), in
+    seconds."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def execute_alone(notebooks: list[Path], timeout: float, sockets: Path) -> tuple[float, float]:
-    """Run 2: every notebook, outputs cleared, in a fresh kernel of its own, errors allowed, one after another.
+    """Run 2: every notebook, outputs cleared, in a fresh kernel of its own, errors allowed, one
+    after another.
 
-    The kernel talks over IPC sockets, as the grader's kernels do. Returns the wall time and the kernels'
-    processor time (each kernel is this process's child and is waited for; the processes a notebook starts
-    are waited for by its kernel, so theirs is counted too).
+    The kernel talks over IPC sockets, as the grader's kernels do. Returns the wall time and the
+    kernels' processor time (each kernel is this process's child and is waited for; the processes a
+    notebook starts are waited for by its kernel, so theirs is counted too).
     """
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
@@ -130,11 +137,19 @@ def execute_alone(notebooks: list[Path], timeout: float, sockets: Path) -> tuple
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
-        manager = AsyncKernelManager(transport="ipc", ip=str(sockets / f"k{index}"),
-                                     connection_file=str(sockets / f"k{index}.json"))
+        manager = AsyncKernelManager(
+            transport="ipc",
+            ip=str(sockets / f"k{index}"),
+            connection_file=str(sockets / f"k{index}.json"),
+        )
         try:
-            NotebookClient(nb, km=manager, timeout=timeout, allow_errors=True,
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
+            NotebookClient(
+                nb,
+                km=manager,
+                timeout=timeout,
+                allow_errors=True,
+                resources={"metadata": {"path": str(path.parent)}},
+            ).execute()
         finally:
             run_sync(manager.shutdown_kernel)(now=True)
     return time.perf_counter() - started, children_cpu_s() - cpu
@@ -144,11 +159,17 @@ def plain_nbgrader(submitted: Path, workdir: Path) -> float:
     """Run 1: nbgrader's own commands, one assignment after another, as documented."""
     workdir.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", workdir)
-    copy_solutions(workdir / "source")  # less what nbgrader ignores, as an instructor's course has it
+    # less what nbgrader ignores, as an instructor's course has it
+    copy_solutions(workdir / "source")
     shutil.copytree(submitted, workdir / "submitted")
     assignments = sorted({path.name for path in submitted.glob("*/*") if path.is_dir()})
-    flags = ["--CourseDirectory.source_directory=source", "--CourseDirectory.release_directory=release",
-             f"--CourseDirectory.db_url=sqlite:///{workdir / 'gradebook.db'}", "--force", "--log-level=ERROR"]
+    flags = [
+        "--CourseDirectory.source_directory=source",
+        "--CourseDirectory.release_directory=release",
+        f"--CourseDirectory.db_url=sqlite:///{workdir / 'gradebook.db'}",
+        "--force",
+        "--log-level=ERROR",
+    ]
     started = time.perf_counter()
     for name in assignments:
         for command in ["generate_assignment", "autograde", "generate_feedback"]:
@@ -156,20 +177,41 @@ def plain_nbgrader(submitted: Path, workdir: Path) -> float:
     return time.perf_counter() - started
 
 
-def make_grade(submitted: Path, workdir: Path, jobs: int, warm: bool = True, kept: bool = False) -> float:
-    """Runs 3 to 6: the course's grading command, as ``make grade`` runs it, each in a work folder of its own.
+def make_grade(
+    submitted: Path, workdir: Path, jobs: int, warm: bool = True, kept: bool = False
+) -> float:
+    """Runs 3 to 6: the course's grading command, as ``make grade`` runs it, each in a work folder
+    of its own.
 
-    It includes what plain nbgrader does not do: the run of the instructor's solution of every assignment it
-    grades (the canary, which is also the reference each test's probe is judged against), and the second pass
-    of each notebook's tests as probes. Runs 3 and 4 run the canary (``--rerun-canary``), as a grading
-    without references made ahead does; runs 5 and 6 (``kept``) reuse the references run 3 kept, as a
-    grading whose references were made ahead, or kept by an earlier run on the same machine with the same
-    solutions and packages, does (:mod:`autograder.judge.reference`).
+    It includes what plain nbgrader does not do: the run of the instructor's solution of every
+    assignment it grades (the canary, which is also the reference each test's probe is judged
+    against), and the second pass of each notebook's tests as probes. Runs 3 and 4 run the canary
+    (``--rerun-canary``), as a grading without references made ahead does; runs 5 and 6 (``kept``)
+    reuse the references run 3 kept, as a grading whose references were made ahead, or kept by an
+    earlier run on the same machine with the same solutions and packages, does
+    (:mod:`autograder.judge.reference`).
     """
     started = time.perf_counter()
-    _quietly([sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted), "--workdir", str(workdir),
-              "--jobs", str(jobs), "--quiet", "--reference-cache", str(workdir.parent / "references"),
-              *([] if kept else ["--rerun-canary"]), *([] if warm else ["--no-warm"])], ROOT)
+    _quietly(
+        [
+            sys.executable,
+            "-m",
+            "autograder",
+            "grade",
+            "--submitted",
+            str(submitted),
+            "--workdir",
+            str(workdir),
+            "--jobs",
+            str(jobs),
+            "--quiet",
+            "--reference-cache",
+            str(workdir.parent / "references"),
+            *([] if kept else ["--rerun-canary"]),
+            *([] if warm else ["--no-warm"]),
+        ],
+        ROOT,
+    )
     return time.perf_counter() - started
 
 
@@ -177,7 +219,9 @@ def _quietly(command: list[str], cwd: Path) -> None:
     """Run a command; show what it printed only if it fails."""
     done = subprocess.run(command, cwd=cwd, env=tool_env(), capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
+        raise SystemExit(
+            f"failed ({done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}"
+        )
 
 
 def statuses(workdir: Path) -> dict[Path, dict]:
@@ -194,53 +238,88 @@ def total(key: str, jobs) -> float:
 
 
 def where_time_went(found: dict[Path, dict]) -> str:
-    """Run 4's jobs, from their status files: their kernels' starts, their cells, their probes, the canary's share."""
+    """Run 4's jobs, from their status files: their kernels' starts, their cells, their probes, the
+    canary's share."""
     canary = canary_jobs(found)
     starts = [s["start_s"] for s in found.values() if s.get("start_s") is not None]
-    return (f"{len(found)} jobs, {len(canary)} of them the canary's: kernel starts {sum(starts):.1f} s "
-            f"({sum(starts) / max(1, len(starts)):.2f} s each, {sum(1 for s in found.values() if s.get('warm'))} "
-            f"started ahead), cells {total('cells_s', found.values()):.1f} s, probes "
-            f"{total('probes_s', found.values()):.1f} s; the canary's cells and probes "
-            f"{total('cells_s', canary) + total('probes_s', canary):.1f} s")
+    return (
+        f"{len(found)} jobs, {len(canary)} of them the canary's: kernel starts {sum(starts):.1f} s"
+        f" ({sum(starts) / max(1, len(starts)):.2f} s each,"
+        f" {sum(1 for s in found.values() if s.get('warm'))} started ahead), cells"
+        f" {total('cells_s', found.values()):.1f} s, probes {total('probes_s', found.values()):.1f}"
+        " s; the canary's cells and probes"
+        f" {total('cells_s', canary) + total('probes_s', canary):.1f} s"
+    )
 
 
 def plain_scores(workdir: Path) -> dict[tuple[str, str], float]:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}", course_config().CourseDirectory.course_id) as book:
-        return {(s.student.id, s.assignment.name): s.score
-                for a in book.assignments for s in book.assignment_submissions(a.name)}
+    with Gradebook(
+        f"sqlite:///{workdir / 'gradebook.db'}", course_config().CourseDirectory.course_id
+    ) as book:
+        return {
+            (s.student.id, s.assignment.name): s.score
+            for a in book.assignments
+            for s in book.assignment_submissions(a.name)
+        }
 
 
 def our_scores(workdir: Path) -> dict[tuple[str, str], float]:
     with (workdir / "scores.csv").open() as handle:
-        return {(row["student"], row["assignment"]): float(row["score"]) for row in csv.DictReader(handle)
-                if row["score"] != ""}
+        return {
+            (row["student"], row["assignment"]): float(row["score"])
+            for row in csv.DictReader(handle)
+            if row["score"] != ""
+        }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--students", default=",".join(HONEST),
-                        help="demo students to grade, comma-separated (default: %(default)s)")
-    parser.add_argument("--assignments", default="",
-                        help="grade only these assignments, comma-separated (default: all the students submitted)")
-    parser.add_argument("--no-warm", action="store_true", help="make grade --no-warm (kernels started at their turn)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="notebooks make grade runs at once (default: one per core, here %(default)s)")
+    parser.add_argument(
+        "--students",
+        default=",".join(HONEST),
+        help="demo students to grade, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--assignments",
+        default="",
+        help="grade only these assignments, comma-separated (default: all the students submitted)",
+    )
+    parser.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="make grade --no-warm (kernels started at their turn)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="notebooks make grade runs at once (default: one per core, here %(default)s)",
+    )
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
     students = [name.strip() for name in args.students.split(",") if name.strip()]
     timeout = float(course_config().ExecutePreprocessor.timeout)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch {torch.__version__}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch"
+        f" {torch.__version__}"
+    )
     with tempfile.TemporaryDirectory(prefix="grading-benchmark-") as tmp:
         tmp = Path(tmp)
-        os.chmod(tmp, 0o755)  # the sandboxed kernels run as nobody and must reach their copies below
+        # the sandboxed kernels run as nobody and must reach their copies below
+        os.chmod(tmp, 0o755)
         assignments = [name.strip() for name in args.assignments.split(",") if name.strip()]
         notebooks = copy_class(students, tmp / "class", assignments)
         count = len(notebooks)
-        print(f"{count} notebooks of {len(students)} students ({', '.join(students)})"
-              f"{' in ' + ', '.join(assignments) if assignments else ''}; cell timeout {timeout:g} s\n")
-        graded = [tmp / "plain" / "autograded" / path.relative_to(tmp / "class") for path in notebooks]
+        print(
+            f"{count} notebooks of {len(students)} students"
+            f" ({', '.join(students)}){' in ' + ', '.join(assignments) if assignments else ''};"
+            f" cell timeout {timeout:g} s\n"
+        )
+        graded = [
+            tmp / "plain" / "autograded" / path.relative_to(tmp / "class") for path in notebooks
+        ]
         warm = not args.no_warm
         alone_cpu = []
 
@@ -250,23 +329,41 @@ def main() -> int:
             return wall
 
         runs = [
-            ("1. plain nbgrader: generate, autograde, feedback", lambda: plain_nbgrader(tmp / "class", tmp / "plain")),
-            ("2. each graded notebook executed alone", lambda: alone_run(graded, timeout, tmp / "sockets")),
-            (f"3. make grade (--jobs {args.jobs})", lambda: make_grade(tmp / "class", tmp / "ours", args.jobs, warm)),
+            (
+                "1. plain nbgrader: generate, autograde, feedback",
+                lambda: plain_nbgrader(tmp / "class", tmp / "plain"),
+            ),
+            (
+                "2. each graded notebook executed alone",
+                lambda: alone_run(graded, timeout, tmp / "sockets"),
+            ),
+            (
+                f"3. make grade (--jobs {args.jobs})",
+                lambda: make_grade(tmp / "class", tmp / "ours", args.jobs, warm),
+            ),
             ("4. make grade --jobs 1", lambda: make_grade(tmp / "class", tmp / "ours1", 1, warm)),
-            (f"5. make grade (--jobs {args.jobs}), references ready", lambda: make_grade(
-                tmp / "class", tmp / "ours5", args.jobs, warm, kept=True)),
-            ("6. make grade --jobs 1, references ready", lambda: make_grade(
-                tmp / "class", tmp / "ours6", 1, warm, kept=True)),
+            (
+                f"5. make grade (--jobs {args.jobs}), references ready",
+                lambda: make_grade(tmp / "class", tmp / "ours5", args.jobs, warm, kept=True),
+            ),
+            (
+                "6. make grade --jobs 1, references ready",
+                lambda: make_grade(tmp / "class", tmp / "ours6", 1, warm, kept=True),
+            ),
         ]
         seconds = []
         for label, run in runs:
             seconds.append(run())
-            print(f"{label:<56} {seconds[-1]:7.1f} s  ({seconds[-1] / count:5.1f} s per notebook)", flush=True)
+            print(
+                f"{label:<56} {seconds[-1]:7.1f} s  ({seconds[-1] / count:5.1f} s per notebook)",
+                flush=True,
+            )
         plain, alone, ours, ours_one, ours_kept, ours_one_kept = seconds
         for later in ("ours5", "ours6"):
             if any((tmp / later / "jobs" / "(canary)").glob("*")):
-                raise SystemExit(f"run {later[-1]} ran the canary: the references of run 3 were not kept")
+                raise SystemExit(
+                    f"run {later[-1]} ran the canary: the references of run 3 were not kept"
+                )
         print(f"   run 2: the kernels' processor time {alone_cpu[0]:.1f} s")
         run4 = statuses(tmp / "ours1")
         print(f"   run 4: {where_time_went(run4)}")
@@ -284,26 +381,46 @@ def main() -> int:
     cores = os.cpu_count() or 1
     floor_once, floor_graded = alone_cpu[0] / cores, (alone_cpu[0] + probes_s) / cores
     floor_first = floor_graded + canary_s / cores
-    differ = {pair: (plain_result.get(pair), our_result.get(pair))
-              for pair in sorted(set(plain_result) | set(our_result)) if plain_result.get(pair) != our_result.get(pair)}
-    result = (f"throughput: make grade {speedup:.2f}x plain nbgrader on the same notebooks, the references ready "
-              f"(target at least {TARGET_SPEEDUP}x on 2 cores)")
+    differ = {
+        pair: (plain_result.get(pair), our_result.get(pair))
+        for pair in sorted(set(plain_result) | set(our_result))
+        if plain_result.get(pair) != our_result.get(pair)
+    }
+    result = (
+        f"throughput: make grade {speedup:.2f}x plain nbgrader on the same notebooks, the"
+        f" references ready (target at least {TARGET_SPEEDUP}x on 2 cores)"
+    )
     print(f"\n{result}")
-    print(f"            with the canary run in the grading (no references made ahead): {speedup_canary:.2f}x")
-    print(f"            most possible on these {cores} cores: {plain / floor_once:.2f}x running each notebook once "
-          f"({floor_once:.1f} s), {plain / floor_graded:.2f}x with the probes ({floor_graded:.1f} s), "
-          f"{plain / floor_first:.2f}x with the canary's cells and probes too ({floor_first:.1f} s)")
-    print(f"overhead of make grade over executing alone: {overhead:+.2f} s per notebook, the references ready "
-          f"(target at most {TARGET_OVERHEAD_S:g} s), {overhead - probes_s / count:+.2f} s of it beside "
-          f"the probes' {probes_s / count:.2f} s")
+    print(
+        "            with the canary run in the grading (no references made ahead):"
+        f" {speedup_canary:.2f}x"
+    )
+    print(
+        f"            most possible on these {cores} cores: {plain / floor_once:.2f}x running each"
+        f" notebook once ({floor_once:.1f} s), {plain / floor_graded:.2f}x with the probes"
+        f" ({floor_graded:.1f} s), {plain / floor_first:.2f}x with the canary's cells and probes"
+        f" too ({floor_first:.1f} s)"
+    )
+    print(
+        f"overhead of make grade over executing alone: {overhead:+.2f} s per notebook, the"
+        f" references ready (target at most {TARGET_OVERHEAD_S:g} s),"
+        f" {overhead - probes_s / count:+.2f} s of it beside the probes' {probes_s / count:.2f} s"
+    )
     print(f"            with the canary run in the grading: {overhead_canary:+.2f} s per notebook")
-    print("scores: plain nbgrader and make grade agree on all " f"{len(our_result)} submissions" if not differ else
-          "scores differ (student, assignment: plain, make grade): " +
-          "; ".join(f"{s}/{a}: {p}, {o}" for (s, a), (p, o) in differ.items()))
+    print(
+        f"scores: plain nbgrader and make grade agree on all {len(our_result)} submissions"
+        if not differ
+        else "scores differ (student, assignment: plain, make grade): "
+        + "; ".join(f"{s}/{a}: {p}, {o}" for (s, a), (p, o) in differ.items())
+    )
     if args.write_page:
-        write_row(__file__, f"{result}; with the canary in the run {speedup_canary:.2f}x; "
-                            f"{overhead:+.2f} s per notebook over executing alone")
+        write_row(
+            __file__,
+            f"{result}; with the canary in the run {speedup_canary:.2f}x; "
+            f"{overhead:+.2f} s per notebook over executing alone",
+        )
     return 0 if speedup >= TARGET_SPEEDUP and overhead <= TARGET_OVERHEAD_S and not differ else 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,9 +1,9 @@
 """The table of docs/benchmarks.md, written by the benchmark scripts themselves.
 
-Each script's row sits between two marker comments, ``<!-- benchmark:NAME -->`` and
-``<!-- /benchmark:NAME -->``, NAME being the script's file name without ``.py``. Given ``--write-page``, a
-script calls ``write_row`` at its end with the result line it printed; the row then holds that line and the
-machine it ran on, and the rest of the page is left as it was.
+Each script's row sits between two marker comments, ``<!-- benchmark:NAME -->`` and ``<!--
+/benchmark:NAME -->``, NAME being the script's file name without ``.py``. Given ``--write-page``, a
+script calls ``write_row`` at its end with the result line it printed; the row then holds that line
+and the machine it ran on, and the rest of the page is left as it was.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from importlib import metadata
 from pathlib import Path
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
-WRITE_PAGE_HELP = "write the result line and this machine into the script's row of docs/benchmarks.md"
+WRITE_PAGE_HELP = (
+    "write the result line and this machine into the script's row of docs/benchmarks.md"
+)
 
 
 class MarkerMissing(LookupError):
@@ -36,19 +38,23 @@ def _cell(text: str) -> str:
 
 
 def write_row(script: str, result: str, page: Path = PAGE, ran_on: str | None = None) -> None:
-    """Replace the row of ``script`` (a file name in benchmarks/, with or without ``.py``) in ``page``.
+    """Replace the row of ``script`` (a file name in benchmarks/, with or without ``.py``) in
+    ``page``.
 
-    The row keeps its first two cells (the script and what it compares) and gets ``result`` and ``ran_on``
-    (by default, this machine). Raises MarkerMissing, naming the script, when the page lacks either marker.
+    The row keeps its first two cells (the script and what it compares) and gets ``result`` and
+    ``ran_on`` (by default, this machine). Raises MarkerMissing, naming the script, when the page
+    lacks either marker.
     """
     name = Path(script).stem
     start, end = f"<!-- benchmark:{name} -->", f"<!-- /benchmark:{name} -->"
     text = page.read_text()
     found = re.search(re.escape(start) + r"(.*?)" + re.escape(end), text)
     if found is None:
-        raise MarkerMissing(f"{page.name} has no row for benchmarks/{name}.py: "
-                            f"the markers {start} and {end} must stand in one table row")
+        raise MarkerMissing(
+            f"{page.name} has no row for benchmarks/{name}.py: "
+            f"the markers {start} and {end} must stand in one table row"
+        )
     cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", found.group(1))]
     compares = cells[1] if len(cells) > 1 else ""
     row = f" `benchmarks/{name}.py` | {compares} | {_cell(result)} | {_cell(ran_on or machine())} "
-    page.write_text(text[:found.start(1)] + row + text[found.end(1):])
+    page.write_text(text[: found.start(1)] + row + text[found.end(1) :])

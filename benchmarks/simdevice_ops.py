@@ -1,17 +1,20 @@
-"""Run PyTorch's own operator database on the simulated device and the CPU; print how many ops agree.
+"""Run PyTorch's own operator database on the simulated device and the CPU; print how many ops
+agree.
 
     python benchmarks/simdevice_ops.py [--ops N] [--samples K] [--write-page]
 
-The oracle is PyTorch's OpInfo database (``torch.testing._internal.common_methods_invocations.op_db``, in the
-wheel; it needs the ``expecttest`` package): each op's float32 sample inputs, its own way to call the op. For
-each op and each of its first K samples, the op runs on the CPU and, with every tensor of the sample moved to
-``sim:0``, on the simulated device, both from the same random seed. An op *agrees* when every sample gives the
-CPU's values (NaN where the CPU has NaN), or is *refused* when the device says in its own words that it cannot
-run it (a ``NotImplementedError`` naming the simulated device); it *fails* when it raises anything else (an
-error the CPU does not raise, a traceback from inside the device's code) or gives other values. A sample the
-CPU itself refuses is left out. Prints the ops that agree, are refused and fail, of all, and each failing op
-with its first difference; ``tests/simdevice/test_simdevice_ops.py`` runs every op over its first samples and
-fails on any op that fails.
+The oracle is PyTorch's OpInfo database
+(``torch.testing._internal.common_methods_invocations.op_db``, in the wheel; it needs the
+``expecttest`` package): each op's float32 sample inputs, its own way to call the op. For each op
+and each of its first K samples, the op runs on the CPU and, with every tensor of the sample moved
+to ``sim:0``, on the simulated device, both from the same random seed. An op *agrees* when every
+sample gives the CPU's values (NaN where the CPU has NaN), or is *refused* when the device says in
+its own words that it cannot run it (a ``NotImplementedError`` naming the simulated device); it
+*fails* when it raises anything else (an error the CPU does not raise, a traceback from inside the
+device's code) or gives other values. A sample the CPU itself refuses is left out. Prints the ops
+that agree, are refused and fail, of all, and each failing op with its first difference;
+``tests/simdevice/test_simdevice_ops.py`` runs every op over its first samples and fails on any op
+that fails.
 """
 
 from __future__ import annotations
@@ -30,20 +33,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page import WRITE_PAGE_HELP, write_row  # noqa: E402
 
 OWN_WORDS = "simulated device"  # what every refusal of the device says (simdevice)
-# Ops whose result holds whatever memory held ("uninitialized data", torch.empty's docs): compared by shape and
-# dtype only, on any device.
-UNINITIALIZED = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
-# Errors PyTorch raises for every device type when the sample's tensors all move to the device, as this sweep
-# moves them: the op itself wants that argument on the CPU (the check is in the op, not in a backend).
-# Ops that read their input's storage, not its elements: a move to any device copies the elements alone, so their
-# results are compared only for an input that is the whole of its storage.
+# Ops whose result holds whatever memory held ("uninitialized data", torch.empty's docs): compared
+# by shape and dtype only, on any device.
+UNINITIALIZED = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "empty_permuted",
+    "new_empty",
+    "new_empty_strided",
+}
+# Errors PyTorch raises for every device type when the sample's tensors all move to the device, as
+# this sweep moves them: the op itself wants that argument on the CPU (the check is in the op, not
+# in a backend). Ops that read their input's storage, not its elements: a move to any device copies
+# the elements alone, so their results are compared only for an input that is the whole of its
+# storage.
 STORAGE_READERS = {"as_strided", "as_strided_copy", "as_strided_scatter"}
-CPU_ARGUMENTS = {"tensor_split": "tensor_split expected tensor_indices_or_sections to be on cpu"}  # TensorShape.cpp
+# TensorShape.cpp
+CPU_ARGUMENTS = {"tensor_split": "tensor_split expected tensor_indices_or_sections to be on cpu"}
 
 
 @dataclass
 class Outcome:
-    """One op's result: ``agrees``, ``refused`` or ``fails``, and what its first failing sample did."""
+    """One op's result: ``agrees``, ``refused`` or ``fails``, and what its first failing sample
+    did."""
 
     name: str
     kind: str
@@ -61,8 +74,8 @@ def _host(value):
 
 
 def _same(cpu, there, values: bool = True) -> str:
-    """"" when the device's result is the CPU's (only its shapes and dtypes, without ``values``), else what
-    differs."""
+    """ "" when the device's result is the CPU's (only its shapes and dtypes, without ``values``),
+    else what differs."""
     left, right = pytree.tree_leaves(cpu), pytree.tree_leaves(_host(there))
     if len(left) != len(right):
         return f"{len(right)} results where the CPU gives {len(left)}"
@@ -75,7 +88,9 @@ def _same(cpu, there, values: bool = True) -> str:
             if not values:
                 continue
             try:
-                torch.testing.assert_close(b, a, equal_nan=True, rtol=1e-5, atol=1e-6, check_device=False)
+                torch.testing.assert_close(
+                    b, a, equal_nan=True, rtol=1e-5, atol=1e-6, check_device=False
+                )
             except AssertionError as error:
                 return "other values: " + " ".join(str(error).split())[:160]
         elif a != b and not (a != a and b != b):  # NaN equals NaN here
@@ -84,7 +99,10 @@ def _same(cpu, there, values: bool = True) -> str:
 
 
 def _whole_storage(tensor: torch.Tensor) -> bool:
-    return tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    return (
+        tensor.storage_offset() == 0
+        and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    )
 
 
 def run_op(op, samples: int) -> Outcome:
@@ -111,7 +129,10 @@ def run_op(op, samples: int) -> Outcome:
             if OWN_WORDS in str(error):
                 outcome.kind, outcome.detail = "refused", " ".join(str(error).split())[:160]
                 break
-            outcome.kind, outcome.detail = "fails", f"NotImplementedError: {str(error).splitlines()[0][:160]}"
+            outcome.kind, outcome.detail = (
+                "fails",
+                f"NotImplementedError: {str(error).splitlines()[0][:160]}",
+            )
             break
         except Exception as error:  # noqa: BLE001 - the CPU ran it: any error on the device is a difference
             if op.name in CPU_ARGUMENTS and str(error).startswith(CPU_ARGUMENTS[op.name]):
@@ -140,26 +161,35 @@ def op_database():
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ops", type=int, default=0, help="only the first N ops of the database (0: all)")
-    parser.add_argument("--samples", type=int, default=4, help="sample inputs per op (default: %(default)s)")
+    parser.add_argument(
+        "--ops", type=int, default=0, help="only the first N ops of the database (0: all)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=4, help="sample inputs per op (default: %(default)s)"
+    )
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args(argv)
 
     import simdevice as sim
 
-    warnings.simplefilter("ignore")  # the ops' own deprecation warnings, once per op: not this script's output
+    # the ops' own deprecation warnings, once per op: not this script's output
+    warnings.simplefilter("ignore")
     sim.enable(2)
     ops = op_database()
     ops = ops[: args.ops] if args.ops else ops
     outcomes = [run_op(op, args.samples) for op in ops]
     counted = [o for o in outcomes if o.kind != "no samples"]
-    by_kind = {kind: [o for o in counted if o.kind == kind] for kind in ("agrees", "refused", "fails")}
+    by_kind = {
+        kind: [o for o in counted if o.kind == kind] for kind in ("agrees", "refused", "fails")
+    }
     for outcome in by_kind["fails"]:
         print(f"fails    {outcome.name}: {outcome.detail}")
-    result = (f"{len(by_kind['agrees'])} of {len(counted)} ops of PyTorch's OpInfo database give the CPU's values on "
-              f"sim:0 ({100 * len(by_kind['agrees']) / max(1, len(counted)):.1f}%), {len(by_kind['refused'])} are "
-              f"refused in the device's words, {len(by_kind['fails'])} fail; float32, at most {args.samples} "
-              f"samples each")
+    result = (
+        f"{len(by_kind['agrees'])} of {len(counted)} ops of PyTorch's OpInfo database give the"
+        f" CPU's values on sim:0 ({100 * len(by_kind['agrees']) / max(1, len(counted)):.1f}%),"
+        f" {len(by_kind['refused'])} are refused in the device's words, {len(by_kind['fails'])}"
+        f" fail; float32, at most {args.samples} samples each"
+    )
     print(result)
     if args.write_page:
         write_row(__file__, result)

@@ -45,16 +45,29 @@ def registration_seconds(repeats: int = 3) -> float:
     """The fastest of ``repeats`` fresh processes' ``enable(2)`` time, torch already imported."""
     times = []
     for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", _REGISTER], capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _REGISTER], capture_output=True, text=True, check=True
+        )
         times.append(float(done.stdout.split()[-1]))
     return min(times)
 
 
 def _mlp(batch: int, g: torch.Generator):
-    model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64),
-                                torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(784, 128),
+        torch.nn.ReLU(),
+        torch.nn.Linear(128, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 10),
+    )
     x, y = torch.randn(batch, 784, generator=g), torch.randint(0, 10, (batch,), generator=g)
-    return model, lambda m, x, y: F.cross_entropy(m(x), y), x, y, lambda params: torch.optim.SGD(params, lr=0.01)
+    return (
+        model,
+        lambda m, x, y: F.cross_entropy(m(x), y),
+        x,
+        y,
+        lambda params: torch.optim.SGD(params, lr=0.01),
+    )
 
 
 class _LanguageModel(torch.nn.Module):
@@ -74,13 +87,23 @@ def _rnn(batch: int, g: torch.Generator):
     def loss(m, x, y):
         return F.cross_entropy(m(x).reshape(-1, 100), y.reshape(-1))
 
-    return _LanguageModel(), loss, tokens[:-1], tokens[1:], lambda params: torch.optim.Adam(params, lr=1e-3)
+    return (
+        _LanguageModel(),
+        loss,
+        tokens[:-1],
+        tokens[1:],
+        lambda params: torch.optim.Adam(params, lr=1e-3),
+    )
 
 
 def _transformer(batch: int, g: torch.Generator):
     layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-    model = torch.nn.ModuleDict({"encoder": torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
-                                 "head": torch.nn.Linear(64, 10)})
+    model = torch.nn.ModuleDict(
+        {
+            "encoder": torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+            "head": torch.nn.Linear(64, 10),
+        }
+    )
     x, y = torch.randn(batch, 16, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
     def loss(m, x, y):
@@ -89,8 +112,11 @@ def _transformer(batch: int, g: torch.Generator):
     return model, loss, x, y, lambda params: torch.optim.AdamW(params, lr=1e-3)
 
 
-WORKLOADS = {"MLP 784-128-64-10, SGD": _mlp, "LSTM 2x64 over 16 steps, Adam": _rnn,
-             "Transformer encoder 2x64, AdamW": _transformer}
+WORKLOADS = {
+    "MLP 784-128-64-10, SGD": _mlp,
+    "LSTM 2x64 over 16 steps, Adam": _rnn,
+    "Transformer encoder 2x64, AdamW": _transformer,
+}
 
 
 def _setup(workload, device: str, batch: int):
@@ -133,11 +159,16 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch {torch.__version__}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; torch"
+        f" {torch.__version__}"
+    )
     registration = registration_seconds()
     simdevice.enable(2)
-    results = [f"registration (enable(2), torch imported): {registration * 1000:.1f} ms (target under "
-               f"{REGISTRATION_TARGET_S:.0f} s)"]
+    results = [
+        f"registration (enable(2), torch imported): {registration * 1000:.1f} ms (target under "
+        f"{REGISTRATION_TARGET_S:.0f} s)"
+    ]
     print(results[0])
     ratios = {}
     for name, workload in WORKLOADS.items():
@@ -145,8 +176,10 @@ def main() -> int:
         cpu, sim = statistics.median(times["cpu"]), statistics.median(times["sim:0"])
         ratios[name] = sim / cpu
         target = f" (target at most {STEP_TARGET_RATIO:.0f}x)" if workload is _mlp else ""
-        results.append(f"{name}, batch {args.batch}, {args.steps} steps each, same losses: cpu {cpu * 1e3:.2f} "
-                       f"ms/step, sim:0 {sim * 1e3:.2f} ms/step, sim:0 / cpu: {ratios[name]:.2f}x{target}")
+        results.append(
+            f"{name}, batch {args.batch}, {args.steps} steps each, same losses: cpu {cpu * 1e3:.2f}"
+            f" ms/step, sim:0 {sim * 1e3:.2f} ms/step, sim:0 / cpu: {ratios[name]:.2f}x{target}"
+        )
         print(results[-1])
     mlp_ratio = ratios[next(name for name, w in WORKLOADS.items() if w is _mlp)]
     if args.write_page:

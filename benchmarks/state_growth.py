@@ -1,4 +1,5 @@
-"""What the grader pays to note each graded pair in its work folder, at the end of a term's grading; print the ratio.
+"""What the grader pays to note each graded pair in its work folder, at the end of a term's grading;
+print the ratio.
 
     python benchmarks/state_growth.py [--pairs 9000] [--repeat 200]
 
@@ -26,20 +27,31 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the autograder package of this checkout
+# the autograder package of this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autograder.record.state import STATE, journal_pair, read_state, write_state
 from page import WRITE_PAGE_HELP, write_row
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=9000, help="graded pairs in the state (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=200, help="writes timed each way (default: %(default)s)")
+    parser.add_argument(
+        "--pairs", type=int, default=9000, help="graded pairs in the state (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=200, help="writes timed each way (default: %(default)s)"
+    )
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}")
-    state = {"course": secrets.token_hex(32), "intake": None, "finished": False, "graded": {}, "generated": {},
-             "rows": {}}
+    state = {
+        "course": secrets.token_hex(32),
+        "intake": None,
+        "finished": False,
+        "graded": {},
+        "generated": {},
+        "rows": {},
+    }
     for index in range(args.pairs):
         key = f"student{index // 9:04d}/{index % 9:02d}_assignment"
         state["graded"][key] = secrets.token_hex(32)
@@ -60,10 +72,15 @@ def main() -> int:
         read = time.perf_counter() - started
         size = (folder / STATE).stat().st_size
     print(f"state of {args.pairs} graded pairs: {size / 1e6:.2f} MB")
-    result = f"written whole: {whole * 1e3:.2f} ms a pair; a journal line: {line * 1e3:.3f} ms: {whole / line:.0f}x"
+    result = (
+        f"written whole: {whole * 1e3:.2f} ms a pair; a journal line: {line * 1e3:.3f} ms:"
+        f" {whole / line:.0f}x"
+    )
     print(result)
-    print(f"over a run grading {args.pairs} pairs: about {whole * args.pairs / 2:.0f} s written whole "
-          f"(growing from nothing), {line * args.pairs:.2f} s as journal lines")
+    print(
+        f"over a run grading {args.pairs} pairs: about {whole * args.pairs / 2:.0f} s written whole"
+        f" (growing from nothing), {line * args.pairs:.2f} s as journal lines"
+    )
     print(f"read back with {args.repeat} journal lines: {read * 1e3:.1f} ms")
     if args.write_page:
         write_row(__file__, f"{args.pairs} pairs: {result}")

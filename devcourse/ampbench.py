@@ -1,8 +1,9 @@
 """Time and memory of training steps in float32 against mixed precision, one mode per process.
 
-:func:`compare_precision` trains the same seeded MLP on the same data in each mode (:data:`MODES`: fp32, bf16
-autocast, fp16 autocast with GradScaler) in a fresh process, on any machine; on a CPU mixed precision is often
-slower than float32, and the numbers say what this machine does, nothing more. Introduced in 06_mixed_precision.
+:func:`compare_precision` trains the same seeded MLP on the same data in each mode (:data:`MODES`:
+fp32, bf16 autocast, fp16 autocast with GradScaler) in a fresh process, on any machine; on a CPU
+mixed precision is often slower than float32, and the numbers say what this machine does, nothing
+more. Introduced in 06_mixed_precision.
 """
 
 from __future__ import annotations
@@ -69,40 +70,58 @@ def _train(mode: str, device: torch.device, steps: int, width: int, batch: int) 
         loss = step()
     synchronize(device)
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else peak_rss_mib() - before
+    peak = (
+        torch.cuda.max_memory_allocated(device) / 2**20
+        if device.type == "cuda"
+        else peak_rss_mib() - before
+    )
     return {"ms_per_step": 1000 * seconds / steps, "peak_mib": peak, "last_loss": float(loss)}
 
 
 def compare_precision(
-    device: torch.device | str | None = None, steps: int = 20, width: int = 512, batch: int = 256,
+    device: torch.device | str | None = None,
+    steps: int = 20,
+    width: int = 512,
+    batch: int = 256,
     modes: tuple[str, ...] = MODES,
 ) -> list[PrecisionResult]:
-    """Train in each mode in its own process and return what each measured; a bar shows the modes done.
+    """Train in each mode in its own process and return what each measured; a bar shows the modes
+    done.
 
-    Each result has milliseconds per step (after warm-up steps, the device synchronised), the peak memory
-    (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU how far peak resident memory rose from before the
-    model was built) and the last loss. ``device`` defaults to :func:`~devcourse.devices.best_device`.
+    Each result has milliseconds per step (after warm-up steps, the device synchronised), the peak
+    memory (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU how far peak resident memory
+    rose from before the model was built) and the last loss. ``device`` defaults to
+    :func:`~devcourse.devices.best_device`.
     """
     device = str(torch.device(device) if device is not None else best_device())
     results = []
     for mode in progress.steps(modes, f"training in {', '.join(modes)} on {device}"):
         out = run_child("devcourse.ampbench", [mode, device, str(steps), str(width), str(batch)])
-        results.append(PrecisionResult(mode, device, out["ms_per_step"], out["peak_mib"], out["last_loss"]))
+        results.append(
+            PrecisionResult(mode, device, out["ms_per_step"], out["peak_mib"], out["last_loss"])
+        )
     return results
 
 
 def format_table(results: list[PrecisionResult]) -> str:
     """One row per mode, with its speed relative to fp32 run in the same call."""
     base = next((r for r in results if r.mode == "fp32"), results[0])
-    lines = [f"device: {base.device}", f"{'mode':6} {'ms/step':>8} {'vs fp32':>8} {'peak MiB':>9} {'last loss':>10}"]
+    lines = [
+        f"device: {base.device}",
+        f"{'mode':6} {'ms/step':>8} {'vs fp32':>8} {'peak MiB':>9} {'last loss':>10}",
+    ]
     for r in results:
-        lines.append(f"{r.mode:6} {r.ms_per_step:8.2f} {base.ms_per_step / r.ms_per_step:7.2f}x "
-                     f"{r.peak_mib:9.1f} {r.last_loss:10.4f}")
+        lines.append(
+            f"{r.mode:6} {r.ms_per_step:8.2f} {base.ms_per_step / r.ms_per_step:7.2f}x "
+            f"{r.peak_mib:9.1f} {r.last_loss:10.4f}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devcourse.ampbench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m devcourse.ampbench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--device", default=None, help="default: best_device()")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)

@@ -1,9 +1,11 @@
-"""Checkpoints that look saved on a GPU, made on any machine; the loader that opens them is re-exported here.
+"""Checkpoints that look saved on a GPU, made on any machine; the loader that opens them is
+re-exported here.
 
-:func:`make_checkpoint` writes a seeded :class:`~devcourse.models.TinyNet`'s checkpoint as a plain, DataParallel,
-DDP or compiled model saved it on ``cpu``, ``cuda:0`` or ``cuda:1``. The loader (:func:`load_model`,
-:func:`read_state_dict`, :class:`CheckpointError`) lives in :mod:`devcourse.loading`; notebooks, students' among
-them, import it from here. Introduced in 03_saving_and_loading; used in 04 to 09.
+:func:`make_checkpoint` writes a seeded :class:`~devcourse.models.TinyNet`'s checkpoint as a plain,
+DataParallel, DDP or compiled model saved it on ``cpu``, ``cuda:0`` or ``cuda:1``. The loader
+(:func:`load_model`, :func:`read_state_dict`, :class:`CheckpointError`) lives in
+:mod:`devcourse.loading`; notebooks, students' among them, import it from here. Introduced in
+03_saving_and_loading; used in 04 to 09.
 """
 
 from __future__ import annotations
@@ -36,10 +38,27 @@ from devcourse.loading import (
 from devcourse.models import seeded_tinynet
 
 __all__ = [
-    "PREFIXES", "SAVED_ON", "STATE_DICT_KEYS", "WRAPPERS", "CheckpointError", "CheckpointNotFound",
-    "EmptyCheckpoint", "KeyMismatch", "NotACheckpoint", "TruncatedCheckpoint", "UnsafeCheckpoint", "check_keys",
-    "find_state_dict", "load_model", "make_checkpoint", "read_checkpoint", "read_state_dict", "single_process_group",
-    "strip_prefixes", "tagged_save", "wrapped_state_dict",
+    "PREFIXES",
+    "SAVED_ON",
+    "STATE_DICT_KEYS",
+    "WRAPPERS",
+    "CheckpointError",
+    "CheckpointNotFound",
+    "EmptyCheckpoint",
+    "KeyMismatch",
+    "NotACheckpoint",
+    "TruncatedCheckpoint",
+    "UnsafeCheckpoint",
+    "check_keys",
+    "find_state_dict",
+    "load_model",
+    "make_checkpoint",
+    "read_checkpoint",
+    "read_state_dict",
+    "single_process_group",
+    "strip_prefixes",
+    "tagged_save",
+    "wrapped_state_dict",
 ]
 
 SAVED_ON = ("cpu", "cuda:0", "cuda:1")
@@ -120,9 +139,9 @@ def single_process_group() -> Iterator[None]:
 
 
 def _let_go_of_unused() -> None:
-    """Drop the groups :func:`single_process_group` made that nothing else refers to (a DDP model keeps its
-    group as ``process_group``); destroyed here, from Python, a group releases the GIL before it waits for
-    its threads."""
+    """Drop the groups :func:`single_process_group` made that nothing else refers to (a DDP model
+    keeps its group as ``process_group``); destroyed here, from Python, a group releases the GIL
+    before it waits for its threads."""
     kept = []
     while _GROUPS:
         group = _GROUPS.pop()
@@ -193,7 +212,12 @@ def make_checkpoint(
             model(torch.randn(4, model.encoder[0].in_features)).sum().backward()
             optimizer.step()
             rng_state = torch.get_rng_state()
-        obj = {"model": state, "optimizer": optimizer.state_dict(), "epoch": 3, "rng_state": rng_state}
+        obj = {
+            "model": state,
+            "optimizer": optimizer.state_dict(),
+            "epoch": 3,
+            "rng_state": rng_state,
+        }
         if amp:
             # A GradScaler's state is plain Python numbers: scale, growth settings, tracker.
             obj["scaler"] = torch.amp.GradScaler("cpu").state_dict()

@@ -37,7 +37,8 @@ def best_device() -> torch.device:
 
 
 def hardware_accelerator() -> str | None:
-    """The device type of this machine's accelerator (``"cuda"``, ``"mps"``, ``"xpu"`` ...), or ``None``.
+    """The device type of this machine's accelerator (``"cuda"``, ``"mps"``, ``"xpu"`` ...), or
+    ``None``.
 
     Asks ``torch.accelerator`` first; by name (CUDA, XPU, MPS) where it is
     missing or names the simulated device. ``None`` on a CPU-only machine.
@@ -60,7 +61,8 @@ def hardware_accelerator() -> str | None:
 
 
 def accelerator_or_simulated(index: int = 1) -> torch.device:
-    """A device that is not the CPU: the machine's own accelerator where it has one, else ``sim:index``.
+    """A device that is not the CPU: the machine's own accelerator where it has one, else
+    ``sim:index``.
 
     On a CPU-only machine it turns the simulated accelerator on, as the
     grader's device matrix does (:func:`devcourse.stand_ins.simulated_devices`),

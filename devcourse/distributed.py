@@ -1,9 +1,10 @@
 """Run DDP code in several processes from a notebook or a test, and clean up after it.
 
-Workers cannot import a notebook's ``__main__``: :mod:`devcourse.rankscript` writes a script of functions defined
-anywhere, which :func:`torchrun` starts; :func:`run_functions` (the exercises' checks) starts the ranks itself
-(:func:`start_ranks`, forked through :mod:`devcourse.warmstart` on Linux). On a CPU-only machine all of it runs
-on the CPU with gloo, or on simulated devices. Introduced in 07_multi_device_training.
+Workers cannot import a notebook's ``__main__``: :mod:`devcourse.rankscript` writes a script of
+functions defined anywhere, which :func:`torchrun` starts; :func:`run_functions` (the exercises'
+checks) starts the ranks itself (:func:`start_ranks`, forked through :mod:`devcourse.warmstart` on
+Linux). On a CPU-only machine all of it runs on the CPU with gloo, or on simulated devices.
+Introduced in 07_multi_device_training.
 """
 
 from __future__ import annotations
@@ -25,17 +26,25 @@ import torch
 from devcourse import warmstart
 from devcourse.rankscript import write_script
 
-__all__ = ["DistributedRunError", "RunResult", "free_port", "rank_errors", "run_functions", "start_ranks", "torchrun",
-           "write_script"]
+__all__ = [
+    "DistributedRunError",
+    "RunResult",
+    "free_port",
+    "rank_errors",
+    "run_functions",
+    "start_ranks",
+    "torchrun",
+    "write_script",
+]
 
 
 class DistributedRunError(RuntimeError):
     """A multi-process run that failed or ran out of time; the message holds the end of its output.
 
-    Every run has a wall-time limit; when it is exceeded or a rank dies, every process the run started is
-    killed (each run has a process group of its own), so no orphan is left. Which device and backend a worker
-    uses is its own code's choice; with ``simulated_devices=N`` a worker that finds no accelerator gets N
-    simulated ones.
+    Every run has a wall-time limit; when it is exceeded or a rank dies, every process the run
+    started is killed (each run has a process group of its own), so no orphan is left. Which device
+    and backend a worker uses is its own code's choice; with ``simulated_devices=N`` a worker that
+    finds no accelerator gets N simulated ones.
     """
 
 
@@ -61,7 +70,8 @@ def torchrun(
     timeout_s: float = 120,
     cwd: str | Path | None = None,
 ) -> RunResult:
-    """Run ``script`` with torchrun: ``nnodes`` launchers on this machine, ``nproc_per_node`` ranks each.
+    """Run ``script`` with torchrun: ``nnodes`` launchers on this machine, ``nproc_per_node`` ranks
+    each.
 
     With ``nnodes > 1`` each node is a separate torchrun launcher meeting the
     others through the c10d rendezvous on a free port of 127.0.0.1, as
@@ -74,18 +84,32 @@ def torchrun(
     both cases every process of the run has been ended.
     """
     port = free_port()
-    # torchrun's agents keep their logs in a new folder of the temporary folder unless told where: one left
-    # behind for every run; here the run's logs go into a folder removed after it.
+    # torchrun's agents keep their logs in a new folder of the temporary folder unless told where:
+    # one left behind for every run; here the run's logs go into a folder removed after it.
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-", ignore_cleanup_errors=True) as logs:
         command = [
-            sys.executable, "-m", "torch.distributed.run",
-            f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=course-{port}",
-            "--max-restarts=0", "--monitor-interval=0.5", f"--log-dir={logs}",
-            str(script), *args,
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={nnodes}",
+            f"--nproc-per-node={nproc_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--rdzv-id=course-{port}",
+            "--max-restarts=0",
+            "--monitor-interval=0.5",
+            f"--log-dir={logs}",
+            str(script),
+            *args,
         ]
         env = _environment()
-        return _run([(command, env)] * nnodes, lambda _: "a launcher", timeout_s, cwd, warmstart.starter(env))
+        return _run(
+            [(command, env)] * nnodes,
+            lambda _: "a launcher",
+            timeout_s,
+            cwd,
+            warmstart.starter(env),
+        )
 
 
 def start_ranks(
@@ -96,7 +120,8 @@ def start_ranks(
     timeout_s: float = 120,
     cwd: str | Path | None = None,
 ) -> RunResult:
-    """Run ``script`` in ``nnodes * nproc_per_node`` processes, each with the variables torchrun would give it.
+    """Run ``script`` in ``nnodes * nproc_per_node`` processes, each with the variables torchrun
+    would give it.
 
     ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
     (the node), ``MASTER_ADDR``/``MASTER_PORT`` (rank 0 holds the store, as
@@ -114,35 +139,66 @@ def start_ranks(
     the end of the run's output; so does a run past ``timeout_s``.
     """
     port, world_size = free_port(), nproc_per_node * nnodes
-    base = _environment(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
-                        LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_WORLD_SIZE=str(nnodes),
-                        ROLE_WORLD_SIZE=str(world_size), ROLE_NAME="default", TORCHELASTIC_RUN_ID=f"course-{port}",
-                        TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0")
+    base = _environment(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(nproc_per_node),
+        GROUP_WORLD_SIZE=str(nnodes),
+        ROLE_WORLD_SIZE=str(world_size),
+        ROLE_NAME="default",
+        TORCHELASTIC_RUN_ID=f"course-{port}",
+        TORCHELASTIC_RESTART_COUNT="0",
+        TORCHELASTIC_MAX_RESTARTS="0",
+    )
     ranks = []
     for rank in range(world_size):
         node, local = divmod(rank, nproc_per_node)
-        ranks.append(([sys.executable, str(script), *args],
-                      dict(base, RANK=str(rank), ROLE_RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(node))))
-    return _run(ranks, lambda rank: f"rank {rank}", timeout_s, cwd, warmstart.starter(_environment()))
+        ranks.append(
+            (
+                [sys.executable, str(script), *args],
+                dict(
+                    base,
+                    RANK=str(rank),
+                    ROLE_RANK=str(rank),
+                    LOCAL_RANK=str(local),
+                    GROUP_RANK=str(node),
+                ),
+            )
+        )
+    return _run(
+        ranks, lambda rank: f"rank {rank}", timeout_s, cwd, warmstart.starter(_environment())
+    )
 
 
 def _environment(**variables: str) -> dict[str, str]:
-    """This process's environment for the processes of a run: output unbuffered, one thread per process
-    unless ``OMP_NUM_THREADS`` says otherwise, and ``variables``."""
-    return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **variables)
+    """This process's environment for the processes of a run: output unbuffered, one thread per
+    process unless ``OMP_NUM_THREADS`` says otherwise, and ``variables``."""
+    return dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+        **variables,
+    )
 
 
-def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], timeout_s: float,
-         cwd: str | Path | None, warm: "warmstart.WarmStarter | None" = None) -> RunResult:
-    """Start each ``(command, env)`` in a session of its own, all writing to one log, and wait for them all.
+def _run(
+    processes: list[tuple[list[str], dict]],
+    name: Callable[[int], str],
+    timeout_s: float,
+    cwd: str | Path | None,
+    warm: "warmstart.WarmStarter | None" = None,
+) -> RunResult:
+    """Start each ``(command, env)`` in a session of its own, all writing to one log, and wait for
+    them all.
 
     With ``warm``, each is forked from that server (:mod:`devcourse.warmstart`); should the server
     fail to start one, all of them start the ordinary way instead. The first to exit non-zero ends
     the run: the others have :data:`FAILURE_GRACE_S` to end by themselves (a rank left waiting for
     the one that is gone usually fails at once, and records what it raised), then are killed, and
     :class:`DistributedRunError` says ``name(index)`` exited with which code, then the end of the
-    log. A run past ``timeout_s`` is killed the same way. Nothing of a run is left running, however it
-    ends.
+    log. A run past ``timeout_s`` is killed the same way. Nothing of a run is left running, however
+    it ends.
     """
     import time
 
@@ -160,16 +216,27 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
                     started = []
             if not started:
                 for command, env in processes:
-                    started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                                    start_new_session=True))
+                    started.append(
+                        subprocess.Popen(
+                            command,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            cwd=cwd,
+                            env=env,
+                            start_new_session=True,
+                        )
+                    )
             while True:
                 codes = [process.poll() for process in started]
-                failed = next((index for index, code in enumerate(codes) if code not in (None, 0)), None)
+                failed = next(
+                    (index for index, code in enumerate(codes) if code not in (None, 0)), None
+                )
                 if all(code == 0 for code in codes):
                     break
                 if failed is not None:
-                    # The others usually fail right after, waiting for a rank that is gone: a moment for them to
-                    # end on their own, so that what they raised is recorded too (rank_errors), then they are killed.
+                    # The others usually fail right after, waiting for a rank that is gone: a moment
+                    # for them to end on their own, so that what they raised is recorded too
+                    # (rank_errors), then they are killed.
                     if failed_at is None:
                         failed_at, first_failed = time.monotonic(), failed
                     if None not in codes or time.monotonic() - failed_at > FAILURE_GRACE_S:
@@ -179,15 +246,18 @@ def _run(processes: list[tuple[list[str], dict]], name: Callable[[int], str], ti
                     _end(started)
                     log.seek(0)
                     raise DistributedRunError(
-                        f"the run did not finish within {timeout_s:g} s and was stopped (all its processes killed); "
-                        f"output so far:\n{_tail(log.read())}")
+                        f"the run did not finish within {timeout_s:g} s and was stopped (all its"
+                        f" processes killed); output so far:\n{_tail(log.read())}"
+                    )
                 time.sleep(0.02)
         finally:
             _end(started)
         log.seek(0)
         output = log.read()
     if failed is not None:
-        raise DistributedRunError(f"{name(failed)} exited with code {codes[failed]}; output:\n{_tail(output)}")
+        raise DistributedRunError(
+            f"{name(failed)} exited with code {codes[failed]}; output:\n{_tail(output)}"
+        )
     return RunResult(0, output, time.monotonic() - start)
 
 
@@ -213,33 +283,41 @@ def _end(launchers: list[subprocess.Popen]) -> None:
 
 
 def rank_errors(folder: str | Path) -> str:
-    """What the ranks of a failed run raised, the first one first with its traceback; "" if none raised.
+    """What the ranks of a failed run raised, the first one first with its traceback; "" if none
+    raised.
 
-    The first exception is the cause: the other ranks usually fail after it, waiting for a rank that is
-    gone. Each rank of :func:`write_script`'s harness records its exception in ``rank{RANK}.error``.
+    The first exception is the cause: the other ranks usually fail after it, waiting for a rank that
+    is gone. Each rank of :func:`write_script`'s harness records its exception in
+    ``rank{RANK}.error``.
     """
     import json
 
-    errors = sorted((json.loads(path.read_text()) for path in Path(folder).glob("rank*.error")),
-                    key=lambda error: error["time"])
+    errors = sorted(
+        (json.loads(path.read_text()) for path in Path(folder).glob("rank*.error")),
+        key=lambda error: error["time"],
+    )
     if not errors:
         return ""
     first, *later = errors
     lines = [f"rank {first['rank']} raised {first['error']}", "", first["traceback"].rstrip()]
     if later:
-        lines += ["", "then " + "; ".join(f"rank {error['rank']} raised {error['error']}" for error in later)]
+        lines += [
+            "",
+            "then " + "; ".join(f"rank {error['rank']} raised {error['error']}" for error in later),
+        ]
     return "\n".join(lines) + "\n\nthe run: "
 
 
-# Runs of run_functions when gloo's ranks could not connect: on a loaded 2-core machine a second run failed the
-# same way once in many (a grading's canary stopped on it).
+# Runs of run_functions when gloo's ranks could not connect: on a loaded 2-core machine a second run
+# failed the same way once in many (a grading's canary stopped on it).
 GLOO_RUNS = 3
 
 
 def _gloo_did_not_connect(errors: str) -> bool:
-    """Whether a run failed because gloo's processes could not connect to each other while the process group
-    was made: a rare failure of gloo itself on one machine (PyTorch's own tests meet it, pytorch#53270), which
-    :func:`run_functions` meets with a second run, not any code of the run's own."""
+    """Whether a run failed because gloo's processes could not connect to each other while the
+    process group was made: a rare failure of gloo itself on one machine (PyTorch's own tests meet
+    it, pytorch#53270), which :func:`run_functions` meets with a second run, not any code of the
+    run's own."""
     first = errors.split("\n\nthen ", 1)[0]
     return "Gloo connectFullMesh failed" in first and "init_process_group" in first
 
@@ -257,7 +335,8 @@ def run_functions(
     simulated_devices: int = 0,
     outdir: str | Path | None = None,
 ) -> list[object]:
-    """Run ``main(outdir)`` on every rank (:func:`start_ranks`); return each rank's result, rank 0 first.
+    """Run ``main(outdir)`` on every rank (:func:`start_ranks`); return each rank's result, rank 0
+    first.
 
     ``functions`` are the helpers ``main`` calls (a student's answers, say).
     See :func:`write_script` (``simulated_devices`` included) and
@@ -270,12 +349,21 @@ def run_functions(
     again, after a pause, up to :data:`GLOO_RUNS` runs in all.
     """
     with contextlib.ExitStack() as stack:
-        folder = (Path(outdir) if outdir is not None
-                  else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-"))))
+        folder = (
+            Path(outdir)
+            if outdir is not None
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp-run-")))
+        )
         script = write_script(folder / "run.py", functions, main, folder, simulated_devices)
         for attempt in range(1, GLOO_RUNS + 1):
             try:
-                run = start_ranks(script, nproc_per_node=nproc_per_node, nnodes=nnodes, timeout_s=timeout_s, cwd=folder)
+                run = start_ranks(
+                    script,
+                    nproc_per_node=nproc_per_node,
+                    nnodes=nnodes,
+                    timeout_s=timeout_s,
+                    cwd=folder,
+                )
                 break
             except DistributedRunError as failure:
                 errors = rank_errors(folder)
@@ -288,5 +376,10 @@ def run_functions(
         world_size = nproc_per_node * nnodes
         missing = [r for r in range(world_size) if not (folder / f"rank{r}.pt").exists()]
         if missing:
-            raise DistributedRunError(f"ranks {missing} returned no result; output:\n{_tail(run.output)}")
-        return [torch.load(folder / f"rank{r}.pt", map_location="cpu", weights_only=True) for r in range(world_size)]
+            raise DistributedRunError(
+                f"ranks {missing} returned no result; output:\n{_tail(run.output)}"
+            )
+        return [
+            torch.load(folder / f"rank{r}.pt", map_location="cpu", weights_only=True)
+            for r in range(world_size)
+        ]

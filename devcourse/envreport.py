@@ -1,9 +1,9 @@
 """What this machine offers PyTorch: versions, devices, and a quick test of each.
 
-:func:`collect_facts` gathers the facts, :meth:`EnvFacts.to_text` prints them as plain text (what nbval
-compares), and :func:`report_widget` shows them in JupyterLab with a button that runs a small computation on a
-chosen device. On a CPU-only machine the report says so (no CUDA build or no CUDA device) and offers only
-``cpu``. Introduced in 00_environment.
+:func:`collect_facts` gathers the facts, :meth:`EnvFacts.to_text` prints them as plain text (what
+nbval compares), and :func:`report_widget` shows them in JupyterLab with a button that runs a small
+computation on a chosen device. On a CPU-only machine the report says so (no CUDA build or no CUDA
+device) and offers only ``cpu``. Introduced in 00_environment.
 """
 
 from __future__ import annotations
@@ -60,14 +60,21 @@ class EnvFacts:
             ("CUDA build", self.cuda_build or "none (CPU-only build)"),
             ("CUDA available", str(self.cuda_available)),
             ("CUDA devices", str(self.device_count)),
-            ("CUDA_VISIBLE_DEVICES", "unset" if self.cuda_visible_devices is None else repr(self.cuda_visible_devices)),
+            (
+                "CUDA_VISIBLE_DEVICES",
+                "unset" if self.cuda_visible_devices is None else repr(self.cuda_visible_devices),
+            ),
             ("MPS available", str(self.mps_available)),
             ("CPU threads", str(self.cpu_threads)),
         ]
         for d in self.cuda_devices:
             major, minor = d.capability
-            rows.append((f"cuda:{d.index}",
-                         f"{d.name}, {d.total_memory_gib:.1f} GiB, compute capability {major}.{minor}"))
+            rows.append(
+                (
+                    f"cuda:{d.index}",
+                    f"{d.name}, {d.total_memory_gib:.1f} GiB, compute capability {major}.{minor}",
+                )
+            )
         return rows
 
     def to_text(self) -> str:
@@ -88,7 +95,9 @@ def collect_facts() -> EnvFacts:
     devices = []
     for i in range(count):
         props = torch.cuda.get_device_properties(i)
-        devices.append(CudaDevice(i, props.name, props.total_memory / 2**30, (props.major, props.minor)))
+        devices.append(
+            CudaDevice(i, props.name, props.total_memory / 2**30, (props.major, props.minor))
+        )
     mps = getattr(torch.backends, "mps", None)
     return EnvFacts(
         python_version=platform.python_version(),

@@ -1,8 +1,9 @@
 """The map_location explorer: load a checkpoint saved on one device with any map_location.
 
-:func:`explore` returns plain text (what nbval compares); :func:`map_location_explorer` wraps it in ipywidgets.
-The checkpoints are :func:`~devcourse.checkpoints.make_checkpoint` fixtures kept in memory, so on a CPU-only
-machine one "saved on cuda:1" loads with the same result or error a real one would. Introduced in 04_map_location.
+:func:`explore` returns plain text (what nbval compares); :func:`map_location_explorer` wraps it in
+ipywidgets. The checkpoints are :func:`~devcourse.checkpoints.make_checkpoint` fixtures kept in
+memory, so on a CPU-only machine one "saved on cuda:1" loads with the same result or error a real
+one would. Introduced in 04_map_location.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ _fixtures: dict[str, bytes] = {}
 
 
 def fixture_bytes(saved_on: str) -> bytes:
-    """The file of a TinyNet checkpoint saved on ``saved_on`` (one of ``SAVED_ON``), made on first use."""
+    """The file of a TinyNet checkpoint saved on ``saved_on`` (one of ``SAVED_ON``), made on first
+    use."""
     if saved_on not in SAVED_ON:
         raise ValueError(f"saved_on must be one of {SAVED_ON}, not {saved_on!r}")
     if saved_on not in _fixtures:
@@ -68,7 +70,9 @@ def explore(saved_on: str, choice: str) -> str:
 
     lines = [f"torch.load(<saved on {saved_on}>, map_location={choice}, weights_only=True)"]
     try:
-        state = torch.load(io.BytesIO(fixture_bytes(saved_on)), map_location=map_location, weights_only=True)
+        state = torch.load(
+            io.BytesIO(fixture_bytes(saved_on)), map_location=map_location, weights_only=True
+        )
     except Exception as exc:  # noqa: BLE001 - the explorer shows the error instead of raising it
         lines.append(f"  {type(exc).__name__}: {exc}")
         return "\n".join(lines)
@@ -92,8 +96,13 @@ def map_location_explorer():
     import ipywidgets as widgets
 
     saved_on = widgets.Dropdown(options=list(SAVED_ON), value="cuda:1", description="Saved on")
-    choice = widgets.Dropdown(options=list(MAP_LOCATIONS), value="None", description="map_location",
-                              layout=widgets.Layout(width="28em"), style={"description_width": "initial"})
+    choice = widgets.Dropdown(
+        options=list(MAP_LOCATIONS),
+        value="None",
+        description="map_location",
+        layout=widgets.Layout(width="28em"),
+        style={"description_width": "initial"},
+    )
     result = widgets.HTML()
     showing = threading.Lock()
 

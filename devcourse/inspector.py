@@ -1,9 +1,9 @@
 """Where each tensor of a model lives, and in what dtype, with the odd one out flagged.
 
-:func:`tensor_rows` lists every parameter and buffer, :func:`odd_ones` names those off the model's usual device
-or floating dtype, :func:`inspect_text` prints the table (what nbval compares) and :func:`inspector_widget` shows
-it in JupyterLab. Works on any device, ``meta`` included, so it runs the same on a CPU-only machine.
-Introduced in 02_cross_device_errors.
+:func:`tensor_rows` lists every parameter and buffer, :func:`odd_ones` names those off the model's
+usual device or floating dtype, :func:`inspect_text` prints the table (what nbval compares) and
+:func:`inspector_widget` shows it in JupyterLab. Works on any device, ``meta`` included, so it runs
+the same on a CPU-only machine. Introduced in 02_cross_device_errors.
 """
 
 from __future__ import annotations
@@ -28,14 +28,20 @@ class TensorRow:
 
 def tensor_rows(model: nn.Module) -> list[TensorRow]:
     """Every parameter, then every buffer, of ``model``, with qualified names."""
-    rows = [TensorRow(n, "parameter", str(t.device), t.dtype, tuple(t.shape)) for n, t in model.named_parameters()]
-    rows += [TensorRow(n, "buffer", str(t.device), t.dtype, tuple(t.shape)) for n, t in model.named_buffers()]
+    rows = [
+        TensorRow(n, "parameter", str(t.device), t.dtype, tuple(t.shape))
+        for n, t in model.named_parameters()
+    ]
+    rows += [
+        TensorRow(n, "buffer", str(t.device), t.dtype, tuple(t.shape))
+        for n, t in model.named_buffers()
+    ]
     return rows
 
 
 def odd_ones(rows: list[TensorRow]) -> dict[str, str]:
-    """``{name: reason}`` for each tensor off the model's most common device or floating dtype (integer buffers
-    such as ``num_batches_tracked`` are never flagged for their dtype)."""
+    """``{name: reason}`` for each tensor off the model's most common device or floating dtype
+    (integer buffers such as ``num_batches_tracked`` are never flagged for their dtype)."""
     if not rows:
         return {}
     usual_device = Counter(r.device for r in rows).most_common(1)[0][0]
@@ -47,7 +53,10 @@ def odd_ones(rows: list[TensorRow]) -> dict[str, str]:
         if r.device != usual_device:
             reasons.append(f"on {r.device}, the rest on {usual_device}")
         if r.dtype.is_floating_point and r.dtype != usual_dtype:
-            reasons.append(f"{str(r.dtype).removeprefix('torch.')}, the rest {str(usual_dtype).removeprefix('torch.')}")
+            reasons.append(
+                f"{str(r.dtype).removeprefix('torch.')}, the rest"
+                f" {str(usual_dtype).removeprefix('torch.')}"
+            )
         if reasons:
             odd[r.name] = "; ".join(reasons)
     return odd

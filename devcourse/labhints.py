@@ -1,9 +1,9 @@
 """The students' Lab: the server side of the hidden-points lines under Validate's "Success!".
 
-A Jupyter server extension (turned on by ``jupyter/student-lab``'s configuration) answers
-``GET course/hidden-points?path=NOTEBOOK`` with the lines of :func:`devcourse.validation.message`, which the Lab
-plugin ``course-validate-hint`` adds to nbgrader's success dialog. It runs nothing of the notebook, shows no
-hidden check, and needs no GPU.
+A Jupyter server extension (turned on by ``jupyter/student-lab``'s configuration) answers ``GET
+course/hidden-points?path=NOTEBOOK`` with the lines of :func:`devcourse.validation.message`, which
+the Lab plugin ``course-validate-hint`` adds to nbgrader's success dialog. It runs nothing of the
+notebook, shows no hidden check, and needs no GPU.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Measure how loading a checkpoint costs time and memory, one strategy per process.
 
-Each strategy (:data:`STRATEGIES`) loads the same file in a fresh Python process (:func:`measure`), so one's
-memory cannot hide another's, and reports its wall time and how far resident and anonymous memory rose. Runs on
-any machine, everything on the CPU. Introduced in 04_map_location; ``benchmarks/checkpoint_loading.py`` runs it.
+Each strategy (:data:`STRATEGIES`) loads the same file in a fresh Python process (:func:`measure`),
+so one's memory cannot hide another's, and reports its wall time and how far resident and anonymous
+memory rose. Runs on any machine, everything on the CPU. Introduced in 04_map_location;
+``benchmarks/checkpoint_loading.py`` runs it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from torch import nn
 from devcourse import progress
 from devcourse.measure import AnonPeak, anon_rss_mib, peak_rss_mib, run_child
 
-# plain: build the model, torch.load, load_state_dict; mmap: the same with torch.load(mmap=True); meta_assign: build
-# on meta, torch.load(mmap=True), load_state_dict(assign=True); devcourse: devcourse.loading.load_model.
+# plain: build the model, torch.load, load_state_dict; mmap: the same with torch.load(mmap=True);
+# meta_assign: build on meta, torch.load(mmap=True), load_state_dict(assign=True); devcourse:
+# devcourse.loading.load_model.
 STRATEGIES = ("plain", "mmap", "meta_assign", "devcourse")
 WIDTH = 1024  # one 1024 x 1024 float32 layer is 4 MiB
 
@@ -56,7 +58,8 @@ class Measurement:
     checkpoint_mib: float
     device: str = "cpu"
     gpu_peak_mib: float | None = None  # torch.cuda.max_memory_allocated, when loading onto a GPU
-    extra_anon_mib: float | None = None  # peak anonymous memory above the level before loading (Linux)
+    # peak anonymous memory above the level before loading (Linux)
+    extra_anon_mib: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -65,7 +68,8 @@ class Measurement:
 
     @property
     def anon_ratio(self) -> float | None:
-        """Extra peak anonymous memory as a multiple of the checkpoint's size (``None`` without ``/proc``)."""
+        """Extra peak anonymous memory as a multiple of the checkpoint's size (``None`` without
+        ``/proc``)."""
         return None if self.extra_anon_mib is None else self.extra_anon_mib / self.checkpoint_mib
 
 
@@ -103,34 +107,55 @@ def _child(strategy: str, path: Path, layers: int, device: torch.device) -> dict
     seconds = time.perf_counter() - start
     gpu_peak = torch.cuda.max_memory_allocated(device) / 2**20 if on_gpu else None
     extra_anon = None if anon.peak is None else anon.peak - anon_before
-    return {"seconds": seconds, "extra_peak_mib": peak_rss_mib() - before, "extra_anon_mib": extra_anon,
-            "gpu_peak_mib": gpu_peak, "checksum": checksum}
+    return {
+        "seconds": seconds,
+        "extra_peak_mib": peak_rss_mib() - before,
+        "extra_anon_mib": extra_anon,
+        "gpu_peak_mib": gpu_peak,
+        "checksum": checksum,
+    }
 
 
-def measure(strategy: str, path: Path, layers: int, device: str = "cpu", timeout_s: float = 600) -> Measurement:
+def measure(
+    strategy: str, path: Path, layers: int, device: str = "cpu", timeout_s: float = 600
+) -> Measurement:
     """Run one strategy in a fresh process, loading onto ``device``, and return what it measured.
 
-    The peaks are above what the process held after importing torch: resident memory (``VmHWM``), which
-    counts the pages of a memory-mapped file too, and anonymous memory (``RssAnon``, sampled), which does not;
-    mapped pages can be dropped and read again, so the anonymous peak is what a strategy really needs. Every
-    strategy reads each weight once after loading (a checksum), so mapped pages are counted.
+    The peaks are above what the process held after importing torch: resident memory (``VmHWM``),
+    which counts the pages of a memory-mapped file too, and anonymous memory (``RssAnon``, sampled),
+    which does not; mapped pages can be dropped and read again, so the anonymous peak is what a
+    strategy really needs. Every strategy reads each weight once after loading (a checksum), so
+    mapped pages are counted.
     """
-    result = run_child("devcourse.loadbench", [strategy, str(path), str(layers), str(device)], timeout_s)
-    return Measurement(strategy, result["seconds"], result["extra_peak_mib"], path.stat().st_size / 2**20,
-                       str(device), result["gpu_peak_mib"], result["extra_anon_mib"])
+    result = run_child(
+        "devcourse.loadbench", [strategy, str(path), str(layers), str(device)], timeout_s
+    )
+    return Measurement(
+        strategy,
+        result["seconds"],
+        result["extra_peak_mib"],
+        path.stat().st_size / 2**20,
+        str(device),
+        result["gpu_peak_mib"],
+        result["extra_anon_mib"],
+    )
 
 
-def compare_loading(size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES,
-                    device: str = "cpu") -> list[Measurement]:
-    """Write a checkpoint of about ``size_mib`` MiB and measure each strategy loading it onto ``device``.
+def compare_loading(
+    size_mib: int = 64, strategies: tuple[str, ...] = STRATEGIES, device: str = "cpu"
+) -> list[Measurement]:
+    """Write a checkpoint of about ``size_mib`` MiB and measure each strategy loading it onto
+    ``device``.
 
     Each strategy loads in a process of its own; a bar shows the strategies done.
     """
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "wide.pt"
         write_checkpoint(path, size_mib)
-        return [measure(s, path, layers_for(size_mib), device)
-                for s in progress.steps(strategies, f"loading {size_mib} MiB {len(strategies)} ways")]
+        return [
+            measure(s, path, layers_for(size_mib), device)
+            for s in progress.steps(strategies, f"loading {size_mib} MiB {len(strategies)} ways")
+        ]
 
 
 def format_table(measurements: list[Measurement]) -> str:
@@ -144,8 +169,11 @@ def format_table(measurements: list[Measurement]) -> str:
     gpu = any(m.gpu_peak_mib is not None for m in measurements)
     anon = any(m.extra_anon_mib is not None for m in measurements)
     where = f", loaded onto {measurements[0].device}" if gpu else ""
-    header = (f"{'strategy':12} {'seconds':>8} {'peak MiB':>9} {'x size':>7}"
-              + (f" {'anon MiB':>9} {'x size':>7}" if anon else "") + (f" {'GPU MiB':>8}" if gpu else ""))
+    header = (
+        f"{'strategy':12} {'seconds':>8} {'peak MiB':>9} {'x size':>7}"
+        + (f" {'anon MiB':>9} {'x size':>7}" if anon else "")
+        + (f" {'GPU MiB':>8}" if gpu else "")
+    )
     lines = [f"checkpoint: {size:.0f} MiB{where}", header]
     for m in measurements:
         row = f"{m.strategy:12} {m.seconds:8.2f} {m.extra_peak_mib:9.0f} {m.ratio:7.2f}"
@@ -156,10 +184,14 @@ def format_table(measurements: list[Measurement]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devcourse.loadbench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m devcourse.loadbench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--size-mib", type=int, default=64, help="checkpoint size (default 64)")
     parser.add_argument("--device", default="cpu", help="where to load to (default cpu)")
-    parser.add_argument("--child", nargs=4, metavar=("STRATEGY", "PATH", "LAYERS", "DEVICE"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=4, metavar=("STRATEGY", "PATH", "LAYERS", "DEVICE"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.child:
         strategy, path, layers, device = args.child

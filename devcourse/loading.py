@@ -1,8 +1,9 @@
 """Open a checkpoint on whatever this machine has, or say in one exception what is wrong with it.
 
-:func:`load_model` and :func:`read_state_dict` read any file :mod:`devcourse.checkpoints` makes, or a real one:
-onto the CPU with ``weights_only=True``, the ``module.``/``_orig_mod.`` prefixes stripped, keys and shapes checked;
-each failure is a :class:`CheckpointError`. Re-exported by :mod:`devcourse.checkpoints`; used from 04_map_location on.
+:func:`load_model` and :func:`read_state_dict` read any file :mod:`devcourse.checkpoints` makes, or
+a real one: onto the CPU with ``weights_only=True``, the ``module.``/``_orig_mod.`` prefixes
+stripped, keys and shapes checked; each failure is a :class:`CheckpointError`. Re-exported by
+:mod:`devcourse.checkpoints`; used from 04_map_location on.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class UnsafeCheckpoint(CheckpointError):
 class KeyMismatch(CheckpointError):
     """The checkpoint's keys or shapes do not match the model's."""
 
-    def __init__(self, message: str, missing: list[str], unexpected: list[str], wrong_shape: list[str]):
+    def __init__(
+        self, message: str, missing: list[str], unexpected: list[str], wrong_shape: list[str]
+    ):
         super().__init__(message)
         self.missing, self.unexpected, self.wrong_shape = missing, unexpected, wrong_shape
 
@@ -72,10 +75,14 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> object:
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointNotFound(f"no checkpoint at {path}" + (" (it is a directory)" if path.is_dir() else ""))
+        raise CheckpointNotFound(
+            f"no checkpoint at {path}" + (" (it is a directory)" if path.is_dir() else "")
+        )
     size = path.stat().st_size
     if size == 0:
-        raise EmptyCheckpoint(f"{path} is empty (0 bytes): the save was interrupted or never written")
+        raise EmptyCheckpoint(
+            f"{path} is empty (0 bytes): the save was interrupted or never written"
+        )
     with path.open("rb") as handle:
         head = handle.read(4)
     is_zip = head == _ZIP_MAGIC
@@ -87,7 +94,10 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> object:
             )
         with zipfile.ZipFile(path) as archive:
             if not any(name.endswith("data.pkl") for name in archive.namelist()):
-                raise NotACheckpoint(f"{path} is a zip archive but not one written by torch.save (no data.pkl inside)")
+                raise NotACheckpoint(
+                    f"{path} is a zip archive but not one written by torch.save (no data.pkl"
+                    " inside)"
+                )
     elif head[:1] != bytes([_PICKLE_PROTO]):
         raise NotACheckpoint(f"{path} is not a PyTorch checkpoint: it starts with {head!r}")
     try:
@@ -98,13 +108,15 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> object:
         needed = _unsafe_globals(path) if is_zip else []
         listed = ", ".join(needed) if needed else "globals that are not tensors or plain containers"
         raise UnsafeCheckpoint(
-            f"{path} needs {listed} to load. weights_only=True refuses them, because unpickling them can run "
-            "any code. Save a state_dict instead; or, only if you trust the file, allow them with "
-            "torch.serialization.safe_globals([...]).",
+            f"{path} needs {listed} to load. weights_only=True refuses them, because unpickling"
+            " them can run any code. Save a state_dict instead; or, only if you trust the file,"
+            " allow them with torch.serialization.safe_globals([...]).",
             needed,
         ) from exc
     except (EOFError, RuntimeError) as exc:
-        raise TruncatedCheckpoint(f"{path} is cut short or damaged: {type(exc).__name__}: {exc}") from exc
+        raise TruncatedCheckpoint(
+            f"{path} is cut short or damaged: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _unsafe_globals(path: Path) -> list[str]:
@@ -130,7 +142,8 @@ def _unsafe_globals(path: Path) -> list[str]:
 
 
 def _note(exc: BaseException, note: str) -> None:
-    if hasattr(exc, "add_note"):  # Python 3.11+; on 3.10 the chained exception still shows the refusal
+    # Python 3.11+; on 3.10 the chained exception still shows the refusal
+    if hasattr(exc, "add_note"):
         exc.add_note(note)
 
 
@@ -146,7 +159,7 @@ def strip_prefixes(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
         changed = False
         for prefix in PREFIXES:
             if all(key.startswith(prefix) for key in keys):
-                keys = [key[len(prefix):] for key in keys]
+                keys = [key[len(prefix) :] for key in keys]
                 changed = True
     return dict(zip(keys, state_dict.values()))
 
@@ -163,7 +176,11 @@ def find_state_dict(obj: object) -> dict[str, torch.Tensor]:
         for key in STATE_DICT_KEYS:
             if key in obj and isinstance(obj[key], dict):
                 return find_state_dict(obj[key])
-    kind = f"dict with keys {sorted(map(str, obj))[:8]}" if isinstance(obj, dict) else type(obj).__name__
+    kind = (
+        f"dict with keys {sorted(map(str, obj))[:8]}"
+        if isinstance(obj, dict)
+        else type(obj).__name__
+    )
     raise NotACheckpoint(f"found no model state dict in the checkpoint (it holds a {kind})")
 
 
@@ -177,7 +194,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def check_keys(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
-    """Raise :class:`KeyMismatch`, listing every difference, unless keys and shapes match ``model``."""
+    """Raise :class:`KeyMismatch`, listing every difference, unless keys and shapes match
+    ``model``."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]
@@ -188,12 +206,19 @@ def check_keys(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
     ]
     if missing or unexpected or wrong_shape:
         parts = []
-        for label, items in (("missing from the checkpoint", missing), ("not in the model", unexpected),
-                             ("of the wrong shape", wrong_shape)):
+        for label, items in (
+            ("missing from the checkpoint", missing),
+            ("not in the model", unexpected),
+            ("of the wrong shape", wrong_shape),
+        ):
             if items:
                 parts.append(f"{len(items)} {label}: {', '.join(items)}")
-        raise KeyMismatch("the checkpoint does not fit the model; " + "; ".join(parts),
-                          missing, unexpected, wrong_shape)
+        raise KeyMismatch(
+            "the checkpoint does not fit the model; " + "; ".join(parts),
+            missing,
+            unexpected,
+            wrong_shape,
+        )
 
 
 def load_model(
@@ -201,7 +226,8 @@ def load_model(
     model_factory: Callable[[], nn.Module],
     device: torch.device | str | None = None,
 ) -> nn.Module:
-    """Build a model with ``model_factory`` and load the checkpoint at ``path`` into it, on ``device``.
+    """Build a model with ``model_factory`` and load the checkpoint at ``path`` into it, on
+    ``device``.
 
     ``device`` defaults to :func:`~devcourse.devices.best_device` (the CPU on
     a CPU-only machine). Whatever device the file was saved on, whichever
@@ -228,7 +254,9 @@ def load_model(
         model.load_state_dict(state)
         return model.to(device)
     expected = skeleton.state_dict()
-    state = {k: v.to(expected[k].dtype) if v.dtype != expected[k].dtype else v for k, v in state.items()}
+    state = {
+        k: v.to(expected[k].dtype) if v.dtype != expected[k].dtype else v for k, v in state.items()
+    }
     skeleton.load_state_dict(state, assign=True)
     return skeleton.to(device)
 

@@ -1,4 +1,5 @@
-"""Measure in a fresh process: peak memory, waiting for a device, and a JSON result back to the caller.
+"""Measure in a fresh process: peak memory, waiting for a device, and a JSON result back to the
+caller.
 
 Shared by the course's benchmarks (:mod:`devcourse.loadbench`,
 :mod:`devcourse.ampbench`). Works on any machine; on Linux the peak is read
@@ -18,8 +19,8 @@ import torch
 
 
 def proc_status_mib(field: str) -> float | None:
-    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ``RssAnon`` ...) in MiB; ``None`` without
-    ``/proc``."""
+    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ``RssAnon`` ...) in MiB;
+    ``None`` without ``/proc``."""
     status = Path("/proc/self/status")
     if not status.exists():
         return None
@@ -42,7 +43,8 @@ def peak_rss_mib() -> float:
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB elsewhere
+    # bytes on macOS, KiB elsewhere
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def anon_rss_mib() -> float | None:
@@ -58,7 +60,8 @@ def anon_rss_mib() -> float | None:
 
 
 class AnonPeak:
-    """The peak of :func:`anon_rss_mib` over a ``with`` block, sampled every ``interval_s`` by a thread.
+    """The peak of :func:`anon_rss_mib` over a ``with`` block, sampled every ``interval_s`` by a
+    thread.
 
     ``peak`` is ``None`` where ``/proc`` is missing (macOS, Windows). The
     kernel keeps no peak of anonymous memory, so a short spike between two
@@ -92,7 +95,8 @@ class AnonPeak:
 
 
 def synchronize(device: torch.device | str) -> None:
-    """Wait until ``device`` has run every operator launched on it so far (then a clock read means something).
+    """Wait until ``device`` has run every operator launched on it so far (then a clock read means
+    something).
 
     CUDA, XPU and MPS run operators asynchronously; this waits through
     ``torch.accelerator.synchronize`` when the device is of the current
@@ -119,8 +123,14 @@ def run_child(module: str, args: Sequence[str], timeout_s: float = 600) -> dict:
 
     Raises ``RuntimeError`` with the end of its error output when it fails.
     """
-    done = subprocess.run([sys.executable, "-m", module, "--child", *args], capture_output=True, text=True,
-                          timeout=timeout_s)
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--child", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:1])} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"{' '.join(args[:1])} failed (exit {done.returncode}):\n{done.stderr[-2000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])

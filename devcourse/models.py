@@ -19,7 +19,9 @@ class TinyNet(nn.Module):
 
     def __init__(self, in_features: int = 8, hidden: int = 16, out_features: int = 4):
         super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(in_features, hidden), nn.BatchNorm1d(hidden), nn.ReLU())
+        self.encoder = nn.Sequential(
+            nn.Linear(in_features, hidden), nn.BatchNorm1d(hidden), nn.ReLU()
+        )
         self.head = nn.Linear(hidden, out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

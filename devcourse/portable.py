@@ -1,9 +1,9 @@
 """Formats that carry no device: what an exported program or an ONNX file still pins down.
 
-:func:`describe_exported` (a ``torch.export`` program) and :func:`describe_onnx` (an ``.onnx`` file) list the
-devices, dtypes and shapes each is tied to; :func:`quiet_onnx_export` silences two messages of
-``torch.onnx.export`` that say nothing about the model. All of it runs on a CPU-only machine; nothing here needs
-or looks for a GPU. Introduced in 08_portable_models_and_memory.
+:func:`describe_exported` (a ``torch.export`` program) and :func:`describe_onnx` (an ``.onnx`` file)
+list the devices, dtypes and shapes each is tied to; :func:`quiet_onnx_export` silences two messages
+of ``torch.onnx.export`` that say nothing about the model. All of it runs on a CPU-only machine;
+nothing here needs or looks for a GPU. Introduced in 08_portable_models_and_memory.
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ def describe_exported(program: torch.export.ExportedProgram) -> dict[str, object
     inputs = [
         (node.name, str(node.meta["val"].dtype).removeprefix("torch."), _shape(node.meta["val"]))
         for node in program.graph.nodes
-        if node.op == "placeholder" and node.name in user_inputs and isinstance(node.meta.get("val"), torch.Tensor)
+        if node.op == "placeholder"
+        and node.name in user_inputs
+        and isinstance(node.meta.get("val"), torch.Tensor)
     ]
     return {
         "weight devices": sorted({str(t.device) for t in tensors}),
@@ -104,7 +106,9 @@ def describe_onnx(path: str | Path) -> dict[str, object]:
         for item in items:
             tensor_type = item.type.tensor_type
             shape = tuple(d.dim_param or d.dim_value for d in tensor_type.shape.dim)
-            described.append((item.name, str(tensor_dtype_to_np_dtype(tensor_type.elem_type)), shape))
+            described.append(
+                (item.name, str(tensor_dtype_to_np_dtype(tensor_type.elem_type)), shape)
+            )
         return described
 
     external = {
@@ -116,6 +120,8 @@ def describe_onnx(path: str | Path) -> dict[str, object]:
     return {
         "inputs": values(model.graph.input),
         "outputs": values(model.graph.output),
-        "weight dtypes": sorted({str(tensor_dtype_to_np_dtype(t.data_type)) for t in model.graph.initializer}),
+        "weight dtypes": sorted(
+            {str(tensor_dtype_to_np_dtype(t.data_type)) for t in model.graph.initializer}
+        ),
         "external data": sorted(external),
     }

@@ -1,6 +1,6 @@
-"""The script each rank of :func:`devcourse.distributed.run_functions` runs: the source of functions a notebook
-defined, which a worker process cannot import from the notebook's ``__main__``, then a harness that calls one and
-saves what it returns."""
+"""The script each rank of :func:`devcourse.distributed.run_functions` runs: the source of functions
+a notebook defined, which a worker process cannot import from the notebook's ``__main__``, then a
+harness that calls one and saves what it returns."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Sequence
 
-
-_HARNESS = '''
+_HARNESS = """
 if __name__ == "__main__":
     import os as _os
     import torch as _torch
@@ -37,14 +36,14 @@ if __name__ == "__main__":
         _dist.destroy_process_group()
     # End without the interpreter's shutdown, as multiprocessing ends its workers: with gloo, the
     # last all-reduce of a backward pass holds a Python object that a gloo thread drops after the
-    # work is done; dropped while the interpreter shuts down, it aborts the process
-    # ("terminate called without an active exception"). destroy_process_group() does not wait for it.
+    # work is done; dropped while the interpreter shuts down, it aborts the process ("terminate
+    # called without an active exception"). destroy_process_group() does not wait for it.
     import sys as _sys
 
     _sys.stdout.flush()
     _sys.stderr.flush()
     _os._exit(0)
-'''
+"""
 
 _PRELUDE = """\
 # Written by devcourse.rankscript.write_script: the functions below, then a harness.
@@ -60,9 +59,14 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
 def write_script(
-    path: str | Path, functions: Sequence[Callable], main: Callable, outdir: str | Path, simulated_devices: int = 0
+    path: str | Path,
+    functions: Sequence[Callable],
+    main: Callable,
+    outdir: str | Path,
+    simulated_devices: int = 0,
 ) -> Path:
-    """Write a script holding the source of ``functions`` and ``main``, and a harness that calls ``main``.
+    """Write a script holding the source of ``functions`` and ``main``, and a harness that calls
+    ``main``.
 
     Each rank runs ``main(outdir)`` and its return value is saved as
     ``outdir/rank{RANK}.pt``. The functions may come from notebook cells;
@@ -78,7 +82,9 @@ def write_script(
     worker thread can abort the process (07, section 2, says why).
     """
     sources = [textwrap.dedent(inspect.getsource(function)) for function in [*functions, main]]
-    harness = _HARNESS.format(main=main.__name__, outdir=str(outdir), simulated=int(simulated_devices))
+    harness = _HARNESS.format(
+        main=main.__name__, outdir=str(outdir), simulated=int(simulated_devices)
+    )
     body = _PRELUDE + "\n\n" + "\n\n".join(sources) + harness
     path = Path(path)
     path.write_text(body)

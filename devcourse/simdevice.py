@@ -1,4 +1,5 @@
-"""The simulated accelerator under the course's name, as the notebooks import it (``import devcourse.simdevice``).
+"""The simulated accelerator under the course's name, as the notebooks import it (``import
+devcourse.simdevice``).
 
 It is the ``simdevice`` distribution's own module, the same object: nothing here but that alias.
 """

@@ -1,9 +1,11 @@
-"""Other machines as PyTorch reports them, for checks on any machine: their GPUs, a Mac's MPS, no accelerator.
+"""Other machines as PyTorch reports them, for checks on any machine: their GPUs, a Mac's MPS, no
+accelerator.
 
-Each context manager here makes ``torch.cuda``, ``torch.mps``, ``torch.backends.mps`` and ``torch.accelerator``
-answer as another machine would (:func:`simulated_cuda`, :func:`simulated_mps`); :func:`simulated_devices` turns
-on the simulated accelerator that holds a stand-in's values. :mod:`devcourse.machines` names the machines built
-from them. Introduced in 00_environment.
+Each context manager here makes ``torch.cuda``, ``torch.mps``, ``torch.backends.mps`` and
+``torch.accelerator`` answer as another machine would (:func:`simulated_cuda`,
+:func:`simulated_mps`); :func:`simulated_devices` turns on the simulated accelerator that holds a
+stand-in's values. :mod:`devcourse.machines` names the machines built from them. Introduced in
+00_environment.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import torch
 import simdevice
 
 SIMULATED_COUNT = 2
-NO_ACCELERATOR = "Cannot access accelerator device when none is available."  # PyTorch's words, without one
+# PyTorch's words, without one
+NO_ACCELERATOR = "Cannot access accelerator device when none is available."
 
 
 def simulated_devices() -> list[torch.device]:
-    """Two simulated devices, ``[sim:0, sim:1]``, turning the simulated accelerator on, hidden, if it is off.
+    """Two simulated devices, ``[sim:0, sim:1]``, turning the simulated accelerator on, hidden, if
+    it is off.
 
     Hidden (:func:`simdevice.show`): ``torch.accelerator`` keeps answering as on this machine,
-    except in a check that runs on a simulated device (:meth:`GradingDevice.activate`). So turning it on
-    for the device matrix, as the grader does before a student's first cell, changes nothing an answer
-    sees elsewhere: ``torch.accelerator.current_accelerator()`` is ``None`` on a CPU-only machine, as on
-    the student's laptop. A notebook that turns it on itself (``simdevice.enable()``,
+    except in a check that runs on a simulated device (:meth:`GradingDevice.activate`). So turning
+    it on for the device matrix, as the grader does before a student's first cell, changes nothing
+    an answer sees elsewhere: ``torch.accelerator.current_accelerator()`` is ``None`` on a CPU-only
+    machine, as on the student's laptop. A notebook that turns it on itself (``simdevice.enable()``,
     :func:`devcourse.devices.accelerator_or_simulated`) shows it, in a grading kernel as in the
     student's. If the process already turned it on with another count, its first two devices (or its
     only one) are used.
@@ -89,7 +93,8 @@ def simulated_cuda(count: int, name: str = "Simulated GPU") -> Iterator[None]:
 @contextlib.contextmanager
 def _cuda_generators(count: int) -> Iterator[None]:
     """The random states of ``count`` simulated GPUs (see :func:`simulated_cuda`)."""
-    states = {index: torch.zeros(16, dtype=torch.uint8) for index in range(count)}  # CUDA's Philox state: 16 bytes
+    # CUDA's Philox state: 16 bytes
+    states = {index: torch.zeros(16, dtype=torch.uint8) for index in range(count)}
 
     def generator_index(device: object = "cuda") -> int:
         index = _index_of(device if not isinstance(device, str) or device != "cuda" else None)
@@ -114,8 +119,12 @@ def _cuda_generators(count: int) -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         for module in (torch.cuda, torch.cuda.random):
-            for name, function in (("get_rng_state", get_rng_state), ("set_rng_state", set_rng_state),
-                                   ("get_rng_state_all", get_rng_state_all), ("set_rng_state_all", set_rng_state_all)):
+            for name, function in (
+                ("get_rng_state", get_rng_state),
+                ("set_rng_state", set_rng_state),
+                ("get_rng_state_all", get_rng_state_all),
+                ("set_rng_state_all", set_rng_state_all),
+            ):
                 if count > 0 or name != "get_rng_state":  # without a GPU, PyTorch's own refuses
                     stack.enter_context(replaced(module, **{name: function}))
         yield
@@ -123,18 +132,18 @@ def _cuda_generators(count: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def simulated_mps(available: bool = True, built: bool | None = None) -> Iterator[None]:
-    """Make ``torch.backends.mps`` and ``torch.mps`` report an Apple-silicon GPU (or none), for code that discovers
-    devices.
+    """Make ``torch.backends.mps`` and ``torch.mps`` report an Apple-silicon GPU (or none), for code
+    that discovers devices.
 
     Inside the block ``torch.backends.mps.is_available()``, ``torch.mps.is_available()`` and
-    ``torch.mps.device_count()`` answer ``available`` (1 or 0), and ``torch.backends.mps.is_built()`` answers
-    ``built`` (default: ``available``), as on a Mac with (or without) MPS; ``built=True, available=False`` is a Mac
-    whose PyTorch has MPS and whose macOS cannot run it (CUDA absent too). With MPS, the
-    rest of the machine is a Mac's too: ``torch.accelerator`` names ``mps``
-    with one device, ``torch.cuda`` sees no GPU, the simulated accelerator,
-    if on, is hidden, and ``best_device()`` gives ``mps:0``. Nothing else is simulated:
-    tensors cannot be created on ``mps`` outside a Mac. Works the same on a
-    CPU-only machine, a GPU machine and a Mac.
+    ``torch.mps.device_count()`` answer ``available`` (1 or 0), and
+    ``torch.backends.mps.is_built()`` answers ``built`` (default: ``available``), as on a Mac with
+    (or without) MPS; ``built=True, available=False`` is a Mac whose PyTorch has MPS and whose macOS
+    cannot run it (CUDA absent too). With MPS, the rest of the machine is a Mac's too:
+    ``torch.accelerator`` names ``mps`` with one device, ``torch.cuda`` sees no GPU, the simulated
+    accelerator, if on, is hidden, and ``best_device()`` gives ``mps:0``. Nothing else is simulated:
+    tensors cannot be created on ``mps`` outside a Mac. Works the same on a CPU-only machine, a GPU
+    machine and a Mac.
 
     Introduced in 00_environment.
     """
@@ -143,13 +152,18 @@ def simulated_mps(available: bool = True, built: bool | None = None) -> Iterator
         built = available if built is None else built
         patch(replaced(torch.backends.mps, is_available=lambda: available))
         patch(replaced(torch.backends.mps, is_built=lambda: built))
-        # torch.mps answers from its own module (is_available calls its device_count), not torch.backends.mps
-        patch(replaced(torch.mps, is_available=lambda: available, device_count=lambda: int(available)))
-        if built:  # a Mac: MPS is its accelerator (one device, or none it can use), and it has no CUDA
+        # torch.mps answers from its own module (is_available calls its device_count), not
+        # torch.backends.mps
+        patch(
+            replaced(torch.mps, is_available=lambda: available, device_count=lambda: int(available))
+        )
+        # a Mac: MPS is its accelerator (one device, or none it can use), and it has no CUDA
+        if built:
             patch(replaced(torch.cuda, is_available=lambda: False))
             patch(replaced(torch.cuda, device_count=lambda: 0))
             patch(_accelerator_of_machine("mps", int(available)))
-        elif _machine_accelerator_type() == "mps":  # a Mac whose MPS is unavailable (a macOS too old, say)
+        # a Mac whose MPS is unavailable (a macOS too old, say)
+        elif _machine_accelerator_type() == "mps":
             patch(_accelerator_of_machine("mps", 0))
         else:
             patch(_accelerator_of_machine(_machine_accelerator_type(), _machine_device_count()))
@@ -157,7 +171,8 @@ def simulated_mps(available: bool = True, built: bool | None = None) -> Iterator
 
 
 def _machine_accelerator_type() -> str | None:
-    """The device type of this machine's own accelerator as its build names it (cuda, xpu, mps), or None."""
+    """The device type of this machine's own accelerator as its build names it (cuda, xpu, mps), or
+    None."""
     from simdevice._accelerator import machine_accelerator
 
     found = machine_accelerator()
@@ -175,8 +190,9 @@ def _machine_device_count() -> int:
 
 @contextlib.contextmanager
 def _accelerator_of_machine(kind: str | None, count: int) -> Iterator[None]:
-    """``torch.accelerator`` and ``torch.get_device_module()`` as on a machine whose accelerator is ``kind`` (None:
-    none) with ``count`` usable devices; the simulated accelerator, if on, hidden, as the machine lacks it."""
+    """``torch.accelerator`` and ``torch.get_device_module()`` as on a machine whose accelerator is
+    ``kind`` (None: none) with ``count`` usable devices; the simulated accelerator, if on, hidden,
+    as the machine lacks it."""
 
     def current_accelerator(check_available: bool = False) -> torch.device | None:
         if kind is None or (check_available and count == 0):
@@ -210,8 +226,9 @@ def _accelerator_of_machine(kind: str | None, count: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def replaced(owner: object, **attributes) -> Iterator[None]:
-    """``owner``'s ``attributes`` replaced for the block, then put back as they were. torch has no seam for
-    reporting another machine's devices, so the simulated machines stand in for its functions, as a test double."""
+    """``owner``'s ``attributes`` replaced for the block, then put back as they were. torch has no
+    seam for reporting another machine's devices, so the simulated machines stand in for its
+    functions, as a test double."""
     missing = object()
     saved = {name: vars(owner).get(name, missing) for name in attributes}
     for name, value in attributes.items():
@@ -220,7 +237,8 @@ def replaced(owner: object, **attributes) -> Iterator[None]:
         yield
     finally:
         for name, value in saved.items():
-            if value is missing:  # it was inherited: the owner's own goes, the inherited one shows again
+            # it was inherited: the owner's own goes, the inherited one shows again
+            if value is missing:
                 delattr(owner, name)
             else:
                 setattr(owner, name, value)

@@ -1,9 +1,10 @@
 """Start Python scripts in processes forked from one that has already imported torch (Linux).
 
-Every new process that imports torch pays the import before its first line; the course's checks start many
-small runs (07's exercises, 09's FSDP ranks, through :func:`devcourse.distributed.start_ranks`).
-:func:`starter` gives a :class:`WarmStarter`, a :mod:`autograder.run.forkserver` that imports torch once and forks
-processes that run :func:`run_script`; elsewhere than Linux callers start processes the ordinary way.
+Every new process that imports torch pays the import before its first line; the course's checks
+start many small runs (07's exercises, 09's FSDP ranks, through
+:func:`devcourse.distributed.start_ranks`). :func:`starter` gives a :class:`WarmStarter`, a
+:mod:`autograder.run.forkserver` that imports torch once and forks processes that run
+:func:`run_script`; elsewhere than Linux callers start processes the ordinary way.
 """
 
 from __future__ import annotations
@@ -23,14 +24,24 @@ if TYPE_CHECKING:
 __all__ = ["WarmStarter", "run_script", "starter"]
 
 _RUNPY = getattr(runpy, "__file__", "")  # where runpy's frames come from when it is not frozen
-IDLE_S = 300.0  # a server that has started nothing for this long, and runs nothing, ends (it holds torch's memory)
-PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.distributed.fsdp",
-           "simdevice", "devcourse.models", "devcourse.warmstart")
+# a server that has started nothing for this long, and runs nothing, ends (it holds torch's memory)
+IDLE_S = 300.0
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.utils.data",
+    "torch.distributed.fsdp",
+    "simdevice",
+    "devcourse.models",
+    "devcourse.warmstart",
+)
 
 
 def _fork_server():
-    """The grader's fork server and its client, imported at first use: every grading kernel imports this module,
-    and the grader's own modules stay out of a kernel that does not start anything warm."""
+    """The grader's fork server and its client, imported at first use: every grading kernel imports
+    this module, and the grader's own modules stay out of a kernel that does not start anything
+    warm."""
     from autograder.run import forkclient, forkserver
 
     return forkclient, forkserver
@@ -52,7 +63,9 @@ class WarmStarter:
         self._lock = threading.Lock()
         self._idle: threading.Timer | None = None
         forkclient, _ = _fork_server()
-        self.server = forkclient.ForkServer(self.env, preload=PRELOAD, name="warmstart", new_session=True)
+        self.server = forkclient.ForkServer(
+            self.env, preload=PRELOAD, name="warmstart", new_session=True
+        )
         self.server.start()
         self.server.ready.wait(forkclient.READY_TIMEOUT_S)
         if not self.server.ready.is_set() or self.server.problem:
@@ -66,24 +79,32 @@ class WarmStarter:
         """Whether the server can start processes."""
         return self.server.alive
 
-    def start(self, command: Sequence[str], env: dict[str, str], cwd: str | Path | None,
-              log: str | Path) -> ForkedProcess:
-        """Run ``command`` (``[sys.executable, SCRIPT, *ARGS]`` or ``[sys.executable, "-m", MODULE, *ARGS]``)
-        in a forked process; its output is appended to ``log``.
+    def start(
+        self, command: Sequence[str], env: dict[str, str], cwd: str | Path | None, log: str | Path
+    ) -> ForkedProcess:
+        """Run ``command`` (``[sys.executable, SCRIPT, *ARGS]`` or ``[sys.executable, "-m", MODULE,
+        *ARGS]``) in a forked process; its output is appended to ``log``.
 
-        The process gets what ``python SCRIPT ARGS`` would have had: a session of its own, ``cwd``, ``env``,
-        standard output and error appended to ``log``, standard input from ``/dev/null``, ``sys.argv``,
-        ``sys.path`` (the script's folder first; for a module the working folder), the command line ``ps``
-        shows (:func:`autograder.run.forkserver.retitle`), the signal handlers the server started with, and Python's,
-        numpy's and torch's CPU generators seeded afresh. The script runs as ``__main__`` (a module through
-        ``runpy``, as ``python -m`` runs it); its exit code, or minus the signal that ended it, is what
-        :meth:`ForkedProcess.poll` returns. What still differs from a fresh process: the server's modules are
-        already imported, the hash seed is the server's, and its pages are shared copy-on-write.
+        The process gets what ``python SCRIPT ARGS`` would have had: a session of its own, ``cwd``,
+        ``env``, standard output and error appended to ``log``, standard input from ``/dev/null``,
+        ``sys.argv``, ``sys.path`` (the script's folder first; for a module the working folder), the
+        command line ``ps`` shows (:func:`autograder.run.forkserver.retitle`), the signal handlers
+        the server started with, and Python's, numpy's and torch's CPU generators seeded afresh. The
+        script runs as ``__main__`` (a module through ``runpy``, as ``python -m`` runs it); its exit
+        code, or minus the signal that ended it, is what :meth:`ForkedProcess.poll` returns. What
+        still differs from a fresh process: the server's modules are already imported, the hash seed
+        is the server's, and its pages are shared copy-on-write.
         """
         if not _forkable(command):
-            raise ValueError("only `python SCRIPT ARGS` and `python -m MODULE ARGS` can be forked, "
-                             f"not {list(command)!r}")
-        args = {"command": list(command), "env": dict(env), "cwd": os.path.abspath(cwd or os.getcwd())}
+            raise ValueError(
+                "only `python SCRIPT ARGS` and `python -m MODULE ARGS` can be forked, "
+                f"not {list(command)!r}"
+            )
+        args = {
+            "command": list(command),
+            "env": dict(env),
+            "cwd": os.path.abspath(cwd or os.getcwd()),
+        }
         with self._lock:
             if not self.alive:
                 raise RuntimeError("the process server has ended")
@@ -94,7 +115,9 @@ class WarmStarter:
             except _fork_server()[0].ForkServerUnavailable as error:
                 if self.alive:  # a fork takes milliseconds: this server is stuck
                     self.close()
-                raise RuntimeError(f"the process server could not start {command[1]}: {error}") from None
+                raise RuntimeError(
+                    f"the process server could not start {command[1]}: {error}"
+                ) from None
             finally:
                 os.close(null)
                 os.close(out)
@@ -102,13 +125,15 @@ class WarmStarter:
         return process
 
     def close(self) -> None:
-        """End the server; a process it started that still runs is killed, as nothing would reap it."""
+        """End the server; a process it started that still runs is killed, as nothing would reap
+        it."""
         if self._idle is not None:
             self._idle.cancel()
         self.server.close()
 
     def _wait_idle(self) -> None:
-        """(Re)start the count of :data:`IDLE_S`; call it with ``_lock`` held, or before the server is shared."""
+        """(Re)start the count of :data:`IDLE_S`; call it with ``_lock`` held, or before the server
+        is shared."""
         if self._idle is not None:
             self._idle.cancel()
         self._idle = threading.Timer(IDLE_S, self._end_if_idle)
@@ -123,10 +148,11 @@ class WarmStarter:
                 self.close()
 
 
-# The server in use, as (its environment's key, the server or None if it failed), under "server". A dict changed
-# in place, never a global rebound: the grader's guard puts every attribute of the course's modules back as it
-# was before each test, which would set a rebound global back to None and leave its server running, unused, while
-# the next run starts another (each holds torch in the submission's memory, and costs a torch import).
+# The server in use, as (its environment's key, the server or None if it failed), under "server". A
+# dict changed in place, never a global rebound: the grader's guard puts every attribute of the
+# course's modules back as it was before each test, which would set a rebound global back to None
+# and leave its server running, unused, while the next run starts another (each holds torch in the
+# submission's memory, and costs a torch import).
 _CURRENT: dict[str, tuple[str, WarmStarter | None]] = {}
 _CURRENT_LOCK = threading.Lock()
 
@@ -137,10 +163,10 @@ AT_FIRST_USE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEV
 
 
 def starter(env: dict[str, str]) -> WarmStarter | None:
-    """The server for processes started with ``env``; None where forking is not used: elsewhere than Linux
-    (macOS's system libraries forbid forking a process that has started them), with
-    ``DEVCOURSE_NO_WARMSTART`` set, or when the server could not start. Callers then start processes the
-    ordinary way.
+    """The server for processes started with ``env``; None where forking is not used: elsewhere than
+    Linux (macOS's system libraries forbid forking a process that has started them), with
+    ``DEVCOURSE_NO_WARMSTART`` set, or when the server could not start. Callers then start processes
+    the ordinary way.
 
     One server at a time: a call with another ``env`` ends the old one and starts a new one, unless
     only the variables of :data:`AT_FIRST_USE` differ (07 hides the GPUs from some runs). A server
@@ -148,7 +174,9 @@ def starter(env: dict[str, str]) -> WarmStarter | None:
     """
     if os.environ.get("DEVCOURSE_NO_WARMSTART") or _fork_server()[1].usable():
         return None
-    key = json.dumps({name: value for name, value in env.items() if name not in AT_FIRST_USE}, sort_keys=True)
+    key = json.dumps(
+        {name: value for name, value in env.items() if name not in AT_FIRST_USE}, sort_keys=True
+    )
     with _CURRENT_LOCK:
         if "server" in _CURRENT:
             current_key, current = _CURRENT["server"]
@@ -164,20 +192,21 @@ def starter(env: dict[str, str]) -> WarmStarter | None:
         return server
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The forked process's side
 
 
 def run_script(args: dict) -> int:
-    """In a process the server forked: become ``python SCRIPT ARGS`` (see :meth:`WarmStarter.start`) and run it;
-    its exit code, or minus the signal Python would have died of."""
+    """In a process the server forked: become ``python SCRIPT ARGS`` (see :meth:`WarmStarter.start`)
+    and run it; its exit code, or minus the signal Python would have died of."""
     os.setsid()
     os.chdir(args["cwd"])
     os.environ.clear()
     os.environ.update(args["env"])
     command = args["command"]
     _, forkserver = _fork_server()
-    if command[1] == "-m":  # as `python -m`: the working folder first on the path, the module found there
+    # as `python -m`: the working folder first on the path, the module found there
+    if command[1] == "-m":
         forkserver.refresh(command, os.getcwd(), forkserver.FRESH_PATH)
         return _main(_run_module, command[2])
     script = os.path.abspath(command[1])
@@ -186,7 +215,8 @@ def run_script(args: dict) -> int:
 
 
 def _forkable(command: Sequence[str]) -> bool:
-    """Whether ``command`` is ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``, what the server can become."""
+    """Whether ``command`` is ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``, what the server
+    can become."""
     command = list(command)
     if command[:1] != [sys.executable] or len(command) < 2:
         return False
@@ -209,9 +239,10 @@ def _run_path(script: str) -> None:
 
 
 def _run_module(name: str) -> None:
-    """Run module ``name`` as ``__main__``, as ``python -m`` does (``runpy`` finds it on the path and puts its
-    file in ``sys.argv[0]``). A module the server imported is dropped from ``sys.modules`` first: runpy would
-    run it all the same, but warn that it had been imported, which a fresh process never does."""
+    """Run module ``name`` as ``__main__``, as ``python -m`` does (``runpy`` finds it on the path
+    and puts its file in ``sys.argv[0]``). A module the server imported is dropped from
+    ``sys.modules`` first: runpy would run it all the same, but warn that it had been imported,
+    which a fresh process never does."""
     import importlib.util
 
     sys.modules.pop(name, None)
@@ -225,9 +256,10 @@ def _run_module(name: str) -> None:
 
 
 def _main(run: Callable[[str], None], target: str) -> int:
-    """``run(target)`` (:func:`_run_path` or :func:`_run_module`), and the exit code Python would have ended
-    with (minus a signal it would have died of); an exception is printed as Python prints it: without this
-    module's frames. The atexit handlers run after, as the process ends (:func:`autograder.run.forkserver.end`)."""
+    """``run(target)`` (:func:`_run_path` or :func:`_run_module`), and the exit code Python would
+    have ended with (minus a signal it would have died of); an exception is printed as Python prints
+    it: without this module's frames. The atexit handlers run after, as the process ends
+    (:func:`autograder.run.forkserver.end`)."""
     import traceback
 
     try:
@@ -236,10 +268,12 @@ def _main(run: Callable[[str], None], target: str) -> int:
     except SystemExit as done:
         code = _fork_server()[1].exit_code(done)
     except BaseException as error:  # noqa: BLE001 - printed as Python prints it, without this frame
-        tb = error.__traceback__.tb_next  # run's frame, then the script's (or runpy's, under `python -m`)
+        # run's frame, then the script's (or runpy's, under `python -m`)
+        tb = error.__traceback__.tb_next
         tb = tb.tb_next if tb is not None else None
         while tb is not None and tb.tb_frame.f_code.co_filename in ("<frozen runpy>", _RUNPY):
-            tb = tb.tb_next  # runpy's frames, which a fresh `python -m` shows otherwise named, left out
+            # runpy's frames, which a fresh `python -m` shows otherwise named, left out
+            tb = tb.tb_next
         traceback.print_exception(type(error), error, tb)
         code = -signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
     return code

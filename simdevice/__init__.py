@@ -1,9 +1,9 @@
 """A simulated accelerator: a second (and third...) device with real values on any machine.
 
-:func:`enable` adds a device type ``sim`` (``sim:0``, ``sim:1``, ...) that behaves like CUDA for the device logic
-the course teaches; values live in host memory, so results equal the CPU's. It stands on PyTorch's extension
-point for out-of-tree devices (PrivateUse1) and a tensor subclass that holds a CPU tensor. Nothing happens on
-import, and the package imports nothing from the course around it.
+:func:`enable` adds a device type ``sim`` (``sim:0``, ``sim:1``, ...) that behaves like CUDA for the
+device logic the course teaches; values live in host memory, so results equal the CPU's. It stands
+on PyTorch's extension point for out-of-tree devices (PrivateUse1) and a tensor subclass that holds
+a CPU tensor. Nothing happens on import, and the package imports nothing from the course around it.
 """
 
 from __future__ import annotations
@@ -19,13 +19,27 @@ from simdevice._state import NAME
 from simdevice._tensor import SimTensor
 
 __all__ = [
-    "NAME", "SimDeviceError", "SimTensor", "asynchronous", "device_count", "devices", "enable", "is_enabled",
-    "is_shown", "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats", "set_memory_budget", "show",
+    "NAME",
+    "SimDeviceError",
+    "SimTensor",
+    "asynchronous",
+    "device_count",
+    "devices",
+    "enable",
+    "is_enabled",
+    "is_shown",
+    "max_memory_allocated",
+    "memory_allocated",
+    "reset_peak_memory_stats",
+    "set_memory_budget",
+    "show",
     "shown_as_accelerator",
 ]
 
 
-def enable(count: int = 2, memory_budget: int | None = None, shown: bool = True) -> list[torch.device]:
+def enable(
+    count: int = 2, memory_budget: int | None = None, shown: bool = True
+) -> list[torch.device]:
     """Turn on ``count`` simulated devices and return them (``[sim:0, sim:1, ...]``).
 
     ``memory_budget`` (bytes), if given, is set on every device (see
@@ -84,14 +98,16 @@ def show(shown: bool = True) -> None:
 
 
 def is_shown() -> bool:
-    """Whether ``torch.accelerator`` names the simulated device in the calling thread (see :func:`show`)."""
+    """Whether ``torch.accelerator`` names the simulated device in the calling thread (see
+    :func:`show`)."""
     return _state.shown()
 
 
 @contextlib.contextmanager
 def shown_as_accelerator(shown: bool = True) -> Iterator[None]:
-    """In the calling thread, for the block: ``torch.accelerator`` names the simulated device (or not, with
-    ``shown=False``), whatever :func:`show` says; nested blocks restore the outer one's setting."""
+    """In the calling thread, for the block: ``torch.accelerator`` names the simulated device (or
+    not, with ``shown=False``), whatever :func:`show` says; nested blocks restore the outer one's
+    setting."""
     previous = _state.set_thread_shown(bool(shown))
     try:
         yield
@@ -115,7 +131,8 @@ def devices() -> list[torch.device]:
 
 
 def memory_allocated(device: torch.device | str | int | None = None) -> int:
-    """Bytes held by tensors on ``device`` (default: the current one), like ``torch.cuda.memory_allocated``."""
+    """Bytes held by tensors on ``device`` (default: the current one), like
+    ``torch.cuda.memory_allocated``."""
     return _memory.of(device).allocated
 
 
@@ -142,7 +159,8 @@ def set_memory_budget(device: torch.device | str | int | None, nbytes: int | Non
 
 
 def asynchronous(kernel_s: float, first_call_s: float | None = None):
-    """A context manager under which the simulated devices run like a GPU: each operator takes device time.
+    """A context manager under which the simulated devices run like a GPU: each operator takes
+    device time.
 
     Inside the ``with`` block each operator on a simulated device returns at
     once, as a GPU's launch does, and the device needs ``kernel_s`` seconds to

@@ -1,9 +1,9 @@
 """``torch.accelerator``'s device-wide calls, answered for the simulated device.
 
 A Python PrivateUse1 backend has no device allocator and no way to synchronize, so
-``torch.accelerator.synchronize()`` and the memory functions would raise where the same code runs on CUDA.
-:func:`install` (from :func:`simdevice.enable`) puts wrappers in their place that answer while the
-simulated device is the current accelerator, and call PyTorch's own functions otherwise.
+``torch.accelerator.synchronize()`` and the memory functions would raise where the same code runs on
+CUDA. :func:`install` (from :func:`simdevice.enable`) puts wrappers in their place that answer while
+the simulated device is the current accelerator, and call PyTorch's own functions otherwise.
 """
 
 from __future__ import annotations
@@ -22,33 +22,39 @@ _originals: dict[str, object] = {}
 
 
 def _registered() -> bool:
-    """Whether PyTorch's own choice of accelerator is the simulated device (it is, once the device is on)."""
+    """Whether PyTorch's own choice of accelerator is the simulated device (it is, once the device
+    is on)."""
     current = torch._C._accelerator_getAccelerator()
     return current is not None and current.type == NAME
 
 
 def _on_sim() -> bool:
-    """Whether ``torch.accelerator`` answers for the simulated device in this thread: on, and shown."""
+    """Whether ``torch.accelerator`` answers for the simulated device in this thread: on, and
+    shown."""
     return _registered() and _state.shown()
 
 
 def _hidden() -> bool:
-    """Whether the simulated device is on but hidden in this thread: ``torch.accelerator`` answers as without it."""
+    """Whether the simulated device is on but hidden in this thread: ``torch.accelerator`` answers
+    as without it."""
     return _registered() and not _state.shown()
 
 
 # The accelerators a build of PyTorch can have besides an out-of-tree one, in the order PyTorch's
-# ``at::getAccelerator`` (aten/src/ATen/DeviceAccelerator.cpp) checks them, each with "built in" and "available".
+# ``at::getAccelerator`` (aten/src/ATen/DeviceAccelerator.cpp) checks them, each with "built in" and
+# "available".
 _MACHINE = (
     ("cuda", lambda: torch.backends.cuda.is_built(), lambda: torch.cuda.is_available()),
     ("xpu", lambda: torch.xpu._is_compiled(), lambda: torch.xpu.is_available()),
     ("mps", lambda: torch.backends.mps.is_built(), lambda: torch.backends.mps.is_available()),
 )
-_NONE_AVAILABLE = "Cannot access accelerator device when none is available."  # PyTorch's own words, CPU-only
+# PyTorch's own words, CPU-only
+_NONE_AVAILABLE = "Cannot access accelerator device when none is available."
 
 
 def machine_accelerator(check_available: bool = False) -> torch.device | None:
-    """The accelerator PyTorch would name without the simulated device: the build's (CUDA, XPU, MPS), or None."""
+    """The accelerator PyTorch would name without the simulated device: the build's (CUDA, XPU,
+    MPS), or None."""
     for name, built, available in _MACHINE:
         if built():
             return None if check_available and not available() else torch.device(name)
@@ -56,8 +62,8 @@ def machine_accelerator(check_available: bool = False) -> torch.device | None:
 
 
 def _refuse_when_hidden() -> None:
-    """Raise what PyTorch raises on a machine without an accelerator, where the simulated device is hidden and the
-    machine has none (a machine with one: PyTorch's own functions answer)."""
+    """Raise what PyTorch raises on a machine without an accelerator, where the simulated device is
+    hidden and the machine has none (a machine with one: PyTorch's own functions answer)."""
     if _hidden() and machine_accelerator() is None:
         raise RuntimeError(_NONE_AVAILABLE)
 
@@ -69,7 +75,8 @@ def current_accelerator(check_available: bool = False) -> torch.device | None:
 
 
 def _device(device_index) -> torch.device:
-    """The simulated device that a torch.accelerator ``device_index`` argument names (None: the current one)."""
+    """The simulated device that a torch.accelerator ``device_index`` argument names (None: the
+    current one)."""
     if device_index is None:
         return torch.device(NAME, torch.accelerator.current_device_index())
     if isinstance(device_index, int):
@@ -77,7 +84,9 @@ def _device(device_index) -> torch.device:
     device = torch.device(device_index)
     if device.type != NAME:
         raise ValueError(f"{device} is not the current accelerator, {NAME}")
-    return torch.device(NAME, device.index if device.index is not None else torch.accelerator.current_device_index())
+    return torch.device(
+        NAME, device.index if device.index is not None else torch.accelerator.current_device_index()
+    )
 
 
 def synchronize(device=None, /) -> None:
@@ -95,10 +104,14 @@ def memory_stats(device_index=None, /) -> OrderedDict:
     if not _on_sim():
         return _originals["memory_stats"](device_index)
     counters = _memory.of(_device(device_index))
-    return OrderedDict([
-        ("allocated_bytes.all.current", counters.allocated), ("allocated_bytes.all.peak", counters.peak),
-        ("reserved_bytes.all.current", counters.allocated), ("reserved_bytes.all.peak", counters.peak),
-    ])
+    return OrderedDict(
+        [
+            ("allocated_bytes.all.current", counters.allocated),
+            ("allocated_bytes.all.peak", counters.peak),
+            ("reserved_bytes.all.current", counters.allocated),
+            ("reserved_bytes.all.peak", counters.peak),
+        ]
+    )
 
 
 def reset_peak_memory_stats(device_index=None, /) -> None:
@@ -163,7 +176,8 @@ def current_device_index() -> int:
 def set_device_index(device, /) -> None:
     _refuse_when_hidden()
     if not _on_sim() or device is None:
-        return _originals["set_device_index"](device)  # None raises there, as it does on every accelerator
+        # None raises there, as it does on every accelerator
+        return _originals["set_device_index"](device)
     if isinstance(device, int) and device < 0:
         return None  # PyTorch's documented no-op
     _state.set_current_index(_device(device).index)
@@ -171,7 +185,8 @@ def set_device_index(device, /) -> None:
 
 
 class device_index(torch.accelerator.device_index):
-    """``torch.accelerator.device_index``: on the simulated device it changes this thread's current device."""
+    """``torch.accelerator.device_index``: on the simulated device it changes this thread's current
+    device."""
 
     def __enter__(self) -> None:
         if self.idx is not None:
@@ -189,7 +204,8 @@ class device_index(torch.accelerator.device_index):
 
 
 def get_device_module(device=None):
-    """``torch.get_device_module``: with no device, the module of the accelerator ``torch.accelerator`` names."""
+    """``torch.get_device_module``: with no device, the module of the accelerator
+    ``torch.accelerator`` names."""
     if device is None and _hidden():
         machine = machine_accelerator()
         return _originals["get_device_module"](machine.type if machine is not None else "cpu")
@@ -198,26 +214,32 @@ def get_device_module(device=None):
 
 _WRAPPERS = {
     "current_accelerator": current_accelerator,
-    "current_device_index": current_device_index, "set_device_index": set_device_index,
+    "current_device_index": current_device_index,
+    "set_device_index": set_device_index,
     "device_index": device_index,
-    "synchronize": synchronize, "current_stream": current_stream, "set_stream": set_stream,
-    "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
-    "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_cache": empty_cache,
+    "synchronize": synchronize,
+    "current_stream": current_stream,
+    "set_stream": set_stream,
+    "memory_stats": memory_stats,
+    "reset_peak_memory_stats": reset_peak_memory_stats,
+    "reset_accumulated_memory_stats": reset_accumulated_memory_stats,
+    "empty_cache": empty_cache,
     "get_memory_info": get_memory_info,
 }
 
 
 def install() -> None:
-    """Put the wrappers in ``torch.accelerator`` (and its ``memory`` module, whose other functions call them), and
-    ``torch.get_device_module``'s in ``torch``.
+    """Put the wrappers in ``torch.accelerator`` (and its ``memory`` module, whose other functions
+    call them), and ``torch.get_device_module``'s in ``torch``.
 
-    On the simulated device: ``synchronize`` returns once the device has run everything launched on it (at
-    once unless :func:`simdevice.asynchronous` is on); ``current_stream``/``set_stream`` use the
-    calling thread's stream of the simulated clock; the memory counters are the device's, reserved memory being
-    the allocated memory (no caching allocator, so ``empty_cache`` releases nothing); ``get_memory_info`` is
-    ``(free, total)`` of the device's budget, else of the host's memory; and ``current_device_index``,
-    ``set_device_index`` and ``device_index`` keep a current device per thread, as CUDA does (PrivateUse1's
-    Python device guard knows one device), which ``sim`` without an index means.
+    On the simulated device: ``synchronize`` returns once the device has run everything launched on
+    it (at once unless :func:`simdevice.asynchronous` is on); ``current_stream``/``set_stream`` use
+    the calling thread's stream of the simulated clock; the memory counters are the device's,
+    reserved memory being the allocated memory (no caching allocator, so ``empty_cache`` releases
+    nothing); ``get_memory_info`` is ``(free, total)`` of the device's budget, else of the host's
+    memory; and ``current_device_index``, ``set_device_index`` and ``device_index`` keep a current
+    device per thread, as CUDA does (PrivateUse1's Python device guard knows one device), which
+    ``sim`` without an index means.
     """
     if _originals:
         return

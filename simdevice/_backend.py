@@ -1,8 +1,8 @@
 """Turning the simulated device on: PyTorch's PrivateUse1 extension point.
 
 :func:`enable` (called by :func:`simdevice.enable`) renames PrivateUse1 to ``sim`` and registers a
-Python backend for it (``torch.utils.backend_registration``, private and experimental since 2.10, hence the
-pinned torch and ``test_simdevice_seams``); every operator but the allocating ones reaches
+Python backend for it (``torch.utils.backend_registration``, private and experimental since 2.10,
+hence the pinned torch and ``test_simdevice_seams``); every operator but the allocating ones reaches
 ``SimTensor.__torch_dispatch__``.
 """
 
@@ -34,7 +34,8 @@ def count() -> int:
 
 
 class _DeviceModule:
-    """What ``torch.sim`` answers: the parts of ``torch.cuda`` that PyTorch's own code asks a backend."""
+    """What ``torch.sim`` answers: the parts of ``torch.cuda`` that PyTorch's own code asks a
+    backend."""
 
     @staticmethod
     def is_available() -> bool:
@@ -66,7 +67,8 @@ class _DeviceModule:
 
     @staticmethod
     def get_rng_state(device: object = None) -> torch.Tensor:
-        """The CPU generator's state, where the device's random numbers come from (``fork_rng`` saves it)."""
+        """The CPU generator's state, where the device's random numbers come from (``fork_rng``
+        saves it)."""
         return torch.get_rng_state()
 
     @staticmethod
@@ -143,8 +145,14 @@ def _register_factories(library: torch.library.Library) -> None:
         for overload in packet.overloads():
             op = getattr(packet, overload)
             arguments = op._schema.arguments
-            if any(a.name == "device" for a in arguments) and not any(a.name == "out" for a in arguments):
-                library.impl(name if overload == "default" else f"{name}.{overload}", _factory(op), "PrivateUse1")
+            if any(a.name == "device" for a in arguments) and not any(
+                a.name == "out" for a in arguments
+            ):
+                library.impl(
+                    name if overload == "default" else f"{name}.{overload}",
+                    _factory(op),
+                    "PrivateUse1",
+                )
 
 
 def _copy_from(source, destination, non_blocking=False):
@@ -155,8 +163,8 @@ def _copy_from(source, destination, non_blocking=False):
 
 
 def _local_scalar_dense(tensor):
-    # Reached only where PyTorch excludes Python dispatch: torch.tensor([...]) of 0-dim tensors on the device
-    # reads each one's value, as CUDA does by a copy to the host.
+    # Reached only where PyTorch excludes Python dispatch: torch.tensor([...]) of 0-dim tensors on
+    # the device reads each one's value, as CUDA does by a copy to the host.
     return tensor._values.item()
 
 
@@ -166,16 +174,21 @@ def _local_scalar_dense(tensor):
 # calls give it the calling thread's current device instead, as CUDA's guard
 # does for ``cuda``.
 def _indexed(device):
-    if (device == NAME if type(device) is str else type(device) is torch.device and device.type == NAME
-            and device.index is None):
+    if (
+        device == NAME
+        if type(device) is str
+        else type(device) is torch.device and device.type == NAME and device.index is None
+    ):
         return torch.device(NAME, current_index())
     return device
 
 
 def _default_device():
-    """The device of ``with torch.device(...)`` or ``torch.set_default_device``, index as given; None without one.
+    """The device of ``with torch.device(...)`` or ``torch.set_default_device``, index as given;
+    None without one.
 
-    ``torch.get_default_device()`` cannot be asked: it fills a missing index by calling ``torch.tensor``.
+    ``torch.get_default_device()`` cannot be asked: it fills a missing index by calling
+    ``torch.tensor``.
     """
     from torch.overrides import _get_current_function_mode_stack
 
@@ -187,9 +200,10 @@ def _default_device():
 
 
 def _with_current_index(original, follows_default: bool):
-    """``original`` with a bare ``sim`` in ``device=`` indexed; ``follows_default``: a factory of the
-    ``torch.tensor`` family, which without ``device=`` takes the default device (``Tensor.new_tensor`` takes
-    its tensor's)."""
+    """``original`` with a bare ``sim`` in ``device=`` indexed; ``follows_default``: a factory of
+    the ``torch.tensor`` family, which without ``device=`` takes the default device
+    (``Tensor.new_tensor`` takes its tensor's)."""
+
     def call(*args, **kwargs):
         if follows_default and kwargs.get("device") is None:
             default = _default_device()
@@ -204,9 +218,10 @@ def _with_current_index(original, follows_default: bool):
 
 
 def _on_its_own_index(original):
-    """``Tensor.new_tensor`` or ``Tensor.new``, giving a tensor on a simulated device without ``device=`` its own
-    index, as CUDA's does (PyTorch builds it from the device type alone, and the device guard of a Python backend
-    says index 0)."""
+    """``Tensor.new_tensor`` or ``Tensor.new``, giving a tensor on a simulated device without
+    ``device=`` its own index, as CUDA's does (PyTorch builds it from the device type alone, and the
+    device guard of a Python backend says index 0)."""
+
     def call(self, *args, **kwargs):
         # (``t.new(tensor)`` takes no device: it is that tensor's)
         aliased = original is _original_new and args and isinstance(args[0], torch.Tensor)
@@ -236,17 +251,18 @@ _to.__doc__ = _original_to.__doc__
 
 
 def enable(count: int = 2) -> None:
-    """Register the device type with ``count`` devices; idempotent for one count, and never undone (PyTorch
-    allows one PrivateUse1 name per process).
+    """Register the device type with ``count`` devices; idempotent for one count, and never undone
+    (PyTorch allows one PrivateUse1 name per process).
 
-    It registers a device module ``torch.sim`` (``device_count``, ``is_available``, ``current_device``, AMP
-    dtypes) that ``torch.accelerator``, ``torch.load`` and autocast consult; kernels for ``empty.memory_format``,
-    ``empty_strided`` (they hand out :class:`SimTensor` objects) and ``_copy_from`` (reached with Python
-    dispatch off); a serialization package that tags storages ``sim:N``, so every ``map_location`` works as
-    for CUDA; autocast kernels (``_autocast``) and whole recurrent layers on the CPU values (``_oncpu``);
-    pinned memory as CPU copies marked pinned (a Python backend cannot register a pinned allocator);
-    ``gloo`` as the default ``torch.distributed`` backend; and ``Module.to`` / ``.sim()`` / ``.half()`` keeping
-    each ``Parameter`` object where a simulated device is involved, so weight ties survive a move and an
+    It registers a device module ``torch.sim`` (``device_count``, ``is_available``,
+    ``current_device``, AMP dtypes) that ``torch.accelerator``, ``torch.load`` and autocast consult;
+    kernels for ``empty.memory_format``, ``empty_strided`` (they hand out :class:`SimTensor`
+    objects) and ``_copy_from`` (reached with Python dispatch off); a serialization package that
+    tags storages ``sim:N``, so every ``map_location`` works as for CUDA; autocast kernels
+    (``_autocast``) and whole recurrent layers on the CPU values (``_oncpu``); pinned memory as CPU
+    copies marked pinned (a Python backend cannot register a pinned allocator); ``gloo`` as the
+    default ``torch.distributed`` backend; and ``Module.to`` / ``.sim()`` / ``.half()`` keeping each
+    ``Parameter`` object where a simulated device is involved, so weight ties survive a move and an
     optimizer built before it still trains.
     """
     if not isinstance(count, int) or count < 1:
@@ -262,8 +278,9 @@ def enable(count: int = 2) -> None:
         current = torch._C._get_privateuse1_backend_name()
         if current != "privateuseone":
             raise SimDeviceError(
-                f"cannot turn on the simulated device: PyTorch's one out-of-tree device type (PrivateUse1) "
-                f"is already registered as {current!r} in this process; nothing was changed"
+                "cannot turn on the simulated device: PyTorch's one out-of-tree device type"
+                f" (PrivateUse1) is already registered as {current!r} in this process; nothing was"
+                " changed"
             )
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(
             NAME, backend_module=_DeviceModule(), hook=_Hooks(), device_guard=_Guard()
@@ -286,7 +303,9 @@ def enable(count: int = 2) -> None:
         torch.Tensor.pin_memory = _storage.pin_memory
         torch.Tensor.is_pinned = _storage.is_pinned
         torch.Tensor.to = _to
-        torch.Tensor.new_tensor = _on_its_own_index(_with_current_index(_original_new_tensor, follows_default=False))
+        torch.Tensor.new_tensor = _on_its_own_index(
+            _with_current_index(_original_new_tensor, follows_default=False)
+        )
         torch.Tensor.new = _on_its_own_index(_original_new)
         # ``with torch.device(...)`` and set_default_device give a device to the
         # functions of one set, which holds the originals: add the wrappers too.

@@ -1,9 +1,10 @@
 """Asynchronous execution, simulated: operators return before the device has run them.
 
-A GPU runs operators queued per stream while Python goes on; the program waits only where it must (synchronize,
-reading values on the host). While :func:`running` is on, :func:`account` charges each operator device time on its
-stream and the waiting calls sleep until their streams are done. Values are computed at once, but a ``non_blocking``
-copy to pinned host memory arrives only when the program waits for its stream (:func:`late_copy`)."""
+A GPU runs operators queued per stream while Python goes on; the program waits only where it must
+(synchronize, reading values on the host). While :func:`running` is on, :func:`account` charges each
+operator device time on its stream and the waiting calls sleep until their streams are done. Values
+are computed at once, but a ``non_blocking`` copy to pinned host memory arrives only when the
+program waits for its stream (:func:`late_copy`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from simdevice._state import NAME
 
 _lock = threading.Lock()
 _kernel_s: list[float] = []  # [] while off; [kernel_s, first_call_s] while on
-_busy_until: dict[tuple[int, int], float] = {}  # (device index, stream id) -> when it will have run its queue
+# (device index, stream id) -> when it will have run its queue
+_busy_until: dict[tuple[int, int], float] = {}
 _seen: set[tuple[int, object]] = set()  # (device index, operator) launched since running() began
 _stream_ids = itertools.count(1)  # 0 is each device's default stream
 _current = threading.local()  # .streams: {device index: stream id}, per thread as on CUDA
-# Copies to pinned host memory not arrived yet: (device index, stream id, when it will have run, destination, values).
+# Copies to pinned host memory not arrived yet: (device index, stream id, when it will have run,
+# destination, values).
 _late: list[tuple[int, int, float, torch.Tensor, torch.Tensor]] = []
 
 _aten = torch.ops.aten
@@ -37,9 +40,10 @@ def on() -> bool:
 
 @contextlib.contextmanager
 def running(kernel_s: float, first_call_s: float | None = None) -> Iterator[None]:
-    """For the block, each operator costs ``kernel_s`` seconds of device time on the calling thread's current
-    stream of its device, the first launch of each operator on a device ``first_call_s`` more (a GPU's one-off
-    costs); a stream works off its operators one after the other, the streams of a device side by side."""
+    """For the block, each operator costs ``kernel_s`` seconds of device time on the calling
+    thread's current stream of its device, the first launch of each operator on a device
+    ``first_call_s`` more (a GPU's one-off costs); a stream works off its operators one after the
+    other, the streams of a device side by side."""
     if not kernel_s > 0:
         raise ValueError(f"kernel_s must be a positive number of seconds, not {kernel_s!r}")
     first_call_s = 10 * kernel_s if first_call_s is None else first_call_s
@@ -65,12 +69,14 @@ def new_stream_id() -> int:
 
 
 def current_stream(index: int) -> int:
-    """The calling thread's current stream on simulated device ``index`` (0, the default stream, until set)."""
+    """The calling thread's current stream on simulated device ``index`` (0, the default stream,
+    until set)."""
     return getattr(_current, "streams", {}).get(index, 0)
 
 
 def set_current_stream(index: int, stream: int) -> int:
-    """Make ``stream`` the calling thread's current stream on device ``index``; return the previous one."""
+    """Make ``stream`` the calling thread's current stream on device ``index``; return the previous
+    one."""
     streams = _current.__dict__.setdefault("streams", {})
     previous = streams.get(index, 0)
     streams[index] = stream
@@ -78,7 +84,8 @@ def set_current_stream(index: int, stream: int) -> int:
 
 
 def reached(index: int, stream: int | None = None) -> float:
-    """When device ``index`` will have run what was launched so far on ``stream`` (None: on every stream)."""
+    """When device ``index`` will have run what was launched so far on ``stream`` (None: on every
+    stream)."""
     now = time.perf_counter()
     if stream is not None:
         return max(now, _busy_until.get((index, stream), 0.0))
@@ -86,7 +93,8 @@ def reached(index: int, stream: int | None = None) -> float:
 
 
 def hold(index: int, stream: int, until: float) -> None:
-    """Let work launched from now on on ``stream`` start no earlier than ``until`` (a wait on an event)."""
+    """Let work launched from now on on ``stream`` start no earlier than ``until`` (a wait on an
+    event)."""
     with _lock:
         if _kernel_s:
             _busy_until[(index, stream)] = max(_busy_until.get((index, stream), 0.0), until)
@@ -99,23 +107,30 @@ def sleep_until(moment: float) -> None:
 
 
 def wait(index: int, stream: int | None = None) -> None:
-    """Sleep until simulated device ``index`` has run every operator launched on ``stream`` (None: on all)."""
+    """Sleep until simulated device ``index`` has run every operator launched on ``stream`` (None:
+    on all)."""
     sleep_until(reached(index, stream))
     _arrive(index, stream)
 
 
 def wait_until(index: int, moment: float) -> None:
-    """Sleep until ``moment`` (an event's), when device ``index`` has run what was launched before it."""
+    """Sleep until ``moment`` (an event's), when device ``index`` has run what was launched before
+    it."""
     sleep_until(moment)
     _arrive(index, None, moment)
 
 
 def _arrive(index: int, stream: int | None, moment: float | None = None) -> None:
-    """Let the late copies of device ``index`` on ``stream`` (None: any) that run by ``moment`` arrive."""
+    """Let the late copies of device ``index`` on ``stream`` (None: any) that run by ``moment``
+    arrive."""
     arriving, staying = [], []
     with _lock:
         for copy in _late:
-            due = copy[0] == index and stream in (None, copy[1]) and (moment is None or copy[2] <= moment)
+            due = (
+                copy[0] == index
+                and stream in (None, copy[1])
+                and (moment is None or copy[2] <= moment)
+            )
             (arriving if due else staying).append(copy)
         _late[:] = staying
     with torch.no_grad():
@@ -124,11 +139,13 @@ def _arrive(index: int, stream: int | None, moment: float | None = None) -> None
 
 
 def late_copy(func, args: tuple, copy):
-    """Run ``copy()``, a ``non_blocking`` copy from a simulated device to pinned host memory, as a GPU runs it.
+    """Run ``copy()``, a ``non_blocking`` copy from a simulated device to pinned host memory, as a
+    GPU runs it.
 
-    It returns at once and the values arrive when the device gets to it on the current stream: until the program
-    waits for that stream (a synchronize, an event recorded after it, a blocking copy on it), the destination
-    holds what it held before; a new tensor's memory (pinned, as CUDA's ``_to_copy`` makes it) holds zeros.
+    It returns at once and the values arrive when the device gets to it on the current stream: until
+    the program waits for that stream (a synchronize, an event recorded after it, a blocking copy on
+    it), the destination holds what it held before; a new tensor's memory (pinned, as CUDA's
+    ``_to_copy`` makes it) holds zeros.
     """
     source = args[1] if func is _aten.copy_.default else args[0]
     index = source.device.index
@@ -167,22 +184,40 @@ def _launch(index: int, func) -> None:
 
 
 def account(func, args: tuple, kwargs: dict) -> bool:
-    """Called for each operator on a simulated device, before it runs: wait for it, or queue it. True for a
-    ``non_blocking`` copy to pinned host memory, which the caller runs through :func:`late_copy`."""
-    values = [item for value in (*args, *kwargs.values())
-              for item in (value if isinstance(value, (list, tuple)) else (value,))]  # torch.cat([...]) too
-    devices = {value.device.index for value in values if isinstance(value, torch.Tensor) and value.device.type == NAME}
+    """Called for each operator on a simulated device, before it runs: wait for it, or queue it.
+    True for a ``non_blocking`` copy to pinned host memory, which the caller runs through
+    :func:`late_copy`."""
+    values = [
+        item
+        for value in (*args, *kwargs.values())
+        # torch.cat([...]) too
+        for item in (value if isinstance(value, (list, tuple)) else (value,))
+    ]
+    devices = {
+        value.device.index
+        for value in values
+        if isinstance(value, torch.Tensor) and value.device.type == NAME
+    }
     target = kwargs.get("device")
-    to_host = func in _TO_HOST or (
-        func is _aten._to_copy.default and target is not None and torch.device(target).type != NAME
-    ) or (func is _aten.copy_.default and args[0].device.type != NAME)
+    to_host = (
+        func in _TO_HOST
+        or (
+            func is _aten._to_copy.default
+            and target is not None
+            and torch.device(target).type != NAME
+        )
+        or (func is _aten.copy_.default and args[0].device.type != NAME)
+    )
     if to_host:
         if not kwargs.get("non_blocking") and not (len(args) > 2 and args[2]):
             for index in devices:
                 wait(index, current_stream(index))  # a copy to the host runs on the current stream
             return False
-        # a copy into pageable memory completes before it returns (CUDA's cudaMemcpyAsync to pageable memory)
-        return func is _aten._to_copy.default or (func is _aten.copy_.default and args[0].is_pinned())
+        # a copy into pageable memory completes before it returns (CUDA's cudaMemcpyAsync to
+        # pageable memory)
+        return func is _aten._to_copy.default or (
+            func is _aten.copy_.default and args[0].is_pinned()
+        )
     for index in devices:
         _launch(index, func)
     return False

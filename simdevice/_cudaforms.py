@@ -1,8 +1,9 @@
 """CUDA's error messages, as the simulated device must raise them.
 
 It holds the table of device checks PyTorch generates for CUDA kernels (``device_checks.json``, from
-``_tablegen``; :func:`wrapper_check`), and CUDA's words where they come from code the CPU never runs: tensor type
-names (:func:`translate`) and convolution's checks (:func:`convolution_error`). ``_tensor`` raises them.
+``_tablegen``; :func:`wrapper_check`), and CUDA's words where they come from code the CPU never
+runs: tensor type names (:func:`translate`) and convolution's checks (:func:`convolution_error`).
+``_tensor`` raises them.
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ CUDA_KERNELS = frozenset(_DATA["cuda_kernels"])
 SAME_DEVICE = "Expected all tensors to be on the same device, "
 CONVOLUTIONS = frozenset({"convolution", "_convolution"})
 
-_LEGACY = {torch.uint8: "Byte", torch.int8: "Char", torch.float64: "Double", torch.float32: "Float",
-           torch.int32: "Int", torch.int64: "Long", torch.int16: "Short", torch.float16: "Half"}
+_LEGACY = {
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.float64: "Double",
+    torch.float32: "Float",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.int16: "Short",
+    torch.float16: "Half",
+}
 _SIM_TYPE = re.compile(rf"\b{NAME}({'|'.join(_LEGACY.values())})Type\b")
 
 
 def translate(message: str) -> str:
-    """``simFloatType`` in a message of PyTorch's C++ as ``torch.sim.FloatTensor``, as ``CUDAFloatType`` reads.
+    """``simFloatType`` in a message of PyTorch's C++ as ``torch.sim.FloatTensor``, as
+    ``CUDAFloatType`` reads.
 
     PyTorch translates ``CUDAFloatType`` on its way to Python (``processErrorMsgInplace`` in
     ``torch/csrc/Exceptions.cpp``, for Byte, Char, Double, Float, Int, Long, Short and Half).
@@ -38,7 +48,8 @@ def translate(message: str) -> str:
 
 
 def type_name(tensor: torch.Tensor) -> str:
-    """What PyTorch's messages call ``tensor``'s type: ``torch.FloatTensor``, ``torch.sim.HalfTensor``, ..."""
+    """What PyTorch's messages call ``tensor``'s type: ``torch.FloatTensor``,
+    ``torch.sim.HalfTensor``, ..."""
     on_cpu = tensor.device.type == "cpu"
     legacy = _LEGACY.get(tensor.dtype)
     if legacy is not None:
@@ -48,14 +59,16 @@ def type_name(tensor: torch.Tensor) -> str:
 
 
 def wrapper_check(key: str, tensors: dict[str, torch.Tensor | None]) -> RuntimeError | None:
-    """The error of CUDA's generated wrapper for operator ``key`` given its tensor arguments by name, or None."""
+    """The error of CUDA's generated wrapper for operator ``key`` given its tensor arguments by
+    name, or None."""
     method, names = TABLE[key]
     return first_mismatch(method, ((name, tensors.get(name)) for name in names))
 
 
 def first_mismatch(method: str, named) -> RuntimeError | None:
-    """The error of a generated wrapper (``method``, with ``{}`` for the backend) over its checked ``(argument,
-    tensor)`` pairs in order (tensors that are None skipped): the first on another device than the first one's."""
+    """The error of a generated wrapper (``method``, with ``{}`` for the backend) over its checked
+    ``(argument, tensor)`` pairs in order (tensors that are None skipped): the first on another
+    device than the first one's."""
     common = None
     for name, tensor in named:
         if tensor is None:
@@ -64,18 +77,19 @@ def first_mismatch(method: str, named) -> RuntimeError | None:
             common = tensor.device
         elif tensor.device != common:
             return RuntimeError(
-                f"{SAME_DEVICE}but got {name} is on {tensor.device}, different from other tensors on {common} "
-                f"(when checking argument in method {method.format(NAME.upper())})"
+                f"{SAME_DEVICE}but got {name} is on {tensor.device}, different from other tensors"
+                f" on {common} (when checking argument in method {method.format(NAME.upper())})"
             )
     return None
 
 
 def convolution_error(args: tuple) -> RuntimeError | None:
-    """What CUDA raises for ``convolution``/``_convolution`` with ``args`` when the input is on a CUDA device.
+    """What CUDA raises for ``convolution``/``_convolution`` with ``args`` when the input is on a
+    CUDA device.
 
     ``_convolution`` (``aten/src/ATen/native/Convolution.cpp``) sends a CUDA input to cuDNN after
-    ``check_input_same_type_as_parameters``, or, depthwise, to ``_conv_depthwise2d``; a simulated input would
-    go to ``convolution_overrideable``, which no Python backend has.
+    ``check_input_same_type_as_parameters``, or, depthwise, to ``_conv_depthwise2d``; a simulated
+    input would go to ``convolution_overrideable``, which no Python backend has.
 
     None when weight and bias match the input's device and dtype. Follows
     ``_convolution`` for a contiguous floating-point input: depthwise
@@ -87,18 +101,31 @@ def convolution_error(args: tuple) -> RuntimeError | None:
     """
     input, weight, bias = args[0], args[1], args[2]
     transposed, groups = args[6], args[8]
-    if all(t is None or (t.device == input.device and t.dtype == input.dtype) for t in (weight, bias)):
+    if all(
+        t is None or (t.device == input.device and t.dtype == input.dtype) for t in (weight, bias)
+    ):
         return None
-    if not transposed and input.dim() in (3, 4, 5) and groups > 1 and input.size(1) == groups \
-            and weight.size(0) % groups == 0:
+    if (
+        not transposed
+        and input.dim() in (3, 4, 5)
+        and groups > 1
+        and input.size(1) == groups
+        and weight.size(0) % groups == 0
+    ):
         key = "conv_depthwise3d" if input.dim() == 5 else "_conv_depthwise2d"
         return wrapper_check(key, {"self": input, "weight": weight, "bias": bias})
     for role, tensor in (("weight", weight), ("bias", bias)):
-        if tensor is not None and (tensor.device.type != input.device.type or tensor.dtype != input.dtype):
+        if tensor is not None and (
+            tensor.device.type != input.device.type or tensor.dtype != input.dtype
+        ):
             return RuntimeError(
-                f"Input type ({type_name(input)}) and {role} type ({type_name(tensor)}) should be the same")
+                f"Input type ({type_name(input)}) and {role} type ({type_name(tensor)}) should be"
+                " the same"
+            )
     key = "cudnn_convolution_transpose" if transposed else "cudnn_convolution"
     error = wrapper_check(key, {"self": input, "weight": weight})
     if error is None:
-        error = RuntimeError(f"{SAME_DEVICE}but found at least two devices, {input.device} and {bias.device}!")
+        error = RuntimeError(
+            f"{SAME_DEVICE}but found at least two devices, {input.device} and {bias.device}!"
+        )
     return error

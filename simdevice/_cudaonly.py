@@ -1,9 +1,9 @@
 """Operators that PyTorch implements for CUDA only, written for the simulated device.
 
-The simulated device runs every operator with PyTorch's CPU kernel; those of ``nn.SyncBatchNorm`` have none (it
-refuses the CPU). Each function here takes and returns CPU tensors and follows the CUDA kernel's contract
-(``aten/src/ATen/native/cuda/Normalization.cu``); they are looked up only after the CPU kernel is found missing,
-so they cost other operators nothing.
+The simulated device runs every operator with PyTorch's CPU kernel; those of ``nn.SyncBatchNorm``
+have none (it refuses the CPU). Each function here takes and returns CPU tensors and follows the
+CUDA kernel's contract (``aten/src/ATen/native/cuda/Normalization.cu``); they are looked up only
+after the CPU kernel is found missing, so they cost other operators nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def batch_norm_stats(input, eps):
     return mean, (var + eps).rsqrt()
 
 
-def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts):
+def batch_norm_gather_stats_with_counts(
+    input, mean, invstd, running_mean, running_var, momentum, eps, counts
+):
     counts = counts.to(mean.dtype).reshape(-1, 1)
     total = counts.sum()
     global_mean = (mean * counts).sum(0) / total
@@ -71,18 +73,27 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     total = count.sum().to(sum_dy.dtype)
     mean_dy, mean_dy_xmu = sum_dy / total, sum_dy_xmu / total
     xmu = _acc(input) - _per_channel(mean, input)
-    scale = _per_channel(invstd, input) if weight is None else _per_channel(invstd * weight.to(invstd.dtype), input)
-    grad = (_acc(grad_out) - _per_channel(mean_dy, input)
-            - xmu * _per_channel(invstd.pow(2) * mean_dy_xmu, input)) * scale
+    scale = (
+        _per_channel(invstd, input)
+        if weight is None
+        else _per_channel(invstd * weight.to(invstd.dtype), input)
+    )
+    grad = (
+        _acc(grad_out)
+        - _per_channel(mean_dy, input)
+        - xmu * _per_channel(invstd.pow(2) * mean_dy_xmu, input)
+    ) * scale
     return grad.to(input.dtype)
 
 
 def record_stream(tensor, stream):
-    """Nothing to do: it keeps CUDA's caching allocator from reusing memory too early, and here nothing is cached."""
+    """Nothing to do: it keeps CUDA's caching allocator from reusing memory too early, and here
+    nothing is cached."""
     return None
 
 
-# Each as CUDA's: the same outputs, running statistics updated in place, statistics in float32 for half inputs.
+# Each as CUDA's: the same outputs, running statistics updated in place, statistics in float32 for
+# half inputs.
 KERNELS = {
     aten.record_stream.default: record_stream,
     aten.batch_norm_stats.default: batch_norm_stats,

@@ -1,8 +1,9 @@
 """Memory counters and an optional budget per simulated device.
 
-The counters count each CPU storage of a simulated tensor once per device, from when a tensor on the device first
-holds it until PyTorch frees it, like ``torch.cuda.memory_allocated`` without the caching allocator's rounding.
-With a budget set, a storage that would take a device past it raises ``torch.OutOfMemoryError``, worded like CUDA's.
+The counters count each CPU storage of a simulated tensor once per device, from when a tensor on the
+device first holds it until PyTorch frees it, like ``torch.cuda.memory_allocated`` without the
+caching allocator's rounding. With a budget set, a storage that would take a device past it raises
+``torch.OutOfMemoryError``, worded like CUDA's.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Operators whose path depends on the device, on the simulated device: run whole on the CPU values.
 
-The recurrent layers and ``scaled_dot_product_attention`` are composites that pick other parts, rounding
-differently, off the CPU; :func:`register` runs each as one piece on the CPU values (under an autograd function
-whose backward is PyTorch's own CPU one), so forward and gradients equal the CPU's bit for bit.
+The recurrent layers and ``scaled_dot_product_attention`` are composites that pick other parts,
+rounding differently, off the CPU; :func:`register` runs each as one piece on the CPU values (under
+an autograd function whose backward is PyTorch's own CPU one), so forward and gradients equal the
+CPU's bit for bit.
 """
 
 from __future__ import annotations
@@ -13,18 +14,33 @@ import torch.utils._pytree as pytree
 from simdevice._tensor import SimTensor
 
 OPERATORS = (
-    "lstm.input", "lstm.data", "gru.input", "gru.data", "rnn_tanh.input", "rnn_tanh.data", "rnn_relu.input",
-    "rnn_relu.data", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "scaled_dot_product_attention",
+    "lstm.input",
+    "lstm.data",
+    "gru.input",
+    "gru.data",
+    "rnn_tanh.input",
+    "rnn_tanh.data",
+    "rnn_relu.input",
+    "rnn_relu.data",
+    "lstm_cell",
+    "gru_cell",
+    "rnn_tanh_cell",
+    "rnn_relu_cell",
+    "scaled_dot_product_attention",
 )
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
 
 class _OnCpu(torch.autograd.Function):
-    """Runs ``op`` on the CPU values of its arguments, keeping the CPU's autograd graph for the backward."""
+    """Runs ``op`` on the CPU values of its arguments, keeping the CPU's autograd graph for the
+    backward."""
 
     @staticmethod
     def forward(ctx, op, spec, device, results, *flat):
-        inputs = [t._values.detach().requires_grad_(t.requires_grad) if type(t) is SimTensor else t for t in flat]
+        inputs = [
+            t._values.detach().requires_grad_(t.requires_grad) if type(t) is SimTensor else t
+            for t in flat
+        ]
         args, kwargs = pytree.tree_unflatten(inputs, spec)
         with torch.enable_grad():
             out = op(*args, **kwargs)
@@ -34,12 +50,20 @@ class _OnCpu(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        pairs = [(o, g._values) for o, g in zip(ctx.outputs, grads) if g is not None and o.requires_grad]
-        leaves = [i for i, t in enumerate(ctx.inputs) if isinstance(t, torch.Tensor) and t.requires_grad]
+        pairs = [
+            (o, g._values) for o, g in zip(ctx.outputs, grads) if g is not None and o.requires_grad
+        ]
+        leaves = [
+            i for i, t in enumerate(ctx.inputs) if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
         found = [None] * len(leaves)
         if pairs:
-            found = torch.autograd.grad([o for o, _ in pairs], [ctx.inputs[i] for i in leaves],
-                                        [g for _, g in pairs], allow_unused=True)
+            found = torch.autograd.grad(
+                [o for o, _ in pairs],
+                [ctx.inputs[i] for i in leaves],
+                [g for _, g in pairs],
+                allow_unused=True,
+            )
         result = [None] * len(ctx.inputs)
         for i, grad in zip(leaves, found):
             result[i] = None if grad is None else SimTensor(grad, ctx.device)
@@ -47,11 +71,14 @@ class _OnCpu(torch.autograd.Function):
 
 
 def _kernel(op):
-    packed = op._schema.arguments[1].name == "batch_sizes"  # .data forms: batch sizes stay on the CPU
+    # .data forms: batch sizes stay on the CPU
+    packed = op._schema.arguments[1].name == "batch_sizes"
 
     def kernel(*args, **kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
-        tensors = [t for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and not (packed and i == 1)]
+        tensors = [
+            t for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and not (packed and i == 1)
+        ]
         device = tensors[0].device
         if any(type(t) is not SimTensor or t.device != device for t in tensors):
             return op._op_dk(_COMPOSITE, *args, **kwargs)
@@ -67,7 +94,8 @@ def _encoder_on_cpu(original):
         tensors = [src, mask, src_key_padding_mask, *self.parameters(), *self.buffers()]
         tensors = [t for t in tensors if t is not None]
         on_one_device = type(src) is SimTensor and all(
-            type(t) is SimTensor and t.device == src.device for t in tensors)
+            type(t) is SimTensor and t.device == src.device for t in tensors
+        )
         wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if src_key_padding_mask is None or not on_one_device or wants_grad:
             return original(self, src, mask, src_key_padding_mask, is_causal)
@@ -81,15 +109,16 @@ def _encoder_on_cpu(original):
 
 
 def register() -> torch.library.Library:
-    """Register the kernels, and the encoder's path; the kernels last as long as the returned library does.
+    """Register the kernels, and the encoder's path; the kernels last as long as the returned
+    library does.
 
-    ``torch.lstm``, ``gru``, ``rnn_tanh``/``rnn_relu`` (plain and packed) and their cells pick their parts by
-    the input's device (``aten/src/ATen/native/RNN.cpp``): off the CPU the fused cells CUDA ships, which the
-    CPU lacks. ``scaled_dot_product_attention`` runs a fused kernel on the CPU and its math fallback elsewhere.
-    Tensors on two devices run the composite instead, whose parts raise the same-device error.
-    ``nn.TransformerEncoder`` in inference with a padding mask packs a nested tensor (its fast path), which a
-    tensor subclass cannot hold: with everything on one simulated device and no gradient wanted it runs on the
-    CPU values (``torch.func.functional_call``).
+    ``torch.lstm``, ``gru``, ``rnn_tanh``/``rnn_relu`` (plain and packed) and their cells pick their
+    parts by the input's device (``aten/src/ATen/native/RNN.cpp``): off the CPU the fused cells CUDA
+    ships, which the CPU lacks. ``scaled_dot_product_attention`` runs a fused kernel on the CPU and
+    its math fallback elsewhere. Tensors on two devices run the composite instead, whose parts raise
+    the same-device error. ``nn.TransformerEncoder`` in inference with a padding mask packs a nested
+    tensor (its fast path), which a tensor subclass cannot hold: with everything on one simulated
+    device and no gradient wanted it runs on the CPU values (``torch.func.functional_call``).
     """
     encoder = torch.nn.TransformerEncoder
     if not hasattr(encoder.forward, "__wrapped__"):

@@ -1,6 +1,6 @@
-"""Storages on the simulated device: checkpoints saved on ``sim:N`` and loaded with any ``map_location`` (a
-serialization package registered on import), storages it refuses to make, and pinned host memory. Installed by
-:func:`simdevice._backend.enable`."""
+"""Storages on the simulated device: checkpoints saved on ``sim:N`` and loaded with any
+``map_location`` (a serialization package registered on import), storages it refuses to make, and
+pinned host memory. Installed by :func:`simdevice._backend.enable`."""
 
 from __future__ import annotations
 
@@ -26,15 +26,17 @@ def _deserializer(storage, location: str):
         return None
     if not _state["enabled"]:
         raise RuntimeError(
-            f"Attempting to deserialize object on a simulated {NAME!r} device, but it is not turned on in "
-            f"this process. Call simdevice.enable() first, or use torch.load with "
-            f"map_location=torch.device('cpu') to map your storages to the CPU."
+            f"Attempting to deserialize object on a simulated {NAME!r} device, but it is not turned"
+            " on in this process. Call simdevice.enable() first, or use torch.load with"
+            " map_location=torch.device('cpu') to map your storages to the CPU."
         )
     index = current_index() if match.group(1) is None else int(match.group(1))
-    if index >= _state["count"]:  # torch.serialization._validate_device's words, as CUDA's checkpoints meet them
+    # torch.serialization._validate_device's words, as CUDA's checkpoints meet them
+    if index >= _state["count"]:
         raise RuntimeError(
-            f"Attempting to deserialize object on {NAME.upper()} device {index} but torch.{NAME}.device_count() is "
-            f"{_state['count']}. Please use torch.load with map_location to map your storages to an existing device."
+            f"Attempting to deserialize object on {NAME.upper()} device {index} but"
+            f" torch.{NAME}.device_count() is {_state['count']}. Please use torch.load with"
+            " map_location to map your storages to an existing device."
         )
     storage._sim_target = resolve(location)
     return storage
@@ -56,8 +58,9 @@ def storage_new(cls, *args, **kwargs):
     device = kwargs.get("device")
     if device is not None and torch.device(device).type == NAME:
         raise RuntimeError(
-            f"the simulated device holds no storages of its own: its tensors keep their values in CPU "
-            f"storages. Create a tensor instead, e.g. torch.empty(n, dtype=torch.uint8, device={str(device)!r})"
+            "the simulated device holds no storages of its own: its tensors keep their values in"
+            " CPU storages. Create a tensor instead, e.g. torch.empty(n, dtype=torch.uint8,"
+            f" device={str(device)!r})"
         )
     return _original_storage_new(cls, *args, **kwargs)
 
@@ -82,7 +85,8 @@ def pin_memory(self, device=None):
     # there, pinning still asks CUDA for page-locked memory.
     if torch.cuda.is_available():
         return _original_pin_memory(self, "cuda")
-    if not _state_module.shown():  # hidden: pinning answers as on this machine without the simulated device
+    # hidden: pinning answers as on this machine without the simulated device
+    if not _state_module.shown():
         from simdevice._accelerator import _NONE_AVAILABLE, machine_accelerator
 
         machine = machine_accelerator(check_available=True)

@@ -1,8 +1,9 @@
 """Streams and events of the simulated devices, on the simulated clock (see ``_clock``).
 
-A Python backend cannot give the device interface ``torch.Stream`` and ``torch.Event`` work through (recording
-does nothing, waiting raises), so :func:`install` makes them the subclasses here: on a simulated device they keep
-time as CUDA's do, on the simulated clock; for any other device they are PyTorch's own.
+A Python backend cannot give the device interface ``torch.Stream`` and ``torch.Event`` work through
+(recording does nothing, waiting raises), so :func:`install` makes them the subclasses here: on a
+simulated device they keep time as CUDA's do, on the simulated clock; for any other device they are
+PyTorch's own.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ class Stream(_BaseStream):
     def __new__(cls, device=None, *, priority: int = 0, **kwargs):
         if not kwargs and _names_sim(device):
             return _make(resolve(device).index, _clock.new_stream_id())
-        return super().__new__(cls, *(() if device is None else (device,)), priority=priority, **kwargs)
+        return super().__new__(
+            cls, *(() if device is None else (device,)), priority=priority, **kwargs
+        )
 
     def _sim(self) -> bool:
         return self.device.type == NAME
@@ -39,7 +42,8 @@ class Stream(_BaseStream):
             return super().query()
         done = _clock.reached(self.device_index, self.stream_id) <= time.perf_counter()
         if done:
-            _clock.wait(self.device_index, self.stream_id)  # at once: what the stream ran has arrived
+            # at once: what the stream ran has arrived
+            _clock.wait(self.device_index, self.stream_id)
         return done
 
     def synchronize(self) -> None:
@@ -81,7 +85,8 @@ class Stream(_BaseStream):
 
 
 def _names_sim(device) -> bool:
-    """Whether a ``device`` argument means a simulated device (None and an index: the current accelerator)."""
+    """Whether a ``device`` argument means a simulated device (None and an index: the current
+    accelerator)."""
     if device is None or isinstance(device, int):
         current = torch.accelerator.current_accelerator()
         return current is not None and current.type == NAME
@@ -89,11 +94,14 @@ def _names_sim(device) -> bool:
 
 
 def _make(index: int, stream_id: int) -> Stream:
-    return _BaseStream.__new__(Stream, stream_id=stream_id, device_index=index, device_type=_device_type_code())
+    return _BaseStream.__new__(
+        Stream, stream_id=stream_id, device_index=index, device_type=_device_type_code()
+    )
 
 
 def current_stream(index: int) -> Stream:
-    """The calling thread's current stream on simulated device ``index`` (its default stream until set)."""
+    """The calling thread's current stream on simulated device ``index`` (its default stream until
+    set)."""
     return _make(index, _clock.current_stream(index))
 
 
@@ -102,15 +110,28 @@ class Event(_BaseEvent):
 
     The mark is the moment its stream will have run what was launched before it (outside
     :func:`simdevice.asynchronous`, the moment of recording); ``elapsed_time`` is the milliseconds
-    between two marks, checked with the messages and exception types of PyTorch's ``c10/core/impl/InlineEvent.h``.
+    between two marks, checked with the messages and exception types of PyTorch's
+    ``c10/core/impl/InlineEvent.h``.
     """
 
-    def __new__(cls, device=None, *, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        event = super().__new__(cls, device, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+    def __new__(
+        cls,
+        device=None,
+        *,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+    ):
+        event = super().__new__(
+            cls, device, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
+        )
         event._timing, event._index, event._at = enable_timing, None, None
         if event._sim():
-            given = torch.device(NAME, device) if isinstance(device, int) else (
-                None if device is None else torch.device(device))
+            given = (
+                torch.device(NAME, device)
+                if isinstance(device, int)
+                else (None if device is None else torch.device(device))
+            )
             event._index = given.index if given is not None else None
         return event
 
@@ -129,11 +150,15 @@ class Event(_BaseEvent):
         if stream is None:
             stream = current_stream(current_index() if self._index is None else self._index)
         if stream.device.type != NAME:
-            raise RuntimeError(f"Event device type {NAME.upper()} does not match recording stream's device type "
-                               f"{stream.device.type.upper()}.")
+            raise RuntimeError(
+                f"Event device type {NAME.upper()} does not match recording stream's device type "
+                f"{stream.device.type.upper()}."
+            )
         if self._index is not None and self._index != stream.device_index:
-            raise RuntimeError(f"Event device index {self._index} does not match recording stream's device index "
-                               f"{stream.device_index}.")
+            raise RuntimeError(
+                f"Event device index {self._index} does not match recording stream's device index "
+                f"{stream.device_index}."
+            )
         self._index = stream.device_index
         self._at = _clock.reached(stream.device_index, stream.stream_id)
         return None
@@ -167,7 +192,10 @@ class Event(_BaseEvent):
             return super().elapsed_time(end_event)
         other = end_event.device.type
         if other != NAME:
-            raise RuntimeError(f"Event device type {NAME.upper()} does not match other's device type {other.upper()}.")
+            raise RuntimeError(
+                f"Event device type {NAME.upper()} does not match other's device type"
+                f" {other.upper()}."
+            )
         if not (self._timing and getattr(end_event, "_timing", False)):
             raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         if self._at is None or end_event._at is None:
@@ -180,16 +208,20 @@ class Event(_BaseEvent):
         if not self._sim():
             return super().__repr__()
         index = -1 if self._index is None else self._index
-        return (f"torch.Event device_type={NAME}, device_index={index}, event_flag={int(self._timing)}, "
-                f"event_id={id(self) if self._at is not None else 0}")
+        return (
+            f"torch.Event device_type={NAME}, device_index={index}, event_flag={int(self._timing)},"
+            f" event_id={id(self) if self._at is not None else 0}"
+        )
 
 
 def set_stream(stream: Stream) -> None:
-    """Make ``stream`` the calling thread's current stream of its device, and its device the current one."""
+    """Make ``stream`` the calling thread's current stream of its device, and its device the current
+    one."""
     set_current_index(stream.device_index)
     _clock.set_current_stream(stream.device_index, stream.stream_id)
 
 
 def install() -> None:
-    """Make ``torch.Stream`` and ``torch.Event`` these subclasses (they act as PyTorch's for other devices)."""
+    """Make ``torch.Stream`` and ``torch.Event`` these subclasses (they act as PyTorch's for other
+    devices)."""
     torch.Stream, torch.Event = Stream, Event

@@ -1,9 +1,10 @@
 """Build the table of device checks that CUDA's generated wrappers make (``device_checks.json``).
 
-For each operator whose wrapper checks that its tensors share a device, the table holds the wrapper's name and
-its checked arguments in order, from PyTorch's own code generator (``torchgen``) run over the installed torch's
-``native_functions.yaml``; the simulated device raises the same error for the same argument. Run
-``python -m simdevice._tablegen`` after changing the pinned torch; a test compares the stored table.
+For each operator whose wrapper checks that its tensors share a device, the table holds the
+wrapper's name and its checked arguments in order, from PyTorch's own code generator (``torchgen``)
+run over the installed torch's ``native_functions.yaml``; the simulated device raises the same error
+for the same argument. Run ``python -m simdevice._tablegen`` after changing the pinned torch; a test
+compares the stored table.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ TABLE = Path(__file__).with_name("device_checks.json")
 def build() -> dict[str, object]:
     """Return the table for the installed torch.
 
-    An operator not marked ``device_check: NoCheck`` in ``native_functions.yaml`` raises, from its wrapper::
+    An operator not marked ``device_check: NoCheck`` in ``native_functions.yaml`` raises, from its
+    wrapper::
 
         Expected all tensors to be on the same device, but got <arg> is on <device>,
         different from other tensors on <device> (when checking argument in method
@@ -57,7 +59,9 @@ def build() -> dict[str, object]:
         arguments = list(f.func.arguments.out) + list(f.func.arguments.flat_positional)
         names = [a.name for a in arguments if a.type.is_tensor_like()]
         # One tensor cannot mix devices, one list of tensors can.
-        if len(names) > 1 or any(a.type.is_list_like() for a in arguments if a.type.is_tensor_like()):
+        if len(names) > 1 or any(
+            a.type.is_list_like() for a in arguments if a.type.is_tensor_like()
+        ):
             checks[str(f.func.name)] = [method, names]
     return {
         "torch": torch.__version__.split("+")[0],
@@ -70,8 +74,10 @@ def render(table: dict[str, object]) -> str:
     """The table as JSON, one operator a line, so a diff reads per operator."""
     rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in table["checks"].items())
     kernels = json.dumps(table["cuda_kernels"])
-    return f'{{"torch": {json.dumps(table["torch"])}, "cuda_kernels": {kernels},\n"checks": {{\n{rows}\n}}}}\n'
-
+    return (
+        f'{{"torch": {json.dumps(table["torch"])}, "cuda_kernels": {kernels},\n"checks":'
+        f" {{\n{rows}\n}}}}\n"
+    )
 
 
 def main() -> int:

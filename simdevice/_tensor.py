@@ -1,9 +1,10 @@
 """The tensor type of the simulated device, and what happens to each operator.
 
-A tensor on ``sim:N`` is a :class:`SimTensor`, a wrapper subclass whose values live in a plain CPU tensor. Every
-operator on one comes to ``SimTensor.__torch_dispatch__`` (:func:`run`), which checks devices as CUDA would
-(:mod:`simdevice._devicecheck`: PyTorch's own message, ``cuda`` read as ``sim``), runs it on the CPU values and
-puts the results where the operator would. Random numbers come from the CPU generator (``torch.manual_seed``).
+A tensor on ``sim:N`` is a :class:`SimTensor`, a wrapper subclass whose values live in a plain CPU
+tensor. Every operator on one comes to ``SimTensor.__torch_dispatch__`` (:func:`run`), which checks
+devices as CUDA would (:mod:`simdevice._devicecheck`: PyTorch's own message, ``cuda`` read as
+``sim``), runs it on the CPU values and puts the results where the operator would. Random numbers
+come from the CPU generator (``torch.manual_seed``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from simdevice._cudaforms import CONVOLUTIONS
 from simdevice._devicecheck import _plan, _plans, check_devices
 from simdevice._state import NAME, resolve
 
+
 class SimTensor(_bits.Marked, torch.Tensor):
     """A tensor on a simulated device; its values are the CPU tensor ``_values``."""
 
@@ -30,8 +32,14 @@ class SimTensor(_bits.Marked, torch.Tensor):
             raise _NotStrided("nested" if values.is_nested else values.layout)
         storage = values.untyped_storage()
         tensor = torch.Tensor._make_wrapper_subclass(
-            cls, values.size(), strides=values.stride(), storage_offset=values.storage_offset(),
-            dtype=values.dtype, layout=values.layout, device=device, requires_grad=requires_grad,
+            cls,
+            values.size(),
+            strides=values.stride(),
+            storage_offset=values.storage_offset(),
+            dtype=values.dtype,
+            layout=values.layout,
+            device=device,
+            requires_grad=requires_grad,
             storage_size=storage.nbytes(),  # a view's storage is its base's, as on CUDA
         )
         tensor._values = values
@@ -39,14 +47,14 @@ class SimTensor(_bits.Marked, torch.Tensor):
         return tensor
 
     def data_ptr(self) -> int:
-        # PyTorch's own code reads 0 as "a tensor without storage" (Tensor.__deepcopy__ does); other callers
-        # would take 0 for an address that every simulated tensor shares.
+        # PyTorch's own code reads 0 as "a tensor without storage" (Tensor.__deepcopy__ does); other
+        # callers would take 0 for an address that every simulated tensor shares.
         if sys._getframe(1).f_globals.get("__name__", "").startswith("torch."):
             return 0
         raise RuntimeError(
-            f"data_ptr() of a tensor on {self.device}: the simulated device keeps its values in host memory and "
-            f"has no device pointer to give (a limit of the simulated device). Compare values with torch.equal, "
-            f"or move the tensor with .cpu() first"
+            f"data_ptr() of a tensor on {self.device}: the simulated device keeps its values in"
+            " host memory and has no device pointer to give (a limit of the simulated device)."
+            " Compare values with torch.equal, or move the tensor with .cpu() first"
         )
 
     @property
@@ -63,7 +71,8 @@ class SimTensor(_bits.Marked, torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None):
         if _clock._kernel_s:
-            _clock.wait(self.device.index, _clock.current_stream(self.device.index))  # printing reads the values
+            # printing reads the values
+            _clock.wait(self.device.index, _clock.current_stream(self.device.index))
         # PyTorch's own printer, fed the values (it cannot read them through a subclass).
         contents = torch._tensor_str._tensor_str(self._values.detach(), len("tensor("))
         text = torch._tensor_str._str(self, tensor_contents=contents)
@@ -80,7 +89,8 @@ class SimTensor(_bits.Marked, torch.Tensor):
         return self._values.tolist()
 
     def numpy(self, *, force: bool = False):
-        if force:  # as PyTorch's: a copy on the host, detached, its conjugate and negative bits resolved
+        # as PyTorch's: a copy on the host, detached, its conjugate and negative bits resolved
+        if force:
             return self.detach().cpu().resolve_conj().resolve_neg().numpy()
         raise TypeError(
             f"can't convert {self.device} device type tensor to numpy. "
@@ -102,7 +112,8 @@ class SimTensor(_bits.Marked, torch.Tensor):
         self._values.untyped_storage()._sim_location = str(self.device)
         rebuild, args = self._values.__reduce_ex__(protocol)
         args = list(args)
-        args[4] = self.requires_grad  # _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, ...)
+        # _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, ...)
+        args[4] = self.requires_grad
         return rebuild, tuple(args)
 
     @classmethod
@@ -113,7 +124,8 @@ class SimTensor(_bits.Marked, torch.Tensor):
 
 
 def _dispatch(func, args: tuple, kwargs: dict | None):
-    """Every operator on a simulated tensor: the fast path, collectives, device checks, then the CPU's kernel."""
+    """Every operator on a simulated tensor: the fast path, collectives, device checks, then the
+    CPU's kernel."""
     try:
         if not kwargs:
             out = _fast(func, args)
@@ -128,13 +140,15 @@ def _dispatch(func, args: tuple, kwargs: dict | None):
         return run(func, args, kwargs)
     except _NotStrided as exc:
         raise NotImplementedError(
-            f"the simulated device cannot run {func}: its result would be a {exc.args[0]} tensor, and the "
-            f"simulated device holds dense (strided) tensors only (a limit of the simulated device)"
+            f"the simulated device cannot run {func}: its result would be a {exc.args[0]} tensor,"
+            " and the simulated device holds dense (strided) tensors only (a limit of the"
+            " simulated device)"
         ) from None
 
 
 class _NotStrided(Exception):
-    """A result the simulated device cannot hold (sparse, mkldnn ...); the dispatcher names the operator."""
+    """A result the simulated device cannot hold (sparse, mkldnn ...); the dispatcher names the
+    operator."""
 
 
 def _decompose(func, key, args: tuple, kwargs: dict):
@@ -153,7 +167,8 @@ _SLOW = object()
 
 
 def _fast(func, args: tuple):
-    """The common case, in one pass: positional arguments whose tensors are all on one simulated device.
+    """The common case, in one pass: positional arguments whose tensors are all on one simulated
+    device.
 
     Then no check can fail, so the operator runs at once. Returns ``_SLOW``
     for anything else (a CPU tensor, tensors in lists, two devices) before
@@ -172,7 +187,8 @@ def _fast(func, args: tuple):
                 return _SLOW
             inner.append(value._values)
         elif kind is list or kind is tuple:
-            if any(isinstance(v, (torch.Tensor, list, tuple)) for v in value):  # nested: collectives
+            # nested: collectives
+            if any(isinstance(v, (torch.Tensor, list, tuple)) for v in value):
                 return _SLOW
             inner.append(value)
         elif isinstance(value, torch.Tensor):
@@ -197,14 +213,19 @@ def _fast(func, args: tuple):
         return _wrap(func, out, device, args, {}) if writes else SimTensor(out, device)
     if type(out) is tuple or type(out) is list:
         return type(out)(
-            (_wrap(func, o, device, args, {}) if writes else SimTensor(o, device)) if type(o) is torch.Tensor else o
+            (
+                (_wrap(func, o, device, args, {}) if writes else SimTensor(o, device))
+                if type(o) is torch.Tensor
+                else o
+            )
             for o in out
         )
     return out
 
 
 def _without_cpu_kernel(func, exc: NotImplementedError, args, kwargs):
-    """Run ``func``'s own implementation (``_cudaonly``) when the CPU has no kernel for it, or raise."""
+    """Run ``func``'s own implementation (``_cudaonly``) when the CPU has no kernel for it, or
+    raise."""
     own = _cudaonly.KERNELS.get(func)
     if own is None:
         raise _cannot_run(func, exc) from None
@@ -214,7 +235,7 @@ def _without_cpu_kernel(func, exc: NotImplementedError, args, kwargs):
 def _cannot_run(func, exc: NotImplementedError) -> NotImplementedError:
     return NotImplementedError(
         f"the simulated device cannot run {func}: it runs each operator with PyTorch's CPU kernel, "
-        f"and the CPU has none for it (a limit of the simulated device: "
+        "and the CPU has none for it (a limit of the simulated device: "
         f"{exc.args[0].splitlines()[0] if exc.args else exc})"
     )
 
@@ -243,7 +264,11 @@ def _collective(func, args: tuple, kwargs: dict):
 
 
 def _first_device(args, kwargs) -> torch.device | None:
-    flat = (v for value in (*args, *kwargs.values()) for v in (value if type(value) in (list, tuple) else (value,)))
+    flat = (
+        v
+        for value in (*args, *kwargs.values())
+        for v in (value if type(value) in (list, tuple) else (value,))
+    )
     return next((v.device for v in flat if type(v) is SimTensor), None)
 
 
@@ -261,7 +286,8 @@ def run(func, args: tuple, kwargs: dict):
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
     writes = _plan(func)[3]
-    reads = not writes and not _bits.keeps_marks(func)  # an operator that writes keeps its views as they are
+    # an operator that writes keeps its views as they are
+    reads = not writes and not _bits.keeps_marks(func)
     inner_args = [_unwrap(a, reads) for a in args]
     inner_kwargs = {k: _unwrap(v, reads) for k, v in kwargs.items()}
     written = _bits.plain_copies(func, inner_args, inner_kwargs) if writes else []
@@ -275,7 +301,9 @@ def run(func, args: tuple, kwargs: dict):
     if isinstance(out, torch.Tensor):
         return _wrap(func, out, target, args, kwargs)
     if type(out) is tuple or type(out) is list:
-        return type(out)(_wrap(func, o, target, args, kwargs) if isinstance(o, torch.Tensor) else o for o in out)
+        return type(out)(
+            _wrap(func, o, target, args, kwargs) if isinstance(o, torch.Tensor) else o for o in out
+        )
     return out
 
 
@@ -283,15 +311,19 @@ def _wrap(func, values: torch.Tensor, target: torch.device, args: tuple, kwargs:
     # In-place and out= operators return their argument: hand back the same wrapper.
     for value in (*args, *kwargs.values()):
         if type(value) is SimTensor and value._values is values and value.device == target:
-            if value.shape != values.shape or value.stride() != values.stride() \
-                    or value.storage_offset() != values.storage_offset():
+            if (
+                value.shape != values.shape
+                or value.stride() != values.stride()
+                or value.storage_offset() != values.storage_offset()
+            ):
                 _restride(func, value, values)
             return value
     return SimTensor(values, target)
 
 
 def _restride(func, wrapper: SimTensor, values: torch.Tensor) -> None:
-    """Give ``wrapper`` the shape ``func`` gave its values in place (``transpose_``, ``resize_`` ...).
+    """Give ``wrapper`` the shape ``func`` gave its values in place (``transpose_``, ``resize_``
+    ...).
 
     The wrapper's metadata is set as PyTorch sets a wrapper subclass's for an
     in-place view operator (``return_and_correct_aliasing``): its meta kernel
@@ -302,7 +334,9 @@ def _restride(func, wrapper: SimTensor, values: torch.Tensor) -> None:
         meta = torch._C._meta_in_tls_dispatch_include()
         torch._C._set_meta_in_tls_dispatch_include(True)
         try:
-            torch.ops.aten.as_strided_.default(wrapper, values.size(), values.stride(), values.storage_offset())
+            torch.ops.aten.as_strided_.default(
+                wrapper, values.size(), values.stride(), values.storage_offset()
+            )
             return
         except RuntimeError:
             pass
@@ -310,7 +344,7 @@ def _restride(func, wrapper: SimTensor, values: torch.Tensor) -> None:
             torch._C._set_meta_in_tls_dispatch_include(meta)
     values.as_strided_(wrapper.size(), wrapper.stride(), wrapper.storage_offset())
     raise NotImplementedError(
-        f"the simulated device cannot run {func} here: it would grow the tensor past the memory it was made with, "
-        f"and a tensor on the simulated device cannot grow in place (a limit of the simulated device); "
-        f"create a new tensor instead"
+        f"the simulated device cannot run {func} here: it would grow the tensor past the memory it"
+        " was made with, and a tensor on the simulated device cannot grow in place (a limit of the"
+        " simulated device); create a new tensor instead"
     )

@@ -1,10 +1,13 @@
-"""The device-semantics probes (probes_*.py) on index 0 and 1 of a device type, against CUDA's outcomes.
+"""The device-semantics probes (probes_*.py) on index 0 and 1 of a device type, against CUDA's
+outcomes.
 
-    python tools/device_probes.py --device sim            # the simulated device against the catalogue
-    python tools/device_probes.py --device cuda --record  # on a GPU: record CUDA's outcomes for this torch
+    python tools/device_probes.py --device sim            # the simulated device against the
+    catalogue python tools/device_probes.py --device cuda --record  # on a GPU: record CUDA's
+    outcomes for this torch
 
-The catalogue is tests/simdevice/device_probes.json; recordings go to tests/simdevice/cuda_outcomes/. Imports only
-torch (and the simulated device for ``sim``). Exits 1 if an outcome differs from the catalogue.
+The catalogue is tests/simdevice/device_probes.json; recordings go to
+tests/simdevice/cuda_outcomes/. Imports only torch (and the simulated device for ``sim``). Exits 1
+if an outcome differs from the catalogue.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
 def normalise(text: str, kind: str) -> str:
-    """``text`` with the device type's name (``cuda``, ``CUDA``) as ``<acc>`` (``<ACC>``), addresses as ``0x?``.
+    """``text`` with the device type's name (``cuda``, ``CUDA``) as ``<acc>`` (``<ACC>``), addresses
+    as ``0x?``.
 
     The name counts only where no letter touches it (``wrapper_CUDA_mm`` yes, ``simulated`` no)."""
     for name, placeholder in ((kind, PLACEHOLDER), (kind.upper(), PLACEHOLDER.upper())):
@@ -49,20 +53,25 @@ def _summary(value, kind: str):
 
 
 def outcome(fn, d0: str, d1: str | None, kind: str) -> dict:
-    """What ``fn(d0, d1)`` does: ``{"returns": summary}`` or ``{"raises": type, "message": first line}``, with the
-    device type's name read as ``<acc>`` (see :func:`normalise`) so that outcomes on ``cuda`` and ``sim`` compare."""
+    """What ``fn(d0, d1)`` does: ``{"returns": summary}`` or ``{"raises": type, "message": first
+    line}``, with the device type's name read as ``<acc>`` (see :func:`normalise`) so that outcomes
+    on ``cuda`` and ``sim`` compare."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             value = fn(d0, d1)
     except Exception as error:  # noqa: BLE001 -- whatever a probe raises is its outcome
         lines = str(error).strip().splitlines()
-        return {"raises": type(error).__name__, "message": normalise(lines[0] if lines else "", kind)}
+        return {
+            "raises": type(error).__name__,
+            "message": normalise(lines[0] if lines else "", kind),
+        }
     return {"returns": _summary(value, kind)}
 
 
 def run(kind: str, count: int, names=None) -> dict:
-    """Every probe (or those ``names``) on ``kind:0`` and ``kind:1``; ``count``: how many devices there are."""
+    """Every probe (or those ``names``) on ``kind:0`` and ``kind:1``; ``count``: how many devices
+    there are."""
     d0, d1 = f"{kind}:0", (f"{kind}:1" if count > 1 else None)
     outcomes = {}
     for name, fn in PROBES.items():
@@ -74,21 +83,29 @@ def run(kind: str, count: int, names=None) -> dict:
         outcomes[name] = outcome(fn, d0, d1, kind)
     if torch.accelerator.is_available():
         torch.accelerator.synchronize()
-    return {"torch": torch.__version__.split("+")[0], "device": kind, "device_count": count, "outcomes": outcomes}
+    return {
+        "torch": torch.__version__.split("+")[0],
+        "device": kind,
+        "device_count": count,
+        "outcomes": outcomes,
+    }
 
 
 def matches(expected: dict, got: dict) -> bool:
-    """Whether outcome ``got`` is the catalogue's ``expected``: the same summary, or the same exception type
-    with a message that ``expected["match"]`` (a regular expression) finds."""
+    """Whether outcome ``got`` is the catalogue's ``expected``: the same summary, or the same
+    exception type with a message that ``expected["match"]`` (a regular expression) finds."""
     if "returns" in expected:
         return "returns" in got and got["returns"] == expected["returns"]
-    return got.get("raises") == expected["raises"] and re.search(expected["match"], got.get("message", "")) is not None
+    return (
+        got.get("raises") == expected["raises"]
+        and re.search(expected["match"], got.get("message", "")) is not None
+    )
 
 
 def compare(catalogue: dict, outcomes: dict) -> dict[str, list[str]]:
-    """Sort each probe of ``outcomes`` against the catalogue: ``agrees``; ``limit`` (a listed limit of the
-    simulated device, with its own words); ``lifted`` (a listed limit that now gives CUDA's outcome: take it off
-    the list); ``differs``; ``skipped``; ``unlisted`` (no catalogue entry)."""
+    """Sort each probe of ``outcomes`` against the catalogue: ``agrees``; ``limit`` (a listed limit
+    of the simulated device, with its own words); ``lifted`` (a listed limit that now gives CUDA's
+    outcome: take it off the list); ``differs``; ``skipped``; ``unlisted`` (no catalogue entry)."""
     report = {"agrees": [], "limit": [], "lifted": [], "differs": [], "skipped": [], "unlisted": []}
     for name, got in outcomes.items():
         entry = catalogue["probes"].get(name)
@@ -106,8 +123,8 @@ def compare(catalogue: dict, outcomes: dict) -> dict[str, list[str]]:
 
 
 def same_as_recorded(recorded: dict, got: dict, entry: dict) -> bool:
-    """Whether outcome ``got`` is CUDA's ``recorded`` one: equal, or the same exception type with messages that
-    both fit the catalogue's expectation (a message may name a count of devices)."""
+    """Whether outcome ``got`` is CUDA's ``recorded`` one: equal, or the same exception type with
+    messages that both fit the catalogue's expectation (a message may name a count of devices)."""
     if got == recorded:
         return True
     expected = entry["cuda"]
@@ -119,7 +136,8 @@ def recorded_path(version: str, folder: Path = RECORDED) -> Path:
 
 
 def record(result: dict, folder: Path = RECORDED) -> Path:
-    """Write ``result`` (from :func:`run` on a real accelerator) as the outcomes of its torch version."""
+    """Write ``result`` (from :func:`run` on a real accelerator) as the outcomes of its torch
+    version."""
     folder.mkdir(parents=True, exist_ok=True)
     path = recorded_path(result["torch"], folder)
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
@@ -128,8 +146,10 @@ def record(result: dict, folder: Path = RECORDED) -> Path:
 
 def recordings(folder: Path = RECORDED) -> dict[str, dict]:
     """Every recorded run, by torch version."""
-    return {path.stem.removeprefix("torch-"): json.loads(path.read_text())
-            for path in sorted(folder.glob("torch-*.json"))}
+    return {
+        path.stem.removeprefix("torch-"): json.loads(path.read_text())
+        for path in sorted(folder.glob("torch-*.json"))
+    }
 
 
 def _count(kind: str) -> int:
@@ -143,8 +163,14 @@ def _count(kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="the device type to probe: cuda, sim, ...")
-    parser.add_argument("--record", nargs="?", const=str(RECORDED), default=None, metavar="FOLDER",
-                        help="write the outcomes as this torch version's recording (default folder: %(const)s)")
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const=str(RECORDED),
+        default=None,
+        metavar="FOLDER",
+        help="write the outcomes as this torch version's recording (default folder: %(const)s)",
+    )
     parser.add_argument("--only", nargs="*", help="run only these probes")
     args = parser.parse_args(argv)
     count = _count(args.device)

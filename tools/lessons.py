@@ -29,7 +29,13 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # as a MkDocs hook this file is loaded by path, beside no package
 
-from autograder.course.cells import QUOTABLE, hidden_test_lines, is_answer, is_test, visible_source  # noqa: E402
+from autograder.course.cells import (  # noqa: E402
+    QUOTABLE,
+    hidden_test_lines,
+    is_answer,
+    is_test,
+    visible_source,
+)
 
 SOLUTIONS, COURSE = ROOT / "solutions", ROOT / "course"
 OUT = ROOT / "build" / "lessons"  # the pages, as the site's lessons/ folder
@@ -37,7 +43,8 @@ BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 
 
 class LessonError(Exception):
-    """A notebook the site cannot show: unreadable, or its student version out of step with its solution."""
+    """A notebook the site cannot show: unreadable, or its student version out of step with its
+    solution."""
 
 
 def assignments() -> list[str]:
@@ -48,12 +55,15 @@ def read(path: Path) -> nbformat.NotebookNode:
     try:
         return nbformat.read(path, as_version=4)
     except Exception as error:  # noqa: BLE001 - any reason a notebook cannot be read is reported the same way
-        raise LessonError(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
-                          f"does not parse as a notebook: {error}") from error
+        raise LessonError(
+            f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
+            f"does not parse as a notebook: {error}"
+        ) from error
 
 
 def defined_names(source: str) -> set[str]:
-    """The names a cell binds: functions, classes, imports, and whatever it assigns or changes in place."""
+    """The names a cell binds: functions, classes, imports, and whatever it assigns or changes in
+    place."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -66,7 +76,9 @@ def defined_names(source: str) -> set[str]:
             names.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
-        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(
+            node.ctx, (ast.Store, ast.Del)
+        ):
             base = node.value
             while isinstance(base, (ast.Attribute, ast.Subscript, ast.Call)):
                 base = base.func if isinstance(base, ast.Call) else base.value
@@ -76,7 +88,8 @@ def defined_names(source: str) -> set[str]:
 
 
 def used_names(source: str) -> set[str] | None:
-    """The names a cell reads; None when it does not parse (IPython magics), which counts as using anything."""
+    """The names a cell reads; None when it does not parse (IPython magics), which counts as using
+    anything."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -85,12 +98,15 @@ def used_names(source: str) -> set[str] | None:
 
 
 def lesson(name: str) -> nbformat.NotebookNode:
-    """One notebook's page: the student's cells, with the solution's outputs where they reveal no answer."""
+    """One notebook's page: the student's cells, with the solution's outputs where they reveal no
+    answer."""
     solution = read(SOLUTIONS / name / f"{name}.ipynb")
     student = read(COURSE / name / f"{name}.ipynb")
     if [c.get("id") for c in solution.cells] != [c.get("id") for c in student.cells]:
-        raise LessonError(f"course/{name}/{name}.ipynb is not the student version of solutions/{name}: "
-                          "run make course")
+        raise LessonError(
+            f"course/{name}/{name}.ipynb is not the student version of solutions/{name}: "
+            "run make course"
+        )
     answered: set[str] = set()  # names bound by the answer cells so far
     for ours, theirs in zip(student.cells, solution.cells):
         if ours.cell_type != "code":
@@ -98,7 +114,11 @@ def lesson(name: str) -> nbformat.NotebookNode:
         if is_test(ours):
             ours.source = visible_source(ours.source)
         used = used_names(theirs.source)
-        shows = not (is_answer(theirs) or is_test(theirs)) and used is not None and not (used & answered)
+        shows = (
+            not (is_answer(theirs) or is_test(theirs))
+            and used is not None
+            and not (used & answered)
+        )
         ours.outputs = theirs.outputs if shows else []
         ours.execution_count = theirs.execution_count if shows else None
         if is_answer(theirs):
@@ -119,11 +139,12 @@ def write(out: Path = OUT) -> list[Path]:
     return written
 
 
-# ---- what must never reach the site -------------------------------------------------------------------------
+# ---- what must never reach the site -----------------------------------------------------------
 
 
 def solution_lines(nb: nbformat.NotebookNode) -> set[str]:
-    """Every line of a notebook's answers, stripped: between nbgrader's solution marks, or the whole answer cell."""
+    """Every line of a notebook's answers, stripped: between nbgrader's solution marks, or the whole
+    answer cell."""
     lines = set()
     for cell in nb.cells:
         if not is_answer(cell):
@@ -138,11 +159,14 @@ def solution_lines(nb: nbformat.NotebookNode) -> set[str]:
 def secrets() -> dict[str, str]:
     """Each line the students must not see, with the notebook it comes from.
 
-    A line is left out when any student's notebook shows it anyway (the stub's signature, a call a lesson
-    cell makes too) or when it is too short to mean a quote (cells.QUOTABLE, as the grader's own check).
+    A line is left out when any student's notebook shows it anyway (the stub's signature, a call a
+    lesson cell makes too) or when it is too short to mean a quote (cells.QUOTABLE, as the grader's
+    own check).
     """
     names = assignments()
-    shown = "\n".join(cell.source for name in names for cell in read(COURSE / name / f"{name}.ipynb").cells)
+    shown = "\n".join(
+        cell.source for name in names for cell in read(COURSE / name / f"{name}.ipynb").cells
+    )
     found = {}
     for name in names:
         solution = read(SOLUTIONS / name / f"{name}.ipynb")
@@ -153,14 +177,17 @@ def secrets() -> dict[str, str]:
 
 
 def site_text(site: Path) -> dict[Path, str]:
-    """What each page of a built site says, as a reader sees it (tags out, entities decoded), and its search index."""
+    """What each page of a built site says, as a reader sees it (tags out, entities decoded), and
+    its search index."""
     texts = {}
     for path in sorted(site.rglob("*.html")):
         texts[path] = html.unescape(re.sub(r"<[^>]+>", "", path.read_text(errors="replace")))
     index = site / "search" / "search_index.json"
     if index.is_file():
         docs = json.loads(index.read_text()).get("docs", [])
-        texts[index] = "\n".join(html.unescape(re.sub(r"<[^>]+>", "", d.get("text", ""))) for d in docs)
+        texts[index] = "\n".join(
+            html.unescape(re.sub(r"<[^>]+>", "", d.get("text", ""))) for d in docs
+        )
     return texts
 
 
@@ -169,11 +196,15 @@ def leaks(site: Path) -> list[str]:
     lines = secrets()
     found = []
     for path, text in site_text(site).items():
-        found += [f"{path.relative_to(site)}: {line!r} ({name})" for line, name in lines.items() if line in text]
+        found += [
+            f"{path.relative_to(site)}: {line!r} ({name})"
+            for line, name in lines.items()
+            if line in text
+        ]
     return found
 
 
-# ---- the MkDocs hook ------------------------------------------------------------------------------------------
+# ---- the MkDocs hook ----------------------------------------------------------------------------
 
 
 def on_config(config):
@@ -190,8 +221,14 @@ def _on_files(files, config):
     from mkdocs.structure.files import File
 
     for path in sorted(OUT.glob("*.ipynb")):
-        files.append(File(f"lessons/{path.name}", src_dir=str(OUT.parent), dest_dir=config["site_dir"],
-                          use_directory_urls=config["use_directory_urls"]))
+        files.append(
+            File(
+                f"lessons/{path.name}",
+                src_dir=str(OUT.parent),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
     return files
 
 

@@ -1,6 +1,7 @@
-"""Device-semantics probes on the runtime: module moves, pinned memory, streams and events, checkpoints, and
-``torch.accelerator`` and the device module. Each takes devices index 0 and 1 of one accelerator type and returns
-a small JSON-able summary or raises; ``device_probes.py`` runs them.
+"""Device-semantics probes on the runtime: module moves, pinned memory, streams and events,
+checkpoints, and ``torch.accelerator`` and the device module. Each takes devices index 0 and 1 of
+one accelerator type and returns a small JSON-able summary or raises; ``device_probes.py`` runs
+them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class _Tied(torch.nn.Module):
 
 
 # --- modules ---
+
 
 @probe(two=True)
 def module_to_after_forward_with_output_kept(d0, d1):
@@ -62,7 +64,10 @@ def optimizer_built_before_the_move_updates(d0, d1):
     before = model.weight.detach().cpu().clone()
     model(torch.ones(1, 2, device=d1)).sum().backward()
     opt.step()
-    return [opt.param_groups[0]["params"][0] is model.weight, not torch.equal(before, model.weight.detach().cpu())]
+    return [
+        opt.param_groups[0]["params"][0] is model.weight,
+        not torch.equal(before, model.weight.detach().cpu()),
+    ]
 
 
 @probe(two=True)
@@ -77,6 +82,7 @@ def forward_with_cpu_input_on_moved_module(d0, d1):
 
 
 # --- pinned memory and non_blocking copies ---
+
 
 @probe()
 def pin_memory_is_pinned(d0, d1):
@@ -114,6 +120,7 @@ def non_blocking_copy_to_the_host(d0, d1):
 
 # --- streams and events ---
 
+
 @probe(two=True)
 def stream_on_index_1(d0, d1):
     stream = torch.Stream(device=d1)
@@ -122,7 +129,10 @@ def stream_on_index_1(d0, d1):
 
 @probe()
 def event_elapsed_time(d0, d1):
-    start, end = torch.Event(device=d0, enable_timing=True), torch.Event(device=d0, enable_timing=True)
+    start, end = (
+        torch.Event(device=d0, enable_timing=True),
+        torch.Event(device=d0, enable_timing=True),
+    )
     start.record()
     torch.ones(64, device=d0).sum()
     end.record()
@@ -142,7 +152,10 @@ def event_elapsed_time_without_timing(d0, d1):
 
 @probe()
 def event_elapsed_time_before_record(d0, d1):
-    start, end = torch.Event(device=d0, enable_timing=True), torch.Event(device=d0, enable_timing=True)
+    start, end = (
+        torch.Event(device=d0, enable_timing=True),
+        torch.Event(device=d0, enable_timing=True),
+    )
     return start.elapsed_time(end)
 
 
@@ -171,6 +184,7 @@ def wait_stream_orders_work(d0, d1):
 
 
 # --- checkpoints ---
+
 
 def _saved_on(device) -> io.BytesIO:
     buffer = io.BytesIO()
@@ -207,7 +221,11 @@ def load_with_map_location_lambda(d0, d1):
 @probe()
 def load_on_a_missing_index(d0, d1):
     kind = torch.device(d0).type
-    return where(torch.load(_saved_on("cpu"), map_location=f"{kind}:{torch.accelerator.device_count() + 3}")["w"])
+    return where(
+        torch.load(_saved_on("cpu"), map_location=f"{kind}:{torch.accelerator.device_count() + 3}")[
+            "w"
+        ]
+    )
 
 
 @probe(two=True)
@@ -221,6 +239,7 @@ def load_state_dict_from_index_1_into_cpu_module(d0, d1):
 
 
 # --- torch.accelerator and the device module ---
+
 
 @probe()
 def accelerator_names_the_device_type(d0, d1):
@@ -267,8 +286,13 @@ def accelerator_memory_allocated_counts(d0, d1):
 @probe()
 def device_module_calls(d0, d1):
     module = torch.get_device_module(d0)
-    return [module.is_available(), module.device_count() >= 1, module.current_device(),
-            module.synchronize() is None, module is torch.get_device_module(torch.device(d0).type)]
+    return [
+        module.is_available(),
+        module.device_count() >= 1,
+        module.current_device(),
+        module.synchronize() is None,
+        module is torch.get_device_module(torch.device(d0).type),
+    ]
 
 
 @probe()

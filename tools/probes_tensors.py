@@ -1,7 +1,9 @@
-"""Device-semantics probes on tensors: factories, indexing, random numbers, host reads, copies, mixing devices.
+"""Device-semantics probes on tensors: factories, indexing, random numbers, host reads, copies,
+mixing devices.
 
-Each probe takes two devices of one accelerator type (index 0 and 1) and returns a small JSON-able summary or
-raises; ``device_probes.py`` runs them and ``tests/simdevice/device_probes.json`` holds CUDA's outcomes.
+Each probe takes two devices of one accelerator type (index 0 and 1) and returns a small JSON-able
+summary or raises; ``device_probes.py`` runs them and ``tests/simdevice/device_probes.json`` holds
+CUDA's outcomes.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import torch
 
 from probe_registry import probe, where
 
-
 # --- every new_* factory from a tensor on index 1 lands on index 1 ---
+
 
 @probe(two=True)
 def new_tensor_on_index_1(d0, d1):
@@ -56,13 +58,13 @@ def new_empty_strided_on_index_1(d0, d1):
     return where(torch.ones(2, device=d1).new_empty_strided((2,), (1,)))
 
 
-
 @probe()
 def new_tensor_keeps_dtype(d0, d1):
     return str(torch.ones(2, dtype=torch.float16, device=d0).new_tensor([1, 2]).dtype)
 
 
 # --- indexing ---
+
 
 @probe(two=True)
 def device_tensor_indexed_with_cpu_indices(d0, d1):
@@ -86,7 +88,6 @@ def device_tensor_indexed_with_cpu_mask(d0, d1):
     return [where(got), got.cpu().tolist()]
 
 
-
 @probe()
 def index_select_with_cpu_index(d0, d1):
     return where(torch.arange(4.0, device=d0).index_select(0, torch.tensor([0, 1])))
@@ -103,6 +104,7 @@ def embedding_with_cpu_token_ids(d0, d1):
 
 
 # --- random numbers ---
+
 
 @probe()
 def randn_with_cpu_generator(d0, d1):
@@ -136,6 +138,7 @@ def fork_rng_restores_the_device_state(d0, d1):
 
 
 # --- reading values on the host ---
+
 
 @probe()
 def numpy_of_a_device_tensor(d0, d1):
@@ -193,6 +196,7 @@ def as_tensor_of_a_device_tensor(d0, d1):
 
 # --- copies between devices ---
 
+
 @probe(two=True)
 def copy_from_another_index(d0, d1):
     target = torch.zeros(2, device=d0)
@@ -226,12 +230,14 @@ def get_device_of_index_1(d0, d1):
 @probe()
 def bare_type_equals_indexed_device(d0, d1):
     kind = torch.device(d0).type
-    return [torch.ones(1, device=kind).device.index, torch.device(kind) == torch.ones(1, device=kind).device]
-
-
+    return [
+        torch.ones(1, device=kind).device.index,
+        torch.device(kind) == torch.ones(1, device=kind).device,
+    ]
 
 
 # --- operators that mix devices ---
+
 
 @probe(two=True)
 def add_across_indices(d0, d1):
@@ -260,7 +266,9 @@ def cat_with_a_cpu_tensor(d0, d1):
 
 @probe()
 def cross_entropy_with_cpu_targets(d0, d1):
-    return torch.nn.functional.cross_entropy(torch.ones(2, 3, device=d0), torch.tensor([0, 1])).item()
+    return torch.nn.functional.cross_entropy(
+        torch.ones(2, 3, device=d0), torch.tensor([0, 1])
+    ).item()
 
 
 @probe()
@@ -353,7 +361,6 @@ def write_through_negative_view(d0, d1):
 def to_sparse_on_the_device(d0, d1):
     got = torch.tensor([0.0, 1.0], device=d0).to_sparse()
     return [where(got), str(got.layout)]
-
 
 
 @probe()

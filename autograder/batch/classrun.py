@@ -1,4 +1,5 @@
-"""One grading of a class in a work folder, as the phases :func:`autograder.batch.grade` runs in order."""
+"""One grading of a class in a work folder, as the phases :func:`autograder.batch.grade` runs in
+order."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from autograder.prepare.job import Job
 from autograder.prepare.submission import OverLimit, SubmissionError, fingerprint, read_submission
 from autograder.record.feedback import page_notes
 from autograder.record.feedback_worker import FeedbackApart
-from autograder.record.gradebook import EXECUTED, GradebookLock, failure_of, nbgrader_api, ready_gradebook
+from autograder.record.gradebook import (
+    EXECUTED,
+    GradebookLock,
+    failure_of,
+    nbgrader_api,
+    ready_gradebook,
+)
 from autograder.record.marks import flag_for_review
 from autograder.record.report import Progress
 from autograder.record.state import WorkState, journal_pair, write_state
@@ -33,10 +40,19 @@ from autograder.settings import Pair, Settings
 
 
 class ClassRun:
-    """What one run knows as it goes: the course, who is graded, the jobs under way, and what each pair got."""
+    """What one run knows as it goes: the course, who is graded, the jobs under way, and what each
+    pair got."""
 
-    def __init__(self, workdir: Path, db_url: str, settings: Settings, ipc_root: Path, lock: GradebookLock,
-                 state: WorkState, executor: Executor):
+    def __init__(
+        self,
+        workdir: Path,
+        db_url: str,
+        settings: Settings,
+        ipc_root: Path,
+        lock: GradebookLock,
+        state: WorkState,
+        executor: Executor,
+    ):
         self.workdir, self.db_url, self.settings, self.lock = workdir, db_url, settings, lock
         self.state, self.executor, self.ipc_root = state, executor, ipc_root
         with lock.held():
@@ -46,7 +62,8 @@ class ClassRun:
         self.submitted = workdir / "submitted"
         self.course = Course()  # read by read_course
         self.run: RunContext | None = None  # what every job of the run shares
-        # who is graded (choose): every pair of the class, and those this run grades, in the order it submits them
+        # who is graded (choose): every pair of the class, and those this run grades, in the order
+        # it submits them
         self.students: list[str] = []
         self.chosen_names: list[str] = []
         self.canary_names: list[str] = []
@@ -59,7 +76,7 @@ class ClassRun:
         self.pending = None
         self.references: dict = {}
 
-    # ---- 1. the course: its assignments, their notebooks, the due dates, what every job of the run shares
+    # ---- 1. the course: its assignments and notebooks, the due dates, what every job shares
     def read_course(self, due: dict[str, str]) -> None:
         settings, source_dir = self.settings, self.workdir / "source"
         self.course = Course.read(source_dir)
@@ -68,28 +85,45 @@ class ClassRun:
             raise ChoiceError(f"no assignment named {', '.join(unknown)} in {source_dir}")
         if due:
             self._record_due(due)
-        self.run = RunContext(settings, sandbox.isolation_of(settings), "_grader_" + secrets.token_hex(8),
-                              self.ipc_root, self.course.imports, cgroups.find(), self.executor,
-                              answer_stubs(self.workdir))
+        self.run = RunContext(
+            settings,
+            sandbox.isolation_of(settings),
+            "_grader_" + secrets.token_hex(8),
+            self.ipc_root,
+            self.course.imports,
+            cgroups.find(),
+            self.executor,
+            answer_stubs(self.workdir),
+        )
         cgroups.sweep(self.run.cgroups)  # what runners killed outright left behind
 
     def _record_due(self, due: dict[str, str]) -> None:
         from nbgrader.api import Gradebook
         from nbgrader.utils import parse_utc
 
-        with INTERRUPTS.holding(), self.lock.held(), Gradebook(self.db_url, self.course_id) as gradebook:
+        with (
+            INTERRUPTS.holding(),
+            self.lock.held(),
+            Gradebook(self.db_url, self.course_id) as gradebook,
+        ):
             for name, when in due.items():
                 gradebook.update_or_create_assignment(name, duedate=parse_utc(when))
 
     # ---- 2. who is graded: every pair not graded yet, or changed since an earlier run graded it
     def choose(self) -> None:
         settings, state = self.settings, self.state
-        self.students = sorted(p.name for p in self.submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
+        self.students = sorted(
+            p.name for p in self.submitted.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
         unknown = sorted(set(settings.students or ()) - set(self.students))
         if unknown:
             raise ChoiceError(f"no submissions of {', '.join(unknown)} in {self.submitted}")
-        chosen_students = [s for s in self.students if not settings.students or s in settings.students]
-        self.chosen_names = [n for n in self.course.names if not settings.assignments or n in settings.assignments]
+        chosen_students = [
+            s for s in self.students if not settings.students or s in settings.students
+        ]
+        self.chosen_names = [
+            n for n in self.course.names if not settings.assignments or n in settings.assignments
+        ]
         for student in self.students:
             for name in self.course.names:
                 pair = Pair(student, name)
@@ -100,7 +134,11 @@ class ClassRun:
                     continue
                 submission.fingerprint = fingerprint(folder, recursive=True)
                 changed = state.graded.get(pair.key) != submission.fingerprint
-                if student in chosen_students and name in self.chosen_names and (settings.regrade or changed):
+                if (
+                    student in chosen_students
+                    and name in self.chosen_names
+                    and (settings.regrade or changed)
+                ):
                     self.todo.append(submission)
                 elif pair.key in state.graded:
                     submission.earlier = submission.graded = True
@@ -113,17 +151,29 @@ class ClassRun:
 
     # ---- 3. the references: the instructor's solutions run first, in the same sandbox
     def start_references(self) -> None:
-        """The canary's jobs go first; students' follow at once and run beside them (on a cluster, the longest
-        solution notebook would otherwise keep every worker waiting). A pair an earlier run graded keeps what that
-        run left until the canary has passed: a failed canary loses nothing."""
-        self.canary_names = (self.chosen_names if self.settings.canary == "all"
-                             else sorted({s.pair.assignment for s in self.todo}))
-        self.pending = reference.start([(name, notebook, nb) for name in self.canary_names
-                                        for notebook, nb in self.course.sources[name].items()], self.workdir, self.run)
+        """The canary's jobs go first; students' follow at once and run beside them (on a cluster,
+        the longest solution notebook would otherwise keep every worker waiting). A pair an earlier
+        run graded keeps what that run left until the canary has passed: a failed canary loses
+        nothing."""
+        self.canary_names = (
+            self.chosen_names
+            if self.settings.canary == "all"
+            else sorted({s.pair.assignment for s in self.todo})
+        )
+        self.pending = reference.start(
+            [
+                (name, notebook, nb)
+                for name in self.canary_names
+                for notebook, nb in self.course.sources[name].items()
+            ],
+            self.workdir,
+            self.run,
+        )
         for submission in self.todo:
             submission.before = has_earlier(self.workdir, self.state, submission.pair)
         self.todo = [s for s in self.todo if not s.before] + [s for s in self.todo if s.before]
-        self._clear([s for s in self.todo if not s.before])  # new pairs: at most a stopped run's job folders
+        # new pairs: at most a stopped run's job folders
+        self._clear([s for s in self.todo if not s.before])
 
     def _clear(self, submissions: list[Submission]) -> None:
         for submission in submissions:
@@ -135,20 +185,26 @@ class ClassRun:
         write_state(self.workdir, self.state)
 
     def open_feedback(self) -> None:
-        """The feedback pages in a process of their own where a core is left over for it (or where asked)."""
+        """The feedback pages in a process of their own where a core is left over for it (or where
+        asked)."""
         settings = self.settings
-        apart = (settings.feedback_apart if settings.feedback_apart is not None
-                 else usable_cores() - self.executor.local_cores - 1 >= 1)
+        apart = (
+            settings.feedback_apart
+            if settings.feedback_apart is not None
+            else usable_cores() - self.executor.local_cores - 1 >= 1
+        )
         if settings.feedback and self.todo and apart:
             try:
                 self.feedback = FeedbackApart(self.workdir, self.db_url, self._feedback_in_line)
-            except (OSError, RuntimeError):  # no process or thread to be had (a limit): the grader makes the pages
+            # no process or thread to be had (a limit): the grader makes the pages
+            except (OSError, RuntimeError):
                 self.feedback = None
 
     # ---- 4. the jobs: each submitted notebook prepared and handed to the executor at once
     def submit(self) -> None:
-        """Each job goes to the executor as soon as it is prepared: the first runs while the rest are prepared
-        (a class of a thousand has thousands), and nbgrader's release is made while they run."""
+        """Each job goes to the executor as soon as it is prepared: the first runs while the rest
+        are prepared (a class of a thousand has thousands), and nbgrader's release is made while
+        they run."""
         new = sum(not s.before for s in self.todo)
         for index, submission in enumerate(self.todo):
             if index == new:
@@ -171,7 +227,8 @@ class ClassRun:
                 notes.append(f"graded {path.name} as {notebook}.ipynb")
             try:
                 nb = read_submission(path, grade_ids_of(source), others)
-            except OverLimit as error:  # graded without an answer: 0 points, and its gradebook entry says so
+            # graded without an answer: 0 points, and its gradebook entry says so
+            except OverLimit as error:
                 notes.append(str(error))
                 nb = nbformat.v4.new_notebook(metadata=source.metadata)
             except SubmissionError as error:
@@ -188,11 +245,16 @@ class ClassRun:
         state = self.state
         for name in self.canary_names:
             source_print = fingerprint(self.workdir / "source" / name, recursive=True)
-            if state.generated.get(name) != source_print or not (self.workdir / "release" / name).is_dir():
+            if (
+                state.generated.get(name) != source_print
+                or not (self.workdir / "release" / name).is_dir()
+            ):
                 with INTERRUPTS.holding(), self.lock.held():
                     outcome = self.api.generate_assignment(name, force=True)
                 if not outcome["success"]:
-                    raise RuntimeError(f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}")
+                    raise RuntimeError(
+                        f"could not generate {name}:\n{outcome.get('error') or outcome.get('log')}"
+                    )
                 state.generated[name] = source_print
         write_state(self.workdir, state)
 
@@ -207,19 +269,26 @@ class ClassRun:
             submission = self.submissions[Pair(job.student, job.assignment)]
             self._judge(job, submission.notes)
             submission.remaining -= 1
-            if submission.remaining == 0:  # its scores and feedback, while the pool runs the next notebooks
+            # its scores and feedback, while the pool runs the next notebooks
+            if submission.remaining == 0:
                 self._autograde(submission.pair)
             if self.feedback is not None:  # the pages made so far; at most depth - 1 left waiting
-                self.feedback.deliver(self._record, INTERRUPTS.holding, keep=self.feedback.depth - 1)
+                self.feedback.deliver(
+                    self._record, INTERRUPTS.holding, keep=self.feedback.depth - 1
+                )
             progress.step(Pair(job.student, job.assignment).key)
             self.handling_s += time.monotonic() - began
         if self.feedback is not None:
             self.feedback.deliver(self._record, INTERRUPTS.holding)
 
     def _judge(self, job: Job, notes: list[str]) -> None:
-        """The job's verdict, written where nbgrader's autograde reads it, with the notes its run leaves."""
-        executed = judge(job, self.course.sources[job.assignment][job.notebook],
-                         self.references[job.assignment][job.notebook])
+        """The job's verdict, written where nbgrader's autograde reads it, with the notes its run
+        leaves."""
+        executed = judge(
+            job,
+            self.course.sources[job.assignment][job.notebook],
+            self.references[job.assignment][job.notebook],
+        )
         target = self.workdir / EXECUTED / job.student / job.assignment
         target.mkdir(parents=True, exist_ok=True)
         nbformat.write(executed, target / f"{job.notebook}.ipynb")
@@ -229,9 +298,14 @@ class ClassRun:
         if job.status.stopped:
             notes.append(f"{job.notebook}: stopped, {job.status.stopped}")
         if job.status.disk_full:
-            notes.append(f"{job.notebook}: filled the disk limit of {job.status.disk_full} MiB (writes past it failed)")
+            notes.append(
+                f"{job.notebook}: filled the disk limit of {job.status.disk_full} MiB (writes past"
+                " it failed)"
+            )
         if job.findings:
-            notes.append(f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3]))
+            notes.append(
+                f"{job.notebook}: score withheld for review, " + "; ".join(job.findings[:3])
+            )
             withheld = self.state.withheld.setdefault(Pair(job.student, job.assignment).key, {})
             withheld[job.notebook] = job.findings
 
@@ -262,28 +336,39 @@ class ClassRun:
         submission.graded = True
         submission.notes.extend(pair_notes)
         self.state.graded[key] = submission.fingerprint
-        self.state.rows[key] = {"note": "; ".join(submission.notes),
-                                "seconds": round(sum(j.status.seconds for j in submission.jobs), 1)}
+        self.state.rows[key] = {
+            "note": "; ".join(submission.notes),
+            "seconds": round(sum(j.status.seconds for j in submission.jobs), 1),
+        }
         journal_pair(self.workdir, self.state, key)
 
     # ---- 7. the end: a run stopped, a run that failed, or a run done
     def stopped(self, error: BaseException) -> GradingStopped:
-        """A run stopped (a signal, a cluster that could not run a job): what was graded stays graded."""
+        """A run stopped (a signal, a cluster that could not run a job): what was graded stays
+        graded."""
         self.executor.stop()
         self.pending.close()
-        unfinished = ({s.pair for s in self.submissions.values() if s.remaining}
-                      | {s.pair for s in self.todo[self.reached:]})
-        if self.feedback is not None:  # the pairs nbgrader has graded get their pages (a few, a second or so each)
+        unfinished = {s.pair for s in self.submissions.values() if s.remaining} | {
+            s.pair for s in self.todo[self.reached :]
+        }
+        # the pairs nbgrader has graded get their pages (a few, a second or so each)
+        if self.feedback is not None:
             try:
                 self.feedback.deliver(self._record, INTERRUPTS.holding)
-            except KeyboardInterrupt:  # asked again: the run ends now, the pairs still waiting not graded
+            # asked again: the run ends now, the pairs still waiting not graded
+            except KeyboardInterrupt:
                 pass
             unfinished |= set(self.feedback.close())
         unfinished = sorted(unfinished)
-        discard(self.workdir, [pair for pair in unfinished if self.submissions[Pair(*pair)].cleared])
-        write_state(self.workdir, self.state)  # the pairs graded before the stop, in state.json itself
+        discard(
+            self.workdir, [pair for pair in unfinished if self.submissions[Pair(*pair)].cleared]
+        )
+        # the pairs graded before the stop, in state.json itself
+        write_state(self.workdir, self.state)
         if isinstance(error, ClusterError):
-            return GradingStopped(0, self.graded_pairs(), unfinished, reason=f"grading stopped: {error}")
+            return GradingStopped(
+                0, self.graded_pairs(), unfinished, reason=f"grading stopped: {error}"
+            )
         return GradingStopped(INTERRUPTS.received, self.graded_pairs(), unfinished)
 
     def failed(self) -> None:
@@ -293,7 +378,9 @@ class ClassRun:
             self.pending.close()
         if self.feedback is not None:
             self.feedback.close()
-        discard(self.workdir, [s.pair for s in self.submissions.values() if s.remaining and s.cleared])
+        discard(
+            self.workdir, [s.pair for s in self.submissions.values() if s.remaining and s.cleared]
+        )
 
     def finish(self) -> None:
         if self.feedback is not None:
@@ -301,10 +388,13 @@ class ClassRun:
         cgroups.sweep(self.run.cgroups)
         state = self.state
         state.finished = True
-        # The assignments whose references this run checked (made, or kept under the same key), for a run with no
-        # submissions that made them ahead.
-        state.last_run = {"jobs": len(self.futures), "grader_s": round(self.handling_s, 2),
-                          "references": sorted(self.references)}
+        # The assignments whose references this run checked (made, or kept under the same key), for
+        # a run with no submissions that made them ahead.
+        state.last_run = {
+            "jobs": len(self.futures),
+            "grader_s": round(self.handling_s, 2),
+            "references": sorted(self.references),
+        }
         if self.feedback is not None:
             state.last_run["feedback_apart_s"] = round(self.feedback.seconds, 2)
         write_state(self.workdir, state)

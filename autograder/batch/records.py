@@ -1,5 +1,6 @@
-"""What a class run (:class:`~autograder.batch.classrun.ClassRun`) reads and keeps: the course it grades against
-(:class:`Course`), and each pair of the class as the run finds and grades it (:class:`Submission`)."""
+"""What a class run (:class:`~autograder.batch.classrun.ClassRun`) reads and keeps: the course it
+grades against (:class:`Course`), and each pair of the class as the run finds and grades it
+(:class:`Submission`)."""
 
 from __future__ import annotations
 
@@ -15,37 +16,62 @@ from autograder.settings import Pair
 
 @dataclass(frozen=True)
 class Course:
-    """The work folder's copy of the course: its assignments, their source notebooks, and what each gives the jobs
-    (grade ids, the lines of hidden tests, the imports their tests rely on)."""
+    """The work folder's copy of the course: its assignments, their source notebooks, and what each
+    gives the jobs (grade ids, the lines of hidden tests, the imports their tests rely on)."""
 
     names: list[str] = field(default_factory=list)
-    sources: dict[str, dict[str, nbformat.NotebookNode]] = field(default_factory=dict)  # assignment -> notebook
+    # assignment -> notebook
+    sources: dict[str, dict[str, nbformat.NotebookNode]] = field(default_factory=dict)
     grade_ids: dict[str, set[str]] = field(default_factory=dict)
     hidden: dict[str, set[str]] = field(default_factory=dict)
-    imports: dict[str, dict[str, str]] = field(default_factory=dict)  # assignment -> notebook -> import lines
+    # assignment -> notebook -> import lines
+    imports: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, source_dir: Path) -> Course:
         """The course in ``source_dir``: a folder per assignment, holding its notebooks."""
-        names = sorted(p.name for p in source_dir.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
-        sources = {name: {p.stem: nbformat.read(p, as_version=4) for p in sorted((source_dir / name).glob("*.ipynb"))}
-                   for name in names}
-        return cls(names, sources,
-                   {a: set().union(*(grade_ids_of(nb) for nb in nbs.values())) for a, nbs in sources.items()},
-                   {a: set().union(*(hidden_test_lines(nb) for nb in nbs.values())) for a, nbs in sources.items()},
-                   {a: {notebook: course_imports(nb) for notebook, nb in nbs.items()} for a, nbs in sources.items()})
+        names = sorted(
+            p.name for p in source_dir.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))
+        )
+        sources = {
+            name: {
+                p.stem: nbformat.read(p, as_version=4)
+                for p in sorted((source_dir / name).glob("*.ipynb"))
+            }
+            for name in names
+        }
+        return cls(
+            names,
+            sources,
+            {
+                a: set().union(*(grade_ids_of(nb) for nb in nbs.values()))
+                for a, nbs in sources.items()
+            },
+            {
+                a: set().union(*(hidden_test_lines(nb) for nb in nbs.values()))
+                for a, nbs in sources.items()
+            },
+            {
+                a: {notebook: course_imports(nb) for notebook, nb in nbs.items()}
+                for a, nbs in sources.items()
+            },
+        )
 
 
 @dataclass
 class Submission:
-    """One pair of the class as this run finds and grades it: what it is, what the run does with it, what it got."""
+    """One pair of the class as this run finds and grades it: what it is, what the run does with it,
+    what it got."""
 
     pair: Pair
     fingerprint: str | None = None  # its folder's, as this run found it; None: not handed in
-    earlier: bool = False  # graded by an earlier run, unchanged since (or not chosen): not graded again
-    before: bool = False  # to grade, and an earlier run left something of it: cleared once the canary passed
+    # graded by an earlier run, unchanged since (or not chosen): not graded again
+    earlier: bool = False
+    # to grade, and an earlier run left something of it: cleared once the canary passed
+    before: bool = False
     cleared: bool = False  # what an earlier run kept of it is gone: graded afresh
     notes: list[str] = field(default_factory=list)  # what the instructor reads beside its score
     jobs: list[Job] = field(default_factory=list)  # one per notebook submitted to the executor
     remaining: int = 0  # of its jobs, those not judged yet
-    graded: bool = False  # its scores and feedback are in (state.json says so), or an earlier run's are
+    # its scores and feedback are in (state.json says so), or an earlier run's are
+    graded: bool = False

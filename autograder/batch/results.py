@@ -1,4 +1,5 @@
-"""A run's result for every pair of the class: its score from the gradebook, and the notes the instructor reads."""
+"""A run's result for every pair of the class: its score from the gradebook, and the notes the
+instructor reads."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ def results(run: ClassRun) -> list[Result]:
 
     devices = profile_named(run.settings.profile).devices()
     with Gradebook(run.db_url, run.course_id) as gradebook:
-        return [_result(run, gradebook, student, name, devices)
-                for student in run.students for name in run.course.names]
+        return [
+            _result(run, gradebook, student, name, devices)
+            for student in run.students
+            for name in run.course.names
+        ]
 
 
 def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> Result:
@@ -45,17 +49,29 @@ def _result(run: ClassRun, gradebook, student: str, name: str, devices: str) -> 
         else:
             score = entry.score
             if entry.late_submission_penalty:
-                notes.append(f"late by {late_text(entry.total_seconds_late)}: "
-                             f"-{entry.late_submission_penalty:g} points")
+                notes.append(
+                    f"late by {late_text(entry.total_seconds_late)}: "
+                    f"-{entry.late_submission_penalty:g} points"
+                )
             by_hand = hand_graded_points_left(entry)
             if by_hand:
                 notes.append(f"{by_hand:g} points of written answers to grade by hand (formgrader)")
     withheld = key in state.withheld and submission.graded
     if withheld:
-        notes.append(f"review: python -m autograder review {key} --release (or --confirm), or in formgrader")
+        notes.append(
+            f"review: python -m autograder review {key} --release (or --confirm), or in formgrader"
+        )
     ran = any(j.status.seconds for j in jobs)
-    return Result(student, name, score, max_score, "; ".join(notes), devices if ran else "", round(seconds, 1),
-                  withheld=withheld)
+    return Result(
+        student,
+        name,
+        score,
+        max_score,
+        "; ".join(notes),
+        devices if ran else "",
+        round(seconds, 1),
+        withheld=withheld,
+    )
 
 
 def late_text(seconds: float) -> str:

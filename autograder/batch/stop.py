@@ -1,4 +1,5 @@
-"""How a class-wide run stops: the signals it turns into KeyboardInterrupt, and what it says once stopped."""
+"""How a class-wide run stops: the signals it turns into KeyboardInterrupt, and what it says once
+stopped."""
 
 from __future__ import annotations
 
@@ -9,15 +10,22 @@ import signal
 class GradingStopped(Exception):
     """A run that was stopped: which (student, assignment) pairs were graded, and which not."""
 
-    def __init__(self, signum: int, graded: list[tuple[str, str]], not_graded: list[tuple[str, str]],
-                 reason: str = ""):
-        """``signum``: the signal that stopped it; 0 with ``reason`` for a cluster that could not run a job."""
+    def __init__(
+        self,
+        signum: int,
+        graded: list[tuple[str, str]],
+        not_graded: list[tuple[str, str]],
+        reason: str = "",
+    ):
+        """``signum``: the signal that stopped it; 0 with ``reason`` for a cluster that could not
+        run a job."""
         super().__init__(reason or f"grading was stopped by {signal.Signals(signum).name}")
         self.signum, self.graded, self.not_graded = signum, graded, not_graded
 
 
 class ChoiceError(ValueError):
-    """An assignment or student chosen that is not there, or no submissions to grade; the message says which."""
+    """An assignment or student chosen that is not there, or no submissions to grade; the message
+    says which."""
 
 
 class Interrupts:
@@ -39,7 +47,8 @@ class Interrupts:
 
     @contextlib.contextmanager
     def installed(self):
-        """Handle the signals for the block (main thread only), then restore the previous handlers."""
+        """Handle the signals for the block (main thread only), then restore the previous
+        handlers."""
         previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
         try:
             yield self
@@ -49,7 +58,8 @@ class Interrupts:
 
     @contextlib.contextmanager
     def holding(self):
-        """A signal that arrives in the block takes effect at its end (the gradebook is never half written)."""
+        """A signal that arrives in the block takes effect at its end (the gradebook is never half
+        written)."""
         self.held = True
         try:
             yield

@@ -1,4 +1,5 @@
-"""``python -m autograder VERB ...``: the grader's one command line, a thin face per verb over the layers below."""
+"""``python -m autograder VERB ...``: the grader's one command line, a thin face per verb over the
+layers below."""
 
 from __future__ import annotations
 
@@ -12,29 +13,45 @@ from typing import Callable, NoReturn
 VERBS = {
     "grade": ("autograder.cli.grade", "autograde a class: sandboxed, in parallel, with limits"),
     "review": ("autograder.cli.review", "release or confirm a score the grader withheld"),
-    "feedback": ("autograder.cli.feedback", "make an assignment's feedback again from the gradebook"),
+    "feedback": (
+        "autograder.cli.feedback",
+        "make an assignment's feedback again from the gradebook",
+    ),
     "course": ("autograder.cli.course", "make a course directory for a term, or set its due dates"),
     "worker": ("autograder.cli.worker", "start a Dask worker for the grader"),
 }
-# Verbs an installed course adds (its build, its checks): entry points of this group, each a main(argv) -> code
-# whose docstring's first line says what it does.
+# Verbs an installed course adds (its build, its checks): entry points of this group, each a
+# main(argv) -> code whose docstring's first line says what it does.
 PLUGIN_VERBS = "autograder.verbs"
 
 
 def added_verbs() -> dict:
-    """The verbs installed courses add: name -> entry point (:data:`PLUGIN_VERBS`), none shadowing the grader's."""
+    """The verbs installed courses add: name -> entry point (:data:`PLUGIN_VERBS`), none shadowing
+    the grader's."""
     from importlib.metadata import entry_points
 
-    return {point.name: point for point in entry_points(group=PLUGIN_VERBS) if point.name not in VERBS}
+    return {
+        point.name: point for point in entry_points(group=PLUGIN_VERBS) if point.name not in VERBS
+    }
 
 
 def usage() -> str:
     added = added_verbs()
-    described = {**{verb: what for verb, (_, what) in VERBS.items()},
-                 **{verb: _summary(point) for verb, point in added.items()}}
+    described = {
+        **{verb: what for verb, (_, what) in VERBS.items()},
+        **{verb: _summary(point) for verb, point in added.items()},
+    }
     width = max(map(len, described))
-    return "\n".join(["usage: autograder VERB [options]   (autograder VERB --help; also python -m autograder VERB)", "",
-                      *(f"  {verb:<{width}}  {what}" for verb, what in described.items())])
+    return "\n".join(
+        [
+            (
+                "usage: autograder VERB [options]   (autograder VERB --help; also python -m"
+                " autograder VERB)"
+            ),
+            "",
+            *(f"  {verb:<{width}}  {what}" for verb, what in described.items()),
+        ]
+    )
 
 
 def _summary(point) -> str:
@@ -56,18 +73,21 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(VERBS[verb][0]).main(rest)
     added = added_verbs()
     if verb not in added:
-        print(f"autograder: unknown verb {verb!r}; the verbs are {', '.join([*VERBS, *added])}", file=sys.stderr)
+        print(
+            f"autograder: unknown verb {verb!r}; the verbs are {', '.join([*VERBS, *added])}",
+            file=sys.stderr,
+        )
         return 2
     return added[verb].load()(rest)
 
 
 def run(entry: Callable[[], int]) -> NoReturn:
-    """Run ``entry`` as this process's program and exit with its code, without Python's teardown of every module
-    it imported (torch's, nbgrader's), which would run after the report is written.
+    """Run ``entry`` as this process's program and exit with its code, without Python's teardown of
+    every module it imported (torch's, nbgrader's), which would run after the report is written.
 
-    Python ends as usual (threads that are not daemons joined, every exit handler run, temporary folders'
-    finalizers too); only the exit handler registered here, before any other and so run after all of them,
-    then ends the process at once with the code.
+    Python ends as usual (threads that are not daemons joined, every exit handler run, temporary
+    folders' finalizers too); only the exit handler registered here, before any other and so run
+    after all of them, then ends the process at once with the code.
     """
     from autograder.run.startup import skip_unused_imports
 
@@ -90,5 +110,6 @@ def run(entry: Callable[[], int]) -> NoReturn:
 
 
 def console() -> NoReturn:
-    """The ``autograder`` command that installing the grader puts on PATH: ``python -m autograder``'s program."""
+    """The ``autograder`` command that installing the grader puts on PATH: ``python -m
+    autograder``'s program."""
     run(main)

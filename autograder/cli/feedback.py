@@ -1,4 +1,5 @@
-"""``python -m autograder feedback COURSE ASSIGNMENT``: an assignment's feedback again, as formgrader holds it now."""
+"""``python -m autograder feedback COURSE ASSIGNMENT``: an assignment's feedback again, as
+formgrader holds it now."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from autograder.record.feedback import regenerate
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m autograder feedback",
-        description="Make an assignment's feedback again in a course directory, with the scores and comments "
-                    "formgrader holds now; then nbgrader release_feedback sends it.")
+        description=(
+            "Make an assignment's feedback again in a course directory, with the scores and"
+            " comments formgrader holds now; then nbgrader release_feedback sends it."
+        ),
+    )
     parser.add_argument("course", type=Path, help="the course directory")
     parser.add_argument("assignment")
     parser.add_argument("--student", action="append", help="only this student (repeatable)")

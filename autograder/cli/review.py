@@ -1,4 +1,5 @@
-"""``python -m autograder review STUDENT/ASSIGNMENT --release|--confirm``: decide a withheld score."""
+"""``python -m autograder review STUDENT/ASSIGNMENT --release|--confirm``: decide a withheld
+score."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from autograder.record.gradebook import gradebook_url
 from autograder.record.review import ReviewError, confirm, release
 from autograder.settings import Settings
 
-DESCRIPTION = 'Review a withheld score: release it (graded as it ran) or confirm it (0 points)'
+DESCRIPTION = "Review a withheld score: release it (graded as it ran) or confirm it (0 points)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,9 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     decision = parser.add_mutually_exclusive_group(required=True)
     decision.add_argument("--release", action="store_true", help="grade it as it ran")
     decision.add_argument("--confirm", action="store_true", help="keep 0 points")
-    parser.add_argument("--workdir", type=Path, default=WORKDIR,
-                        help="the grading run's work folder (default: build/grade)")
-    parser.add_argument("--db-url", default=None, help="the gradebook the run used (default: as grade finds it)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=WORKDIR,
+        help="the grading run's work folder (default: build/grade)",
+    )
+    parser.add_argument(
+        "--db-url", default=None, help="the gradebook the run used (default: as grade finds it)"
+    )
     args = parser.parse_args(argv)
     student, _, assignment = args.pair.partition("/")
     if not student or not assignment:

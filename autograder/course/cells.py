@@ -1,4 +1,5 @@
-"""nbgrader's vocabulary for a notebook's cells: answers, tests, their grade ids, and the hidden parts of a test.
+"""nbgrader's vocabulary for a notebook's cells: answers, tests, their grade ids, and the hidden
+parts of a test.
 
 The hidden parts are marked as nbgrader's ``ClearHiddenTests`` marks them by default
 (``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``, each on a line of its own).
@@ -9,14 +10,16 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # a notebook's type only: a grading kernel imports this module, and nbformat costs it time
+# a notebook's type only: a grading kernel imports this module, and nbformat costs it time
+if TYPE_CHECKING:
     import nbformat
 
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 HIDDEN = re.compile(rf"^[ \t]*{BEGIN_HIDDEN}(.*?){END_HIDDEN}[ \t]*\n?", re.S | re.M)
 EXERCISE = re.compile(r"^#{1,3}\s+(Exercise\s+\d+\b.*?)\s*$", re.M)
 SECTION = re.compile(r"^#{1,2}\s+\S", re.M)
-QUOTABLE = 12  # a hidden line shorter than this is not looked for in outputs: too common to mean a quote
+# a hidden line shorter than this is not looked for in outputs: too common to mean a quote
+QUOTABLE = 12
 
 
 def nbgrader_meta(cell) -> dict:
@@ -39,9 +42,13 @@ def test_id(cell) -> str | None:
 
 
 def max_points(nb: nbformat.NotebookNode) -> float:
-    """A notebook's maximum score as nbgrader counts it: the points of every graded cell and task."""
-    return sum(float(nbgrader_meta(cell).get("points", 0)) for cell in nb.cells
-               if nbgrader_meta(cell).get("grade") or nbgrader_meta(cell).get("task"))
+    """A notebook's maximum score as nbgrader counts it: the points of every graded cell and
+    task."""
+    return sum(
+        float(nbgrader_meta(cell).get("points", 0))
+        for cell in nb.cells
+        if nbgrader_meta(cell).get("grade") or nbgrader_meta(cell).get("task")
+    )
 
 
 def grade_ids_of(nb: nbformat.NotebookNode) -> set[str]:
@@ -72,20 +79,23 @@ def hidden_line_numbers(source: str) -> set[int]:
 
 
 def hidden_test_lines(nb: nbformat.NotebookNode) -> set[str]:
-    """Every line of a notebook's hidden tests, stripped, long enough that an output quoting it is a quote, but
-    those a student sees in a cell that is not an answer (a hidden test's ``norm = Standardize(mean, std)...``
-    that the visible test above it has is no secret)."""
+    """Every line of a notebook's hidden tests, stripped, long enough that an output quoting it is a
+    quote, but those a student sees in a cell that is not an answer (a hidden test's ``norm =
+    Standardize(mean, std)...`` that the visible test above it has is no secret)."""
     lines, seen = set(), set()
     for cell in nb.cells:
         for block in HIDDEN.findall(cell.source):
-            lines.update(line.strip() for line in block.splitlines() if len(line.strip()) >= QUOTABLE)
+            lines.update(
+                line.strip() for line in block.splitlines() if len(line.strip()) >= QUOTABLE
+            )
         if not is_answer(cell):  # an answer's solution is the instructor's: not seen either
             seen.update(line.strip() for line in HIDDEN.sub("", cell.source).splitlines())
     return lines - seen
 
 
 def exercise_of(nb) -> dict[int, str | None]:
-    """Cell index -> the title of the ``## Exercise N (...)`` heading above it, None outside exercises."""
+    """Cell index -> the title of the ``## Exercise N (...)`` heading above it, None outside
+    exercises."""
     titles, current = {}, None
     for index, cell in enumerate(nb["cells"]):
         if cell["cell_type"] == "markdown":

@@ -1,4 +1,5 @@
-"""nbgrader's settings of a course, and the environment nbgrader's commands need to find their tools."""
+"""nbgrader's settings of a course, and the environment nbgrader's commands need to find their
+tools."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def tool_env() -> dict[str, str]:
 
 @contextlib.contextmanager
 def tools_on_path():
-    """This interpreter's bin first on ``PATH`` for the block (see :func:`tool_env`), as it was after it."""
+    """This interpreter's bin first on ``PATH`` for the block (see :func:`tool_env`), as it was
+    after it."""
     before = os.environ.get("PATH")
     os.environ["PATH"] = tool_env()["PATH"]
     try:
@@ -39,7 +41,8 @@ def tools_on_path():
 
 def course_config():
     """The nbgrader settings of the course's folder the grader runs from
-    (:func:`~autograder.course.paths.course_folder`), a traitlets ``Config``; none (nbgrader's defaults) elsewhere."""
+    (:func:`~autograder.course.paths.course_folder`), a traitlets ``Config``; none (nbgrader's
+    defaults) elsewhere."""
     from traitlets.config import Config
 
     folder = course_folder()
@@ -54,12 +57,14 @@ def config_of(workdir: Path):
     return course_config()
 
 
-# What nbgrader's ClearSolutions writes into an answer cell by default: the code stub, then the text stub.
+# What nbgrader's ClearSolutions writes into an answer cell by default: the code stub, then the text
+# stub.
 DEFAULT_STUBS = ("# YOUR CODE HERE\nraise NotImplementedError()", "YOUR ANSWER HERE")
 
 
 def answer_stubs(workdir: Path) -> tuple[str, str]:
-    """What nbgrader writes into the student versions' answer cells, as the work folder's course sets it."""
+    """What nbgrader writes into the student versions' answer cells, as the work folder's course
+    sets it."""
     from nbgrader.preprocessors import ClearSolutions
 
     clear = ClearSolutions(config=config_of(workdir))
@@ -67,15 +72,21 @@ def answer_stubs(workdir: Path) -> tuple[str, str]:
 
 
 def course_directory(workdir: Path):
-    """nbgrader's ``CourseDirectory`` of a work folder: its settings (:func:`config_of`), rooted there, with
-    nbgrader's defaults for what they leave out (a course id of "", a gradebook ``gradebook.db`` in the folder).
-    A course directory's own ``root`` setting wins, as nbgrader has it."""
+    """nbgrader's ``CourseDirectory`` of a work folder: its settings (:func:`config_of`), rooted
+    there, with nbgrader's defaults for what they leave out (a course id of "", a gradebook
+    ``gradebook.db`` in the folder). A course directory's own ``root`` setting wins, as nbgrader has
+    it."""
     from nbgrader.coursedir import CourseDirectory
 
     config = config_of(workdir)
-    own_root = (Path(workdir) / "nbgrader_config.py").is_file() and "root" in config.get("CourseDirectory", {})
-    return CourseDirectory(config=config) if own_root else CourseDirectory(config=config,
-                                                                            root=str(Path(workdir).resolve()))
+    own_root = (Path(workdir) / "nbgrader_config.py").is_file() and "root" in config.get(
+        "CourseDirectory", {}
+    )
+    return (
+        CourseDirectory(config=config)
+        if own_root
+        else CourseDirectory(config=config, root=str(Path(workdir).resolve()))
+    )
 
 
 def shown_url(url: str) -> str:
@@ -86,7 +97,8 @@ def shown_url(url: str) -> str:
 
 
 def gradebook_problem(url: str) -> str | None:
-    """Why the gradebook at ``url`` cannot be opened (server down, wrong password...), or None if it can."""
+    """Why the gradebook at ``url`` cannot be opened (server down, wrong password...), or None if it
+    can."""
     import sqlalchemy
 
     try:
@@ -96,5 +108,8 @@ def gradebook_problem(url: str) -> str | None:
         engine.dispose()
     except Exception as error:  # noqa: BLE001 - any reason is reported to the instructor, in one line
         reason = str(getattr(error, "orig", None) or error)
-        return " ".join(line.strip() for line in reason.splitlines() if line.strip()) or type(error).__name__
+        return (
+            " ".join(line.strip() for line in reason.splitlines() if line.strip())
+            or type(error).__name__
+        )
     return None

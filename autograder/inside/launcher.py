@@ -1,9 +1,10 @@
 """The inside half of the sandbox: the launcher, the namespace's init and the kernel's start.
 
-It runs as a script with ``python -I`` before the kernel exists, so it is one file of the standard library alone
-(what it is given and enforces: :mod:`autograder.run.sandbox`). ``launcher.py SPEC.json PARENT_PID -- COMMAND...``
-is the launcher (:func:`launch`, from :func:`autograder.run.sandbox.wrap`); ``launcher.py --tether PARENT_PID
-SIGNAL [--as UID:GID] -- COMMAND...`` only ties ``COMMAND`` to ``PARENT_PID`` and runs it in its place.
+It runs as a script with ``python -I`` before the kernel exists, so it is one file of the standard
+library alone (what it is given and enforces: :mod:`autograder.run.sandbox`). ``launcher.py
+SPEC.json PARENT_PID -- COMMAND...`` is the launcher (:func:`launch`, from
+:func:`autograder.run.sandbox.wrap`); ``launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] --
+COMMAND...`` only ties ``COMMAND`` to ``PARENT_PID`` and runs it in its place.
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Every sandbox's kernel runs as nobody under a root grader: RLIMIT_NPROC, which counts every process and thread
-# of that user, is only a backstop for the whole machine; each sandbox's own count is MAX_PROCESSES.
+# Every sandbox's kernel runs as nobody under a root grader: RLIMIT_NPROC, which counts every
+# process and thread of that user, is only a backstop for the whole machine; each sandbox's own
+# count is MAX_PROCESSES.
 ALL_SANDBOXES_TASKS = 16384
-_RESERVED_PIDS = 300  # a PID namespace hands out numbers from here up to pid_max once it has wrapped around
+# a PID namespace hands out numbers from here up to pid_max once it has wrapped around
+_RESERVED_PIDS = 300
 # Top-level folders the kernel keeps seeing; every other one (home folders, /work, /srv, /opt, /var,
 # /run, /tmp ...) is replaced by an empty folder, so no other copy of the course is readable either.
 SYSTEM = {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev", "proc", "sys"}
 
 
 def per_namespace_pid_max() -> bool:
-    """Whether this Linux keeps a ``pid_max`` per PID namespace (6.14 and later), so a sandbox can have its own."""
+    """Whether this Linux keeps a ``pid_max`` per PID namespace (6.14 and later), so a sandbox can
+    have its own."""
     release = re.match(r"(\d+)\.(\d+)", os.uname().release) if sys.platform == "linux" else None
     return bool(release) and (int(release[1]), int(release[2])) >= (6, 14)
 
@@ -46,7 +50,9 @@ def _tether(args: list[str]) -> None:
         os.setuid(uid)
         rest = rest[2:]
     if not (parent.isdigit() and signum.isdigit()) or rest[:1] != ["--"] or len(rest) < 2:
-        sys.exit("usage: python launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND...")
+        sys.exit(
+            "usage: python launcher.py --tether PARENT_PID SIGNAL [--as UID:GID] -- COMMAND..."
+        )
     die_with_parent(int(parent), int(signum))
     os.execvp(rest[1], rest[1:])
 
@@ -77,21 +83,33 @@ def _mount_view(spec: dict) -> None:
     """
     top = [os.path.join("/", name) for name in os.listdir("/") if name not in SYSTEM]
     top = [p for p in top if os.path.isdir(p) and not os.path.islink(p)]
-    every = sorted({os.path.realpath(p) for p in [*top, *spec["hide"]] if os.path.isdir(p)}, key=len)
+    every = sorted(
+        {os.path.realpath(p) for p in [*top, *spec["hide"]] if os.path.isdir(p)}, key=len
+    )
     hide = [p for i, p in enumerate(every) if not _under(p, every[:i])]
     disk = spec.get("disk_mib") or 0
     workdir = os.path.realpath(spec["workdir"])
     if disk and ("/tmp" not in hide or not _under(workdir, hide)):
-        raise RuntimeError("a bounded disk needs /tmp and a working copy in a folder the sandbox hides")
-    keeps = [(os.path.realpath(p), False) for p in spec["read_write"] if not (disk and os.path.realpath(p) == workdir)]
+        raise RuntimeError(
+            "a bounded disk needs /tmp and a working copy in a folder the sandbox hides"
+        )
+    keeps = [
+        (os.path.realpath(p), False)
+        for p in spec["read_write"]
+        if not (disk and os.path.realpath(p) == workdir)
+    ]
     keeps += [(os.path.realpath(p), True) for p in spec["read_only"]]
-    # Only what a hidden folder covers needs bringing back, and never a folder that holds a hidden one.
-    keeps = [(p, ro) for p, ro in keeps if os.path.isdir(p) and _under(p, hide)
-             and not any(_under(h, [p]) for h in every)]
+    # Only what a hidden folder covers needs bringing back, and never a folder that holds a hidden
+    # one.
+    keeps = [
+        (p, ro)
+        for p, ro in keeps
+        if os.path.isdir(p) and _under(p, hide) and not any(_under(h, [p]) for h in every)
+    ]
     keeps = [(p, ro) for i, (p, ro) in enumerate(keeps) if p not in [k for k, _ in keeps[:i]]]
     keeps.sort(key=lambda keep: len(keep[0]))
-    # Hold each folder to bring back open, hide, then bind the open folder at its old place: this also
-    # works in a user namespace, where mounts copied from the parent namespace cannot be moved.
+    # Hold each folder to bring back open, hide, then bind the open folder at its old place: this
+    # also works in a user namespace, where mounts copied from the parent namespace cannot be moved.
     handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path, _ in keeps]
     work_handle = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY) if disk else None
     for path in hide:
@@ -115,15 +133,17 @@ def _mount_view(spec: dict) -> None:
         _bind(str(scratch / "work"), workdir, False)
         _bind(str(scratch / "shm"), "/dev/shm", False)
         # The binds keep what they show; covered, the staging folder shows no second path to them.
-        _run("mount", "-t", "tmpfs", "-o", "ro,size=4k,mode=755,nosuid,nodev", "tmpfs", str(scratch))
+        _run(
+            "mount", "-t", "tmpfs", "-o", "ro,size=4k,mode=755,nosuid,nodev", "tmpfs", str(scratch)
+        )
     else:
         _run("mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
     if disk:  # nothing left to create in them: the folders that hide the machine's take no writes
         for path in hide:
             if path != "/tmp":
-                # Read-only as a mount, not as a filesystem: a grader that is not root, in a user namespace,
-                # may not remount its own tmpfs (util-linux passes back the owner's uid, which the namespace
-                # does not map), and this mount is the one way to it.
+                # Read-only as a mount, not as a filesystem: a grader that is not root, in a user
+                # namespace, may not remount its own tmpfs (util-linux passes back the owner's uid,
+                # which the namespace does not map), and this mount is the one way to it.
                 _remount_read_only(path)
 
 
@@ -131,8 +151,9 @@ def _bind(source: str, path: str, read_only: bool, pass_fds: tuple[int, ...] = (
     try:
         _run("mount", "--no-canonicalize", "--bind", source, path, pass_fds=pass_fds)
     except subprocess.CalledProcessError:
-        # In a user namespace, a folder holding a mount of the parent namespace's (a Slurm node's tmpfs under the
-        # course, say) binds only with that mount, which may not be uncovered: bound recursively, each read-only.
+        # In a user namespace, a folder holding a mount of the parent namespace's (a Slurm node's
+        # tmpfs under the course, say) binds only with that mount, which may not be uncovered: bound
+        # recursively, each read-only.
         _run("mount", "--no-canonicalize", "--rbind", source, path, pass_fds=pass_fds)
         if read_only:
             for below in _mounts_below(path):
@@ -143,12 +164,18 @@ def _bind(source: str, path: str, read_only: bool, pass_fds: tuple[int, ...] = (
 
 def mount_points(pid: int | str = "self") -> list[tuple[str, set[str]]]:
     """(mount point, its mount options) of every mount in the mount namespace of process ``pid``
-    (``/proc/PID/mountinfo``), each point as a path: the kernel's octal escapes (a space is ``\\040``)
-    undone. Raises ``OSError`` where that file cannot be read."""
+    (``/proc/PID/mountinfo``), each point as a path: the kernel's octal escapes (a space is
+    ``\\040``) undone. Raises ``OSError`` where that file cannot be read."""
     with open(f"/proc/{pid}/mountinfo") as mounts:
         rows = [line.split() for line in mounts.read().splitlines()]
-    return [(re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), fields[4]), set(fields[5].split(",")))
-            for fields in rows if len(fields) > 5]
+    return [
+        (
+            re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), fields[4]),
+            set(fields[5].split(",")),
+        )
+        for fields in rows
+        if len(fields) > 5
+    ]
 
 
 def _mounts_below(path: str) -> list[str]:
@@ -159,12 +186,14 @@ def _mounts_below(path: str) -> list[str]:
 def _remount_read_only(path: str) -> None:
     try:
         _run("mount", "-o", "remount,bind,ro", path)
-    except subprocess.CalledProcessError:  # a user namespace must keep the flags the mount came with
+    # a user namespace must keep the flags the mount came with
+    except subprocess.CalledProcessError:
         _run("mount", "-o", "remount,bind,ro,nosuid,nodev", path)
 
 
 def _drop_privileges(uid: int, gid: int, user_namespace: bool) -> None:
-    """Leave no capability: as ``nobody`` for a root grader, as the grader's own id in a user namespace."""
+    """Leave no capability: as ``nobody`` for a root grader, as the grader's own id in a user
+    namespace."""
     libc = ctypes.CDLL(None, use_errno=True)
     pr_capbset_drop, pr_set_no_new_privs = 24, 38
     for cap in range(64):
@@ -185,44 +214,54 @@ def _drop_privileges(uid: int, gid: int, user_namespace: bool) -> None:
 
 
 def _limit(spec: dict) -> None:
-    import resource  # here: a kernel forked by the zygote gets no module a fresh one would not have (see there)
+    # here: a kernel forked by the zygote gets no module a fresh one would not have (see there)
+    import resource
 
     if spec["memory_mib"]:
         limit = spec["memory_mib"] << 20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     if spec["namespaces"] and not spec["user_namespace"]:
-        # RLIMIT_NPROC counts every process of the user, i.e. of every sandbox: only with the uid of its own.
+        # RLIMIT_NPROC counts every process of the user, i.e. of every sandbox: only with the uid of
+        # its own.
         resource.setrlimit(resource.RLIMIT_NPROC, (ALL_SANDBOXES_TASKS, ALL_SANDBOXES_TASKS))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if spec.get("max_file_mib"):
         limit = spec["max_file_mib"] << 20
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-        # Python ignores SIGXFSZ, so in the kernel a write past it fails with "File too large" (EFBIG).
+        # Python ignores SIGXFSZ, so in the kernel a write past it fails with "File too large"
+        # (EFBIG).
 
 
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWNET, NEWPID: what a container runtime unshares by default. System V IPC
-# and POSIX message queues go with the IPC namespace's last process: none of a kernel's outlives it or reaches another.
-_NAMESPACES, _CLONE_NEWUSER = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000, 0x10000000
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWNET, NEWPID: what a container runtime unshares by
+# default. System V IPC and POSIX message queues go with the IPC namespace's last process: none of a
+# kernel's outlives it or reaches another.
+_NAMESPACES, _CLONE_NEWUSER = (
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000,
+    0x10000000,
+)
 _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(parent: int, signum: int) -> None:
-    """Linux: have ``signum`` sent to this process when its parent ends; if it already has, exit now."""
+    """Linux: have ``signum`` sent to this process when its parent ends; if it already has, exit
+    now."""
     if sys.platform != "linux":
         return
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    # It ended before the request took effect? (The init of a PID namespace sees 0: its parent is outside.)
+    # It ended before the request took effect? (The init of a PID namespace sees 0: its parent is
+    # outside.)
     if os.getppid() not in (parent, 0):
         os._exit(128 + int(signum))
 
 
 def _enter_namespaces(user_namespace: bool) -> None:
-    """Move this process into new mount, network, IPC, host-name and cgroup namespaces; its next child starts a PID
-    namespace.
+    """Move this process into new mount, network, IPC, host-name and cgroup namespaces; its next
+    child starts a PID namespace.
 
-    That child must be the init (:func:`_init`): a first child that exits would end the PID namespace.
+    That child must be the init (:func:`_init`): a first child that exits would end the PID
+    namespace.
     """
     uid, gid = os.geteuid(), os.getegid()
     flags = _NAMESPACES | (_CLONE_NEWUSER if user_namespace else 0)
@@ -237,21 +276,27 @@ def _enter_namespaces(user_namespace: bool) -> None:
 
 
 def _wait_for(child: int) -> int:
-    """Reap children until ``child`` ends (as a PID namespace's init, orphans too); its exit code."""
+    """Reap children until ``child`` ends (as a PID namespace's init, orphans too); its exit
+    code."""
     while True:
         try:
             pid, status = os.wait()
         except ChildProcessError:
             return 1
         if pid == child:
-            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            return (
+                os.waitstatus_to_exitcode(status)
+                if os.WIFEXITED(status)
+                else 128 + os.WTERMSIG(status)
+            )
 
 
 def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -> int:
     """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``.
 
-    ``start`` (a launcher forked by :mod:`autograder.run.zygote`): called with ``command`` in place of the
-    exec, it runs the kernel in the forked process, which ends by SystemExit (up the stack) and never returns.
+    ``start`` (a launcher forked by :mod:`autograder.run.zygote`): called with ``command`` in place
+    of the exec, it runs the kernel in the forked process, which ends by SystemExit (up the stack)
+    and never returns.
     """
     parent = os.getpid()
     child = os.fork()
@@ -270,7 +315,8 @@ def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -
             _drop_privileges(spec["uid"], spec["gid"], spec["user_namespace"])
         die_with_parent(parent, signal.SIGKILL)  # after the id change, which clears the request
         os.chdir(spec["workdir"])
-        # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader kills it instead.
+        # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader
+        # kills it instead.
         os.environ.pop("JPY_PARENT_PID", None)
         if start is not None:
             start(command)
@@ -285,11 +331,13 @@ def _init(spec: dict, command: list[str], start=None) -> int:
     _run("mount", "--make-rprivate", "/")
     _run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
     if spec.get("max_processes") and per_namespace_pid_max():
-        # This namespace's own pid_max (never the machine's: only where Linux keeps one per namespace).
+        # This namespace's own pid_max (never the machine's: only where Linux keeps one per
+        # namespace).
         Path("/proc/sys/kernel/pid_max").write_text(str(spec["max_processes"] + _RESERVED_PIDS))
     _mount_view(spec)
     _loopback_up()
-    socket.sethostname("localhost")  # not the machine's; gloo and others resolve it (/etc/hosts) to loopback
+    # not the machine's; gloo and others resolve it (/etc/hosts) to loopback
+    socket.sethostname("localhost")
     home = Path("/tmp/home")
     home.mkdir(mode=0o700)
     os.chown(home, spec["uid"], spec["gid"])
@@ -302,7 +350,8 @@ def _init(spec: dict, command: list[str], start=None) -> int:
             pass
 
     def seal(_signum, _frame):
-        """The kernel has made its sockets: from now on it can write nothing in the grader's IPC folder."""
+        """The kernel has made its sockets: from now on it can write nothing in the grader's IPC
+        folder."""
         try:
             if not os.path.ismount(spec["ipc_dir"]):
                 _bind(spec["ipc_dir"], spec["ipc_dir"], False)
@@ -313,28 +362,31 @@ def _init(spec: dict, command: list[str], start=None) -> int:
     signal.signal(signal.SIGINT, interrupt)  # Jupyter's interrupt reaches the kernel
     if spec.get("ipc_dir"):
         signal.signal(signal.SIGUSR1, seal)
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # the init ending ends every process of the namespace
+    # the init ending ends every process of the namespace
+    for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda signum, _frame: os._exit(128 + signum))
     return _wait_for(kernel)
 
 
 def join_cgroups(paths: list[str]) -> None:
-    """Put this process into the cgroups whose ``cgroup.procs`` files are ``paths``; what it starts later
-    is in them too (:mod:`autograder.run.cgroups`)."""
+    """Put this process into the cgroups whose ``cgroup.procs`` files are ``paths``; what it starts
+    later is in them too (:mod:`autograder.run.cgroups`)."""
     for path in paths:
         with open(path, "w") as handle:
             handle.write(str(os.getpid()))
 
 
 def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
-    """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left alone.
+    """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left
+    alone.
 
     ``start``: how the kernel runs ``command`` once forked (see :func:`_start_kernel`); None: exec.
 
-    The sandbox is three processes, each ended with its parent by a parent-death signal on Linux: the launcher
-    enters the namespaces itself (``unshare(2)``) and forks the namespace's init, which forks the kernel; when
-    the init of a PID namespace ends, Linux kills every process in it. Without namespaces the launcher forks
-    the kernel into a process group of its own and kills that group when told to end or its parent dies.
+    The sandbox is three processes, each ended with its parent by a parent-death signal on Linux:
+    the launcher enters the namespaces itself (``unshare(2)``) and forks the namespace's init, which
+    forks the kernel; when the init of a PID namespace ends, Linux kills every process in it.
+    Without namespaces the launcher forks the kernel into a process group of its own and kills that
+    group when told to end or its parent dies.
     """
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # until the sandbox exists: just go
     die_with_parent(parent, signal.SIGTERM)
@@ -349,7 +401,11 @@ def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
             _enter_namespaces(spec["user_namespace"])
         except (OSError, subprocess.CalledProcessError) as error:
             detail = getattr(error, "stderr", "") or ""
-            print(f"sandbox: cannot enter namespaces: {error} {detail}".strip(), file=sys.stderr, flush=True)
+            print(
+                f"sandbox: cannot enter namespaces: {error} {detail}".strip(),
+                file=sys.stderr,
+                flush=True,
+            )
             return 126
         launcher = os.getpid()
         child = os.fork()
@@ -366,7 +422,11 @@ def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
 
     def end(signum, _frame):
         try:  # the init's end ends its namespace; without one, the kernel's group goes
-            os.kill(child, signal.SIGKILL) if spec["namespaces"] else os.killpg(child, signal.SIGKILL)
+            (
+                os.kill(child, signal.SIGKILL)
+                if spec["namespaces"]
+                else os.killpg(child, signal.SIGKILL)
+            )
         except ProcessLookupError:
             pass
         os._exit(128 + signum)

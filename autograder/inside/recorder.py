@@ -1,25 +1,27 @@
 """Kernel-side half of the probes: record what a test's assertions see, and hand it to the grader.
 
 The runner sends this file's source to the kernel with :mod:`autograder.inside.guard`'s and calls
-:func:`install` with a name chosen for the run; each probe (:mod:`autograder.prepare.probes`) calls the recorder
-under that name. Nothing here decides anything: the grader trusts none of what is recorded, and compares it,
-outside the kernel, with the instructor's reference. Nothing is ever unpickled by the grader.
+:func:`install` with a name chosen for the run; each probe (:mod:`autograder.prepare.probes`) calls
+the recorder under that name. Nothing here decides anything: the grader trusts none of what is
+recorded, and compares it, outside the kernel, with the instructor's reference. Nothing is ever
+unpickled by the grader.
 """
 
 
 def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: nothing of it in any namespace
-    """``plain_tensor``: a function's ``module.name`` that says whether a tensor is one the checks trust (default:
-    PyTorch's own types only).
+    """``plain_tensor``: a function's ``module.name`` that says whether a tensor is one the checks
+    trust (default: PyTorch's own types only).
 
-    The recorder offers ``value(site, actual[, expected])`` (a value comparison's encoded actual side; the
-    instructor's probe passes the expected side too), ``check(site, passed)`` (a condition, True or False;
-    False raises ``AssertionError`` as the assertion did), ``raised(error)`` (the class names of the exception
-    and its causes), ``hidden()`` (a context marking events as from hidden checks) and ``end(token)``, which
-    publishes the events, and the token the grader gave this run of the probe, as one display output of MIME type
-    ``application/vnd.course.probe+json``. Values are JSON: containers with their type, tensors with type,
-    device, dtype, shape and raw bytes (base64; a tensor of any layout but the strided one is refused,
-    ``"refused": "layout"``, and fails every comparison), devices, dtypes and classes by name, anything else as an
-    opaque object of its class.
+    The recorder offers ``value(site, actual[, expected])`` (a value comparison's encoded actual
+    side; the instructor's probe passes the expected side too), ``check(site, passed)`` (a
+    condition, True or False; False raises ``AssertionError`` as the assertion did),
+    ``raised(error)`` (the class names of the exception and its causes), ``hidden()`` (a context
+    marking events as from hidden checks) and ``end(token)``, which publishes the events, and the
+    token the grader gave this run of the probe, as one display output of MIME type
+    ``application/vnd.course.probe+json``. Values are JSON: containers with their type, tensors with
+    type, device, dtype, shape and raw bytes (base64; a tensor of any layout but the strided one is
+    refused, ``"refused": "layout"``, and fails every comparison), devices, dtypes and classes by
+    name, anything else as an opaque object of its class.
     """
     import base64
     import builtins
@@ -34,8 +36,8 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
     import traceback
 
     def torch_module():
-        """torch where the kernel imported it (no tensor exists elsewhere), as the guard puts it back before each
-        probe."""
+        """torch where the kernel imported it (no tensor exists elsewhere), as the guard puts it
+        back before each probe."""
         return sys.modules.get("torch")
 
     def is_plain_tensor(value):
@@ -55,14 +57,22 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
             publish_display_data({mime: payload})
 
     def qualname(cls):
-        return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', getattr(cls, '__name__', '?'))}"
+        name = getattr(cls, "__qualname__", getattr(cls, "__name__", "?"))
+        return f"{getattr(cls, '__module__', '?')}.{name}"
 
     def tensor(value):
         torch = torch_module()
-        record = {"$": "tensor", "cls": qualname(type(value)), "plain": is_plain_tensor(value),
-                  "device": str(value.device), "dtype": str(value.dtype), "shape": list(value.shape)}
+        record = {
+            "$": "tensor",
+            "cls": qualname(type(value)),
+            "plain": is_plain_tensor(value),
+            "device": str(value.device),
+            "dtype": str(value.dtype),
+            "shape": list(value.shape),
+        }
         if record["plain"] and not value.is_meta and value.layout != torch.strided:
-            record["refused"] = "layout"  # sparse and other layouts: no values recorded, so no comparison passes
+            # sparse and other layouts: no values recorded, so no comparison passes
+            record["refused"] = "layout"
         elif record["plain"] and not value.is_meta:
             with torch._C.DisableTorchFunctionSubclass():
                 flat = value.detach().cpu().contiguous().reshape(-1)
@@ -105,16 +115,27 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
         if isinstance(value, (bytes, bytearray)):
             return {"$": "bytes", "v": base64.b64encode(bytes(value)).decode()}
         if isinstance(value, dict):
-            pairs = [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in list(value.items())[:100_000]]
-            kind = "collections.OrderedDict" if isinstance(value, collections.OrderedDict) else "dict"
+            pairs = [
+                [encode(k, depth + 1), encode(v, depth + 1)]
+                for k, v in list(value.items())[:100_000]
+            ]
+            kind = (
+                "collections.OrderedDict" if isinstance(value, collections.OrderedDict) else "dict"
+            )
             return {"$": "dict", "cls": kind, "v": pairs}
-        for kind, types in (("list", list), ("tuple", tuple), ("set", set), ("frozenset", frozenset)):
+        for kind, types in (
+            ("list", list),
+            ("tuple", tuple),
+            ("set", set),
+            ("frozenset", frozenset),
+        ):
             if isinstance(value, types):
                 items = [encode(item, depth + 1) for item in list(value)[:100_000]]
                 if kind in ("set", "frozenset"):
                     items.sort(key=repr)
                 return {"$": kind, "cls": qualname(type(value)), "v": items}
-        if isinstance(value, (int, float)):  # a subclass (numpy scalars, bool-like ints): its plain value
+        # a subclass (numpy scalars, bool-like ints): its plain value
+        if isinstance(value, (int, float)):
             return encode(float(value) if isinstance(value, float) else int(value), depth + 1)
         return {"$": "object", "cls": qualname(type(value))}
 
@@ -165,15 +186,21 @@ def install(name, publish=None, plain_tensor=""):  # noqa: C901 - one closure: n
                 self.depth -= 1
 
         def raised(self, error):
-            traceback.print_exception(error)  # for the instructor's log of the probes; never shown to students
+            # for the instructor's log of the probes; never shown to students
+            traceback.print_exception(error)
             names, seen = [], set()
-            while error is not None and id(error) not in seen and len(names) < 5:  # the error and what caused it
+            # the error and what caused it
+            while error is not None and id(error) not in seen and len(names) < 5:
                 seen.add(id(error))
                 names.append(type(error).__name__)
                 error = error.__cause__ or error.__context__
             self._add(["raised", *names])
 
         def end(self, token=None):
-            publish({"events": self.events} if token is None else {"events": self.events, "token": token})
+            publish(
+                {"events": self.events}
+                if token is None
+                else {"events": self.events, "token": token}
+            )
 
     builtins.__dict__[name] = Recorder()

@@ -1,9 +1,11 @@
-"""Before a class is graded, the instructor's solution runs in the same sandbox: the canary and the reference.
+"""Before a class is graded, the instructor's solution runs in the same sandbox: the canary and the
+reference.
 
-The canary stops grading before any student is graded unless every test of the solution passes (a broken
-environment would otherwise grade every notebook zero); the same run's probes (:mod:`autograder.prepare.probes`)
-are the reference every submission is judged against. :mod:`autograder.batch` calls :func:`start` and waits for
-:meth:`Pending.result`; references are kept in the work folder's ``reference/ASSIGNMENT/NOTEBOOK.json``.
+The canary stops grading before any student is graded unless every test of the solution passes (a
+broken environment would otherwise grade every notebook zero); the same run's probes
+(:mod:`autograder.prepare.probes`) are the reference every submission is judged against.
+:mod:`autograder.batch` calls :func:`start` and waits for :meth:`Pending.result`; references are
+kept in the work folder's ``reference/ASSIGNMENT/NOTEBOOK.json``.
 """
 
 from __future__ import annotations
@@ -43,54 +45,79 @@ KEY_FORMAT = 1  # raised when what a reference holds changes
 
 
 class CanaryFailed(RuntimeError):
-    """The instructor's solution did not pass in the grading sandbox; the message's first line says why."""
+    """The instructor's solution did not pass in the grading sandbox; the message's first line says
+    why."""
 
 
 @lru_cache(maxsize=4)
 def _installed(profile: str) -> str:
-    """A hash of the grader's code, the code of the course's packages (those of its grading ``profile``) and every
-    installed package's version (read once)."""
+    """A hash of the grader's code, the code of the course's packages (those of its grading
+    ``profile``) and every installed package's version (read once)."""
     digest = hashlib.sha256()
     for folder in (Path(__file__).resolve().parents[1], *profile_named(profile).package_folders()):
         digest.update(fingerprint(folder, recursive=True, suffix=".py").encode())
-    # Each name and version once: Python finds the course's own metadata (devcourse.egg-info) a second time when
-    # the grader runs from the repository's root, whose folder is then first on the path; a key that counted it
-    # twice would change with the folder the grader is started from, and the canary run again for nothing.
+    # Each name and version once: Python finds the course's own metadata (devcourse.egg-info) a
+    # second time when the grader runs from the repository's root, whose folder is then first on the
+    # path; a key that counted it twice would change with the folder the grader is started from, and
+    # the canary run again for nothing.
     for name in sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()}):
         digest.update(name.encode() + b"\0")
     return digest.hexdigest()
 
 
 def this_machine(profile: str = "") -> str:
-    """The part of every key that is the same for a whole run: code, Python, packages, machine, devices."""
-    parts = [_installed(profile), sys.version, sys.executable, platform.platform(), platform.machine(),
-             str(os.cpu_count()),
-             str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
-             os.environ.get("CUDA_VISIBLE_DEVICES", "-"), profile_named(profile).devices()]
+    """The part of every key that is the same for a whole run: code, Python, packages, machine,
+    devices."""
+    parts = [
+        _installed(profile),
+        sys.version,
+        sys.executable,
+        platform.platform(),
+        platform.machine(),
+        str(os.cpu_count()),
+        str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
+        os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
+        profile_named(profile).devices(),
+    ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def reference_key(assignment: str, notebook: str, source_dir: Path, run: RunContext, machine: str) -> str | None:
+def reference_key(
+    assignment: str, notebook: str, source_dir: Path, run: RunContext, machine: str
+) -> str | None:
     """The key a reference is kept under, or None where none is kept (a Dask cluster's workers).
 
-    ``machine`` is :func:`this_machine`'s. The key hashes all that could change what the solution does in the
-    sandbox: the assignment's source folder, the grader's and the course package's code, Python and every
-    installed package's version, the machine, the devices checked, the limits and the isolation. A later run
-    with the same key reuses the reference (the canary runs once, not each day); anything that changes in it, or
-    ``--rerun-canary``, runs the solution again.
+    ``machine`` is :func:`this_machine`'s. The key hashes all that could change what the solution
+    does in the sandbox: the assignment's source folder, the grader's and the course package's code,
+    Python and every installed package's version, the machine, the devices checked, the limits and
+    the isolation. A later run with the same key reuses the reference (the canary runs once, not
+    each day); anything that changes in it, or ``--rerun-canary``, runs the solution again.
     """
     settings = run.settings
     if settings.on_cluster:
         return None
-    limits = [dataclasses.asdict(settings.limits), settings.sandbox, settings.keep_work,
-              run.isolation.namespaces, run.isolation.user_namespace, run.cgroups.version]
-    parts = [str(KEY_FORMAT), assignment, notebook, fingerprint(source_dir, recursive=True), machine,
-             json.dumps(limits)]
+    limits = [
+        dataclasses.asdict(settings.limits),
+        settings.sandbox,
+        settings.keep_work,
+        run.isolation.namespaces,
+        run.isolation.user_namespace,
+        run.cgroups.version,
+    ]
+    parts = [
+        str(KEY_FORMAT),
+        assignment,
+        notebook,
+        fingerprint(source_dir, recursive=True),
+        machine,
+        json.dumps(limits),
+    ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def cache_folder(settings) -> Path | None:
-    """The folder shared by several work folders (``--reference-cache``, else ``$COURSE_REFERENCE_CACHE``), or None."""
+    """The folder shared by several work folders (``--reference-cache``, else
+    ``$COURSE_REFERENCE_CACHE``), or None."""
     chosen = settings.reference_cache or os.environ.get(CACHE_ENV)
     return Path(chosen).expanduser().resolve() if chosen else None
 
@@ -105,24 +132,31 @@ def unwritable(cache: Path) -> str | None:
         return f"{type(error).__name__}: {error.strerror or error}"
 
 
-def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path, run: RunContext) -> "Pending":
-    """Run each ``(assignment, notebook, source)`` solution as a submission, with the instructor's probes.
+def start(
+    notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path, run: RunContext
+) -> "Pending":
+    """Run each ``(assignment, notebook, source)`` solution as a submission, with the instructor's
+    probes.
 
     Hands the solutions whose references must be made to the executor and returns at once;
     :meth:`Pending.result` gives assignment -> notebook -> grade_id -> the reference's records, and
-    raises CanaryFailed unless every test passes. The notebooks given are those of each assignment with
-    submissions to grade (``--canary graded``) or of every chosen one (``--canary all``).
+    raises CanaryFailed unless every test passes. The notebooks given are those of each assignment
+    with submissions to grade (``--canary graded``) or of every chosen one (``--canary all``).
 
-    A notebook whose reference is kept under the same key, in the work folder or the shared cache, is not
-    run again; one that another grader is making in the shared cache is waited for in
-    :meth:`Pending.result`. The jobs go to the executor before any student's, so they start first, and the
-    grader can prepare and hand over students' jobs while they run.
+    A notebook whose reference is kept under the same key, in the work folder or the shared cache,
+    is not run again; one that another grader is making in the shared cache is waited for in
+    :meth:`Pending.result`. The jobs go to the executor before any student's, so they start first,
+    and the grader can prepare and hand over students' jobs while they run.
     """
     cache = cache_folder(run.settings)
     problem = cache and unwritable(cache)
     if problem:  # another user's folder, say: its references are still read, none is added
-        print(f"References are not kept in {cache} this run, only read from it: it cannot be written "
-              f"({problem}); the work folder keeps its own.", file=sys.stderr, flush=True)
+        print(
+            f"References are not kept in {cache} this run, only read from it: it cannot be written "
+            f"({problem}); the work folder keeps its own.",
+            file=sys.stderr,
+            flush=True,
+        )
     fresh = run.settings.rerun_canary
     pending = Pending(workdir, None if problem else cache, run)
     todo = []
@@ -151,7 +185,8 @@ def start(notebooks: list[tuple[str, str, nbformat.NotebookNode]], workdir: Path
 
 
 class Pending:
-    """The canary under way: :meth:`result` waits for its jobs, checks them and keeps the references."""
+    """The canary under way: :meth:`result` waits for its jobs, checks them and keeps the
+    references."""
 
     def __init__(self, workdir: Path, cache: Path | None, run: RunContext):
         self.workdir, self.cache, self.run = workdir, cache, run
@@ -159,11 +194,13 @@ class Pending:
         self.reused: list[str] = []
         self.waiting: list = []
         self.jobs: list = []
-        self.held = contextlib.ExitStack()  # the locks on the references this grader makes in the shared cache
+        # the locks on the references this grader makes in the shared cache
+        self.held = contextlib.ExitStack()
         self.done = False
 
     def result(self) -> dict[str, dict[str, dict]]:
-        """assignment -> notebook -> grade_id -> records; raises CanaryFailed unless every test passed."""
+        """assignment -> notebook -> grade_id -> records; raises CanaryFailed unless every test
+        passed."""
         if self.done:
             return self.found
         try:
@@ -178,19 +215,24 @@ class Pending:
                 kept = _kept(self.workdir, self.cache, name, notebook, key)
             finally:
                 lock.release()
-            if kept is None:  # the other grader did not make it (stopped, or its canary failed): made here
+            # the other grader did not make it (stopped, or its canary failed): made here
+            if kept is None:
                 again.append((name, notebook, source, key))
             else:
                 self.found.setdefault(name, {})[notebook] = kept
                 self.reused.append(f"{name}/{notebook}")
         _finish(_submit(again, self.workdir, self.run), self.workdir, self.cache, self.found)
         if self.reused and self.run.settings.progress:
-            print(f"References kept from an earlier run, not made again: {', '.join(self.reused)}", flush=True)
+            print(
+                f"References kept from an earlier run, not made again: {', '.join(self.reused)}",
+                flush=True,
+            )
         self.done = True
         return self.found
 
     def close(self) -> None:
-        """Let go of the shared cache's locks (a stopped run: another grader may make those references)."""
+        """Let go of the shared cache's locks (a stopped run: another grader may make those
+        references)."""
         self.held.close()
 
 
@@ -198,7 +240,8 @@ def _submit(items: list, workdir: Path, run: RunContext) -> list:
     jobs = []
     for name, notebook, source, key in items:
         job = Job(STUDENT, name, notebook, workdir / "jobs" / STUDENT / name / notebook)
-        shutil.rmtree(job.folder, ignore_errors=True)  # left by a run stopped before its reference was kept
+        # left by a run stopped before its reference was kept
+        shutil.rmtree(job.folder, ignore_errors=True)
         path = ready(job, source, source, workdir / "source" / name, run, reference=True)
         jobs.append((job, run.executor.submit(path), source, key))
     return jobs
@@ -210,10 +253,14 @@ def _finish(jobs: list, workdir: Path, cache: Path | None, found: dict) -> None:
     for job, _, source, key in jobs:
         problem = _problem(job, source)
         if problem:
-            raise CanaryFailed(f"grading stopped: the instructor's solution of {job.assignment}/{job.notebook} "
-                               f"does not pass in the grading sandbox: {problem}")
+            raise CanaryFailed(
+                f"grading stopped: the instructor's solution of {job.assignment}/{job.notebook} "
+                f"does not pass in the grading sandbox: {problem}"
+            )
         records = observations_of(job)
-        kept = json.dumps({"key": key, "assignment": job.assignment, "notebook": job.notebook, "records": records})
+        kept = json.dumps(
+            {"key": key, "assignment": job.assignment, "notebook": job.notebook, "records": records}
+        )
         write_whole(_own(workdir, job.assignment, job.notebook), kept)
         if cache is not None and key is not None:
             write_whole(cache / f"{key}.json", kept)
@@ -233,8 +280,11 @@ def _read(path: Path) -> dict | None:
     return kept if isinstance(kept, dict) and isinstance(kept.get("records"), dict) else None
 
 
-def _kept(workdir: Path, cache: Path | None, assignment: str, notebook: str, key: str | None) -> dict | None:
-    """The records of a reference kept under ``key``: in the work folder, else in the cache (copied in)."""
+def _kept(
+    workdir: Path, cache: Path | None, assignment: str, notebook: str, key: str | None
+) -> dict | None:
+    """The records of a reference kept under ``key``: in the work folder, else in the cache (copied
+    in)."""
     if key is None:
         return None
     own = _own(workdir, assignment, notebook)
@@ -244,12 +294,14 @@ def _kept(workdir: Path, cache: Path | None, assignment: str, notebook: str, key
     shared = _read(cache / f"{key}.json") if cache is not None else None
     if shared is None or shared.get("key") != key:
         return None
-    write_whole(own, json.dumps(shared))  # the work folder keeps the reference it graded with (for review)
+    # the work folder keeps the reference it graded with (for review)
+    write_whole(own, json.dumps(shared))
     return shared["records"]
 
 
 class _KeyLock:
-    """A lock on ``CACHE/KEY.lock``, held while a grader makes that reference; Linux ends it with the grader."""
+    """A lock on ``CACHE/KEY.lock``, held while a grader makes that reference; Linux ends it with
+    the grader."""
 
     def __init__(self, cache: Path, key: str):
         cache.mkdir(parents=True, exist_ok=True)
@@ -270,7 +322,8 @@ class _KeyLock:
 
 
 def reference_of(workdir: Path, assignment: str, notebook: str) -> dict | None:
-    """The records of the reference the last run in ``workdir`` graded ``assignment/notebook`` with, or None."""
+    """The records of the reference the last run in ``workdir`` graded ``assignment/notebook`` with,
+    or None."""
     kept = _read(_own(workdir, assignment, notebook))
     return kept["records"] if kept is not None else None
 
@@ -288,7 +341,9 @@ def _problem(job: Job, source: nbformat.NotebookNode) -> str | None:
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
         if errors:
             first = errors[0]
-            problem = f"test {grade_id}: {first.ename}: {sandbox.last_line(first.evalue) or first.evalue}"
+            problem = (
+                f"test {grade_id}: {first.ename}: {sandbox.last_line(first.evalue) or first.evalue}"
+            )
         else:
             why = self_check(records.get(grade_id), sites)
             problem = f"test {grade_id}, run again with its hidden checks: {why}" if why else None
@@ -300,16 +355,17 @@ def _problem(job: Job, source: nbformat.NotebookNode) -> str | None:
     return None
 
 
-_BANNER_END = "To connect another client to this kernel, use:"  # ipykernel's, then the line naming its connection file
+# ipykernel's, then the line naming its connection file
+_BANNER_END = "To connect another client to this kernel, use:"
 
 
 def _last_words(job: Job) -> str:
-    """The last line the kernel wrote to its output (:data:`autograder.run.session.KERNEL_LOG`), else the last line
-    of the runner's log, or ``""``.
+    """The last line the kernel wrote to its output (:data:`autograder.run.session.KERNEL_LOG`),
+    else the last line of the runner's log, or ``""``.
 
     Every kernel that starts writes ipykernel's banner, ending with the path of its connection file
-    (``--existing ...``): those are not its last words, only what comes after them is (a kernel that died
-    before the banner gets the log's last line, as it stands).
+    (``--existing ...``): those are not its last words, only what comes after them is (a kernel that
+    died before the banner gets the log's last line, as it stands).
     """
     for name in (KERNEL_LOG, "runner.log"):
         log = job.folder / name

@@ -1,6 +1,8 @@
-"""Moodle: the names of its "Download all submissions" files, and its CSV grade import (an nbgrader export plugin).
+"""Moodle: the names of its "Download all submissions" files, and its CSV grade import (an nbgrader
+export plugin).
 
-Part of :mod:`autograder.plugins.lms`; ``nbgrader export --exporter=autograder.plugins.moodle.MoodleExportPlugin``.
+Part of :mod:`autograder.plugins.lms`; ``nbgrader export
+--exporter=autograder.plugins.moodle.MoodleExportPlugin``.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ import re
 from autograder.plugins.lms import LmsExportPlugin
 
 # <Full Name>_<participant id>_assignsubmission_file_/<file>, or that prefix before the file's name
-DOWNLOAD_NAMES = [re.compile(r"^(?P<full_name>.+?)_(?P<student_id>\d+)_assign(?:submission|feedback)_[a-z]+_"
-                             r"(?P<file>.*)$")]
+DOWNLOAD_NAMES = [
+    re.compile(
+        r"^(?P<full_name>.+?)_(?P<student_id>\d+)_assign(?:submission|feedback)_[a-z]+_"
+        r"(?P<file>.*)$"
+    )
+]
 
 
 class MoodleExportPlugin(LmsExportPlugin):

@@ -1,9 +1,9 @@
 """One job: a notebook of one student's assignment, prepared for the sandboxed runner.
 
-:func:`prepare` writes the assembled notebook, whose test cells are the visible tests the student sees (each
-after the guard and the course's imports, its comparisons made strict), the probe of every test
-(:mod:`autograder.prepare.probes`) and the student's working copy; :mod:`autograder.run.jobfile` adds where and
-how it runs on a machine.
+:func:`prepare` writes the assembled notebook, whose test cells are the visible tests the student
+sees (each after the guard and the course's imports, its comparisons made strict), the probe of
+every test (:mod:`autograder.prepare.probes`) and the student's working copy;
+:mod:`autograder.run.jobfile` adds where and how it runs on a machine.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class Job:
 
 
 def course_imports(source: nbformat.NotebookNode) -> str:
-    """The course's own import statements, re-run before each test so its names mean what they meant."""
+    """The course's own import statements, re-run before each test so its names mean what they
+    meant."""
     lines = []
     for cell in source.cells:
         if cell.cell_type != "code" or is_answer(cell) or is_test(cell):
@@ -44,7 +45,11 @@ def course_imports(source: nbformat.NotebookNode) -> str:
             tree = ast.parse(ipython_free(cell.source))
         except SyntaxError:
             continue
-        lines += [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        lines += [
+            ast.unparse(node)
+            for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+        ]
     return "\n".join(dict.fromkeys(lines))
 
 
@@ -57,17 +62,27 @@ class _StrictComparisons(ast.NodeTransformer):
         if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
             return node
         function = "eq" if isinstance(node.ops[0], ast.Eq) else "ne"
-        # Functions a test ships to other processes (DDP ranks) have no guard there: operator.eq/ne instead.
-        checker = ast.parse(f"__import__('builtins').__dict__.get({self.guard_name!r}, __import__('operator'))",
-                            mode="eval").body
-        call = ast.Call(func=ast.Attribute(value=checker, attr=function, ctx=ast.Load()),
-                        args=[node.left, node.comparators[0]], keywords=[])
+        # Functions a test ships to other processes (DDP ranks) have no guard there: operator.eq/ne
+        # instead.
+        checker = ast.parse(
+            f"__import__('builtins').__dict__.get({self.guard_name!r}, __import__('operator'))",
+            mode="eval",
+        ).body
+        call = ast.Call(
+            func=ast.Attribute(value=checker, attr=function, ctx=ast.Load()),
+            args=[node.left, node.comparators[0]],
+            keywords=[],
+        )
         return ast.copy_location(call, node)
 
-
-    # torch.equal(a, b) and the like -> the guard's checked version (torch's own where there is no guard)
-    TENSOR_CHECKS = {("torch", "equal"): "torch", ("torch", "allclose"): "torch", ("torch", "isclose"): "torch",
-                     ("torch", "testing", "assert_close"): "torch.testing"}
+    # torch.equal(a, b) and the like -> the guard's checked version (torch's own where there is no
+    # guard)
+    TENSOR_CHECKS = {
+        ("torch", "equal"): "torch",
+        ("torch", "allclose"): "torch",
+        ("torch", "isclose"): "torch",
+        ("torch", "testing", "assert_close"): "torch.testing",
+    }
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -80,36 +95,52 @@ class _StrictComparisons(ast.NodeTransformer):
         fallback = self.TENSOR_CHECKS.get((target.id, *path))
         if fallback is None:
             return node
-        checker = ast.parse(f"__import__('builtins').__dict__.get({self.guard_name!r}, "
-                            f"__import__('importlib').import_module({fallback!r}))", mode="eval").body
+        checker = ast.parse(
+            f"__import__('builtins').__dict__.get({self.guard_name!r}, "
+            f"__import__('importlib').import_module({fallback!r}))",
+            mode="eval",
+        ).body
         node.func = ast.Attribute(value=checker, attr=path[-1], ctx=ast.Load())
         return node
 
 
 def test_prelude(guard_name: str, imports: str, probe: bool = False, keep: tuple = ()) -> str:
-    """What the grader runs in a test's cell before the test: its guard's start, then the course's imports
-    (:func:`course_imports`); a traceback counts these lines too (:func:`autograder.record.hints.frame_as_written`).
+    """What the grader runs in a test's cell before the test: its guard's start, then the course's
+    imports (:func:`course_imports`); a traceback counts these lines too
+    (:func:`autograder.record.hints.frame_as_written`).
 
-    A ``probe``'s guard ran in a cell of its own just before (:meth:`autograder.run.session.Session.probes`): its
-    first line takes its own source out of ``linecache`` instead, all but the line ranges ``keep``.
+    A ``probe``'s guard ran in a cell of its own just before
+    (:meth:`autograder.run.session.Session.probes`): its first line takes its own source out of
+    ``linecache`` instead, all but the line ranges ``keep``.
     """
-    return f"{guard_name}.forget({list(keep)!r})\n{imports}\n" if probe else f"{guard_name}()\n{imports}\n"
+    return (
+        f"{guard_name}.forget({list(keep)!r})\n{imports}\n"
+        if probe
+        else f"{guard_name}()\n{imports}\n"
+    )
 
 
 def probe_cell(test: str, probe: str, guard_name: str, imports: str) -> str:
-    """The cell that runs ``probe``, the probe of the test cell ``test``: what the probe's functions that run in
-    another process need of the source (they are sent there as they stand) stays in ``linecache``, nothing else."""
+    """The cell that runs ``probe``, the probe of the test cell ``test``: what the probe's functions
+    that run in another process need of the source (they are sent there as they stand) stays in
+    ``linecache``, nothing else."""
     body = strict_comparisons(probe, guard_name)
     offset = test_prelude(guard_name, imports).count("\n")
     workers = worker_functions(ast.parse(ipython_free(test)))
-    keep = [(min([node.lineno, *(d.lineno for d in node.decorator_list)]) + offset, node.end_lineno + offset)
-            for node in ast.walk(ast.parse(body))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in workers]
+    keep = [
+        (
+            min([node.lineno, *(d.lineno for d in node.decorator_list)]) + offset,
+            node.end_lineno + offset,
+        )
+        for node in ast.walk(ast.parse(body))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in workers
+    ]
     return test_prelude(guard_name, imports, probe=True, keep=keep) + body
 
 
 def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
-    """The test's tree, its comparisons checked by the guard, and that tree's source; None if not Python."""
+    """The test's tree, its comparisons checked by the guard, and that tree's source; None if not
+    Python."""
     try:
         tree = ast.parse(ipython_free(source))
     except SyntaxError:
@@ -118,7 +149,8 @@ def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
 
 
 def strict_comparisons(source: str, guard_name: str) -> str:
-    """A test's source with every ``a == b`` / ``a != b`` and ``torch.equal``-like call checked by the guard.
+    """A test's source with every ``a == b`` / ``a != b`` and ``torch.equal``-like call checked by
+    the guard.
 
     See :mod:`autograder.inside.guard`.
     """
@@ -127,9 +159,10 @@ def strict_comparisons(source: str, guard_name: str) -> str:
 
 
 def strict_lines(source: str, guard_name: str) -> tuple[list[str], dict[int, int]]:
-    """The lines of :func:`strict_comparisons`, and for each line that begins a statement (an ``except``
-    clause, a decorator) the line of ``source`` it begins on (both counted from 1): how a traceback of the test
-    as it ran maps to the test as written. Without the map (``{}``) where ``source`` is not Python."""
+    """The lines of :func:`strict_comparisons`, and for each line that begins a statement (an
+    ``except`` clause, a decorator) the line of ``source`` it begins on (both counted from 1): how a
+    traceback of the test as it ran maps to the test as written. Without the map (``{}``) where
+    ``source`` is not Python."""
     strict = _strict(source, guard_name)
     if strict is None:
         return source.splitlines(), {}
@@ -152,38 +185,59 @@ def _located(tree: ast.AST) -> list[ast.AST]:
     return nodes
 
 
-def prepare(job: Job, source: nbformat.NotebookNode, submitted: nbformat.NotebookNode, submitted_dir: Path,
-            guard_name: str, imports: str, reference: bool = False,
-            stubs: tuple[str, str] = DEFAULT_STUBS, stand_ins: tuple[str, ...] = ()) -> dict:
-    """Write the job's assembled notebook, working copy and what its verdict needs; return what the runner runs
-    (the names of the guard and the recorder in the kernel, and each test's probe).
+def prepare(
+    job: Job,
+    source: nbformat.NotebookNode,
+    submitted: nbformat.NotebookNode,
+    submitted_dir: Path,
+    guard_name: str,
+    imports: str,
+    reference: bool = False,
+    stubs: tuple[str, str] = DEFAULT_STUBS,
+    stand_ins: tuple[str, ...] = (),
+) -> dict:
+    """Write the job's assembled notebook, working copy and what its verdict needs; return what the
+    runner runs (the names of the guard and the recorder in the kernel, and each test's probe).
 
-    ``imports`` are the source's import lines (:func:`course_imports`); ``reference`` makes the instructor's
-    probes, which record the expected sides too (the canary's run); ``stubs``, what an answer cell the student
-    deleted gets (:func:`~autograder.prepare.submission.assemble`); ``stand_ins``, the device types the grader
-    simulates (:attr:`autograder.course.profile.CourseProfile.stand_ins`), which an answer names only where its
-    exercise's solution does.
+    ``imports`` are the source's import lines (:func:`course_imports`); ``reference`` makes the
+    instructor's probes, which record the expected sides too (the canary's run); ``stubs``, what an
+    answer cell the student deleted gets (:func:`~autograder.prepare.submission.assemble`);
+    ``stand_ins``, the device types the grader simulates
+    (:attr:`autograder.course.profile.CourseProfile.stand_ins`), which an answer names only where
+    its exercise's solution does.
     """
     nb = assemble(source, submitted, stubs)
     course_cells = {c.get("id") for c in source.cells if not is_answer(c)}
-    student_cells = [c for c in nb.cells if c.cell_type == "code" and (is_answer(c) or not nbgrader_meta(c))
-                     and c.get("id") not in course_cells]
-    asked = frozenset(nbgrader_meta(c).get("grade_id", "") for c in source.cells  # its solution names one itself
-                      if is_answer(c) and names_stand_in(c, stand_ins))
+    student_cells = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code"
+        and (is_answer(c) or not nbgrader_meta(c))
+        and c.get("id") not in course_cells
+    ]
+    # its solution names one itself
+    asked = frozenset(
+        nbgrader_meta(c).get("grade_id", "")
+        for c in source.cells
+        if is_answer(c) and names_stand_in(c, stand_ins)
+    )
     job.findings = scan(student_cells, stand_ins, asked)
     recorder_name = guard_name + "_probe"
     tests = [cell for cell in nb.cells if is_test(cell)]
     codes, _ = notebook_probes([cell.source for cell in tests], recorder_name, reference)
-    probes = [[nbgrader_meta(cell)["grade_id"], probe_cell(cell.source, code, guard_name, imports)]
-              for cell, code in zip(tests, codes)]
+    probes = [
+        [nbgrader_meta(cell)["grade_id"], probe_cell(cell.source, code, guard_name, imports)]
+        for cell, code in zip(tests, codes)
+    ]
     for cell in tests:
-        cell.source = (test_prelude(guard_name, imports)
-                       + strict_comparisons(visible_source(cell.source), guard_name))
+        cell.source = test_prelude(guard_name, imports) + strict_comparisons(
+            visible_source(cell.source), guard_name
+        )
     job.folder.mkdir(parents=True)
     work = job.folder / "work"
     shutil.copytree(submitted_dir, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     nbformat.write(nb, job.folder / "in.ipynb")
-    # What the verdict needs, kept for a review of a withheld score (autograder.record.review); the kernel cannot
-    # see it.
+    # What the verdict needs, kept for a review of a withheld score (autograder.record.review); the
+    # kernel cannot see it.
     (job.folder / "verdict.json").write_text(json.dumps({"findings": job.findings}))
     return {"guard_name": guard_name, "recorder_name": recorder_name, "probes": probes}

@@ -15,7 +15,8 @@ from autograder.settings import fields_of
 
 @dataclass
 class Status:
-    stopped: str = ""  # why the notebook stopped before its end (the first limit reached, a dead kernel), or ""
+    # why the notebook stopped before its end (the first limit reached, a dead kernel), or ""
+    stopped: str = ""
     cell: int | None = None  # the index of the cell that was running when it stopped
     probe: str | None = None  # the grade_id of the probe that was running when it stopped
     seconds: float = 0.0  # from its first cell to its end: what its limits per notebook count
@@ -23,20 +24,24 @@ class Status:
     warm: bool = False  # its kernel was started before the job was handed to it
     cells_s: float | None = None  # its cells (phase A)
     probes_s: float | None = None  # its probes in the same kernel (phase B)
-    probes_again: str = ""  # after a stop, phase B in a fresh kernel: "done", or why that one stopped
+    # after a stop, phase B in a fresh kernel: "done", or why that one stopped
+    probes_again: str = ""
     cgroup: str = ""  # why it ran without a cgroup of its own, where it did
     disk_full: int = 0  # the disk limit in MiB, when the submission filled it
 
     @classmethod
     def read(cls, path: Path) -> Status:
-        """The status written at ``path``. None written (the runner was killed, or never started) or one that does
-        not read as a status (corrupt, or another version's) is a stop that says which."""
+        """The status written at ``path``. None written (the runner was killed, or never started) or
+        one that does not read as a status (corrupt, or another version's) is a stop that says
+        which."""
         try:
             found = json.loads(path.read_text())
         except FileNotFoundError:
             return cls(stopped="the runner did not finish; see runner.log")
         except (OSError, UnicodeDecodeError, ValueError) as error:
-            return cls(stopped=f"its status.json could not be read ({type(error).__name__}: {error})")
+            return cls(
+                stopped=f"its status.json could not be read ({type(error).__name__}: {error})"
+            )
         try:
             return cls(**fields_of(cls, found, "a status"))
         except ValueError as error:
@@ -44,4 +49,3 @@ class Status:
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
-

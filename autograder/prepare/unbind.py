@@ -1,15 +1,18 @@
-"""What a student's probe leaves out (:mod:`autograder.prepare.probes`): the names and parameters of a test that
-only feed its expected sides, which a student's run of the test never binds, so no answer can read them."""
+"""What a student's probe leaves out (:mod:`autograder.prepare.probes`): the names and parameters of
+a test that only feed its expected sides, which a student's run of the test never binds, so no
+answer can read them."""
 
 from __future__ import annotations
 
 import ast
 
-UNBOUND = "_course_probe_unused"  # what a student's probe binds instead of a loop target that only feeds expectations
+# what a student's probe binds instead of a loop target that only feeds expectations
+UNBOUND = "_course_probe_unused"
 
 
 def dotted(node: ast.AST) -> str:
-    """A name or attribute chain as written (``torch.testing.assert_close``); "" for anything else."""
+    """A name or attribute chain as written (``torch.testing.assert_close``); "" for anything
+    else."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.insert(0, node.attr)
@@ -28,10 +31,10 @@ def _positions(tree: ast.AST, excluded: list[ast.AST]) -> tuple[set[str], set[st
 
 
 class Unbind(ast.NodeTransformer):
-    """In a student's probe: names that only feed expected sides are never bound (an assignment keeps any side
-    effect, a loop binds a throwaway name instead), and the test's own helpers get None for parameters that
-    only feed expected sides. ``scopes`` maps a function's path in the cell ("" for the cell's top level) to
-    those names."""
+    """In a student's probe: names that only feed expected sides are never bound (an assignment
+    keeps any side effect, a loop binds a throwaway name instead), and the test's own helpers get
+    None for parameters that only feed expected sides. ``scopes`` maps a function's path in the cell
+    ("" for the cell's top level) to those names."""
 
     def __init__(self, scopes: dict[str, set[str]], parameters: dict[str, list[tuple[int, str]]]):
         self.scopes, self.parameters, self.path = scopes, parameters, [""]
@@ -57,7 +60,8 @@ class Unbind(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_For(self, node: ast.For) -> ast.AST:
-        for target in ast.walk(node.target):  # the loop goes on; its expected-only targets are not bound
+        # the loop goes on; its expected-only targets are not bound
+        for target in ast.walk(node.target):
             if isinstance(target, ast.Name) and target.id in self.names:
                 target.id = UNBOUND
         return self.generic_visit(node)
@@ -74,14 +78,17 @@ class Unbind(ast.NodeTransformer):
 
 
 def _bound_here(body: list[ast.stmt]) -> set[str]:
-    """The names a scope binds itself (its nested functions, classes and comprehensions left out)."""
+    """The names a scope binds itself (its nested functions, classes and comprehensions left
+    out)."""
     names = set()
 
     def visit(node):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
             return
-        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        if isinstance(
+            node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+        ):
             return
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
@@ -105,9 +112,11 @@ def _functions(node: ast.AST, path: str = ""):
 
 
 def expected_only(trees: list[ast.AST], analyses: list) -> list[dict[str, set[str]]]:
-    """For each test cell: scope path -> the names bound there that are loaded only on expected sides.
+    """For each test cell: scope path -> the names bound there that are loaded only on expected
+    sides.
 
-    The cells' top level is one scope across the notebook (a later test may read an earlier one's names)."""
+    The cells' top level is one scope across the notebook (a later test may read an earlier one's
+    names)."""
     excluded = [e for analysis in analyses for e in analysis.expected]  # each a probes._Rewrite
     bound_top = set().union(*(_bound_here(tree.body) for tree in trees)) if trees else set()
     there, elsewhere = set(), set()
@@ -123,17 +132,20 @@ def expected_only(trees: list[ast.AST], analyses: list) -> list[dict[str, set[st
             if function.name in analysis.workers:
                 continue
             arguments = function.args
-            bound = _bound_here(function.body) | {a.arg for a in [*arguments.posonlyargs, *arguments.args,
-                                                                   *arguments.kwonlyargs]}
+            bound = _bound_here(function.body) | {
+                a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+            }
             inside, outside = _positions(function, excluded)
             found[path] = bound & (inside - outside)
         scopes.append(found)
     return scopes
 
 
-def expected_parameters(trees: list[ast.AST], scopes: list[dict[str, set[str]]]) -> dict[str, list[tuple[int, str]]]:
-    """For each function the tests define at a cell's top level: its parameters (position, name) used only on
-    expected sides, which a student's probe does not pass."""
+def expected_parameters(
+    trees: list[ast.AST], scopes: list[dict[str, set[str]]]
+) -> dict[str, list[tuple[int, str]]]:
+    """For each function the tests define at a cell's top level: its parameters (position, name)
+    used only on expected sides, which a student's probe does not pass."""
     found = {}
     for tree, scope in zip(trees, scopes):
         for node in tree.body:

@@ -1,4 +1,5 @@
-"""Students' feedback pages made by a process of their own while the grader goes on (``--feedback-apart``)."""
+"""Students' feedback pages made by a process of their own while the grader goes on
+(``--feedback-apart``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from autograder.inside import launcher
 from autograder.record.feedback import page_notes
 from autograder.record.gradebook import grading_environment, nbgrader_api
 
-PAGE_TIMEOUT_S = 300  # a FeedbackApart's page not made by then: its process is ended, the grader makes the pages
+# a FeedbackApart's page not made by then: its process is ended, the grader makes the pages
+PAGE_TIMEOUT_S = 300
 
 
 class FeedbackApart:
@@ -26,25 +28,30 @@ class FeedbackApart:
     On a cluster, the grader's machine runs no notebook: its own handling of each finished job
     (judging, nbgrader's autograde) and then the job's feedback page, one after the other, set the
     pace of the whole class. Here the pages are made by a second process (``python -m
-    autograder.record.feedback_worker``, one request and one answer a line) while the grader goes on:
-    :meth:`hand_on` never waits, :meth:`deliver` passes each made page's pair to the grader's
+    autograder.record.feedback_worker``, one request and one answer a line) while the grader goes
+    on: :meth:`hand_on` never waits, :meth:`deliver` passes each made page's pair to the grader's
     ``record``, waiting (never with the signals held) while more than ``keep`` pairs wait. A pair
-    leaves the line only once recorded, so a stopped run that delivers what is handed on reports each
-    pair graded with its page, as when the grader makes them itself. The process has a session of its
-    own (a terminal's Ctrl-C is the grader's to handle) and ends with the grader. Should it die or
-    stick (:data:`PAGE_TIMEOUT_S`), the page it owes and each after it are made by ``in_line(pair)``
-    in the grader, under ``hold()``. Same pages, same notes as :func:`write_feedback`; on a CPU-only
-    machine no different.
+    leaves the line only once recorded, so a stopped run that delivers what is handed on reports
+    each pair graded with its page, as when the grader makes them itself. The process has a session
+    of its own (a terminal's Ctrl-C is the grader's to handle) and ends with the grader. Should it
+    die or stick (:data:`PAGE_TIMEOUT_S`), the page it owes and each after it are made by
+    ``in_line(pair)`` in the grader, under ``hold()``. Same pages, same notes as
+    :func:`write_feedback`; on a CPU-only machine no different.
     """
 
     def __init__(self, workdir: Path, db_url: str, in_line, depth: int = 2):
         self.in_line, self.depth = in_line, depth
-        self.process = subprocess.Popen([sys.executable, "-m", "autograder.record.feedback_worker"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "autograder.record.feedback_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.answers: queue.Queue = queue.Queue()
         self.waiting: list[tuple[str, str]] = []  # handed on, oldest first (answered in that order)
-        self.ready: dict[tuple[str, str], list[str] | None] = {}  # answered, not recorded (None: in line)
+        # answered, not recorded (None: in line)
+        self.ready: dict[tuple[str, str], list[str] | None] = {}
         self.broken = False
         self.seconds = 0.0  # the process's own time for the pages it made
         try:
@@ -82,9 +89,9 @@ class FeedbackApart:
         self.waiting.append(pair)
 
     def deliver(self, record, hold, keep: int = 0) -> None:
-        """``record(pair, notes)`` for each pair whose page is made, oldest first, under ``hold()``: waiting
-        for pages while more than ``keep`` pairs wait, then taking those already made. A pair whose page the
-        grader must make is made under ``hold()`` too."""
+        """``record(pair, notes)`` for each pair whose page is made, oldest first, under ``hold()``:
+        waiting for pages while more than ``keep`` pairs wait, then taking those already made. A
+        pair whose page the grader must make is made under ``hold()`` too."""
         while self.waiting:
             pair = self.waiting[0]
             if pair not in self.ready:
@@ -131,7 +138,8 @@ class FeedbackApart:
 
 
 def serve(lines, answer) -> None:
-    """The process of a :class:`FeedbackApart`: the work folder first, then one page per line of ``lines``."""
+    """The process of a :class:`FeedbackApart`: the work folder first, then one page per line of
+    ``lines``."""
 
     first = json.loads(next(lines))
     # Killed when the grader ends (Linux), even mid-page; elsewhere it ends at its input's end.
@@ -146,7 +154,8 @@ def serve(lines, answer) -> None:
 
 
 if __name__ == "__main__":  # a FeedbackApart's process, not for people
-    # The answers have the standard output to themselves: anything printed on the way goes to stderr.
+    # The answers have the standard output to themselves: anything printed on the way goes to
+    # stderr.
     _answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
 

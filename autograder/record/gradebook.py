@@ -1,4 +1,5 @@
-"""nbgrader's side of grading: its API set up for this course, the gradebook's URL, and a lock for shared gradebooks.
+"""nbgrader's side of grading: its API set up for this course, the gradebook's URL, and a lock for
+shared gradebooks.
 
 The gradebook is nbgrader's SQLite file in the work folder, or a PostgreSQL
 database shared by several graders (``--db-url`` or ``$COURSE_GRADEBOOK_URL``),
@@ -18,12 +19,14 @@ from autograder.course.config import config_of, course_directory, tools_on_path
 from autograder.run import sandbox
 from autograder.settings import GRADEBOOK_ENV, Settings
 
-EXECUTED = "executed"  # the grader's executed notebooks, which nbgrader's autograde reads (not the submissions)
+# the grader's executed notebooks, which nbgrader's autograde reads (not the submissions)
+EXECUTED = "executed"
 
 
 def nbgrader_api(workdir: Path, db_url: str | None = None):
     """nbgrader's API on a work folder, for the grader: ``autograde`` reads the executed notebooks
-    (``executed/``), and neither clears nor runs them; every other folder is nbgrader's usual one."""
+    (``executed/``), and neither clears nor runs them; every other folder is nbgrader's usual
+    one."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.preprocessors import (
         AssignLatePenalties,
@@ -43,10 +46,20 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
     overrides.CourseDirectory.release_directory = "release"
     overrides.CourseDirectory.submitted_directory = EXECUTED
     overrides.CourseDirectory.db_url = db_url or course_directory(workdir).db_url
-    # The notebooks arrive executed by the sandboxed runner: nbgrader must neither clear nor re-run them.
-    overrides.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-                                                  CheckCellMetadata]
-    overrides.Autograde.autograde_preprocessors = [LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    # The notebooks arrive executed by the sandboxed runner: nbgrader must neither clear nor re-run
+    # them.
+    overrides.Autograde.sanitize_preprocessors = [
+        DeduplicateIds,
+        OverwriteKernelspec,
+        OverwriteCells,
+        CheckCellMetadata,
+    ]
+    overrides.Autograde.autograde_preprocessors = [
+        LimitOutput,
+        SaveAutoGrades,
+        AssignLatePenalties,
+        CheckCellMetadata,
+    ]
     overrides.GenerateFeedback.exporter_class = "autograder.record.feedback.FeedbackExporter"
     config.merge(overrides)
     return NbGraderAPI(config=config)
@@ -54,8 +67,8 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
 
 @contextlib.contextmanager
 def grading_environment() -> Iterator[None]:
-    """For the block: nbgrader finds ``alembic`` (it starts it by name) and its warning on every submission
-    (SQLAlchemy's, of nbgrader's own sessions) is not shown."""
+    """For the block: nbgrader finds ``alembic`` (it starts it by name) and its warning on every
+    submission (SQLAlchemy's, of nbgrader's own sessions) is not shown."""
     from sqlalchemy.exc import SAWarning
 
     with tools_on_path(), warnings.catch_warnings():
@@ -64,12 +77,12 @@ def grading_environment() -> Iterator[None]:
 
 
 def ready_gradebook(db_url: str) -> None:
-    """Make the gradebook at ``db_url`` as nbgrader's ``Gradebook`` makes a new one (its tables, stamped with the
-    head of its migrations), unless it has tables already.
+    """Make the gradebook at ``db_url`` as nbgrader's ``Gradebook`` makes a new one (its tables,
+    stamped with the head of its migrations), unless it has tables already.
 
-    nbgrader reads that head by starting the ``alembic heads`` command, a new process; here it is read in this
-    process (:func:`alembic_head`). nbgrader offers no way to give it: made ahead, the gradebook is one nbgrader
-    finds made.
+    nbgrader reads that head by starting the ``alembic heads`` command, a new process; here it is
+    read in this process (:func:`alembic_head`). nbgrader offers no way to give it: made ahead, the
+    gradebook is one nbgrader finds made.
     """
     import sqlalchemy
     from nbgrader.api import Base
@@ -80,16 +93,21 @@ def ready_gradebook(db_url: str) -> None:
             return
         Base.metadata.create_all(bind=engine)
         with engine.begin() as connection:
-            connection.execute(sqlalchemy.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
-            connection.execute(sqlalchemy.text("INSERT INTO alembic_version (version_num) VALUES (:head)"),
-                               {"head": alembic_head()})
+            connection.execute(
+                sqlalchemy.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+            )
+            connection.execute(
+                sqlalchemy.text("INSERT INTO alembic_version (version_num) VALUES (:head)"),
+                {"head": alembic_head()},
+            )
     finally:
         engine.dispose()
 
 
 @functools.lru_cache(maxsize=1)
 def alembic_head() -> str:
-    """The head revision of nbgrader's gradebook migrations: what ``alembic heads`` prints, without its process."""
+    """The head revision of nbgrader's gradebook migrations: what ``alembic heads`` prints, without
+    its process."""
     import nbgrader
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -141,8 +159,8 @@ class GradebookLock:
 
 
 def gradebook_url(settings: Settings, workdir: Path) -> str:
-    """``--db-url``, else ``$COURSE_GRADEBOOK_URL``, else a course directory's own gradebook, else nbgrader's
-    SQLite file in the work folder."""
+    """``--db-url``, else ``$COURSE_GRADEBOOK_URL``, else a course directory's own gradebook, else
+    nbgrader's SQLite file in the work folder."""
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         return settings.db_url or os.environ[GRADEBOOK_ENV]
     if (Path(workdir) / "nbgrader_config.py").is_file():
@@ -151,5 +169,6 @@ def gradebook_url(settings: Settings, workdir: Path) -> str:
 
 
 def failure_of(outcome: dict) -> str:
-    """Why one of nbgrader's API calls failed, in one line: the last of its error, else of its log."""
+    """Why one of nbgrader's API calls failed, in one line: the last of its error, else of its
+    log."""
     return sandbox.last_line(outcome.get("error") or outcome.get("log") or "") or "unknown error"

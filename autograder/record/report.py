@@ -1,4 +1,5 @@
-"""What the instructor reads: progress while grading, then the table, ``scores.csv`` and ``scores.png``."""
+"""What the instructor reads: progress while grading, then the table, ``scores.csv`` and
+``scores.png``."""
 
 from __future__ import annotations
 
@@ -27,11 +28,17 @@ class Progress:
             self.done += 1
             width = 30
             filled = int(width * self.done / self.total)
-            line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} notebooks "
-                    f"{time.monotonic() - self.started:5.0f} s  {label}")
+            line = (
+                f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} notebooks "
+                f"{time.monotonic() - self.started:5.0f} s  {label}"
+            )
             if self.tty:
-                print("\r" + line[:120].ljust(120), end="" if self.done < self.total else "\n",
-                      file=sys.stderr, flush=True)
+                print(
+                    "\r" + line[:120].ljust(120),
+                    end="" if self.done < self.total else "\n",
+                    file=sys.stderr,
+                    flush=True,
+                )
             else:
                 print(line, file=sys.stderr, flush=True)
 
@@ -58,9 +65,16 @@ def format_table(results: list[Result]) -> str:
         cells.append(f"{total:g}/{total_max:g}")
         rows.append(cells)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+        for row in [header, *rows]
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    notes = [f"{r.student} / {r.assignment}: {r.note}" for r in results if r.note and r.note != "not submitted"]
+    notes = [
+        f"{r.student} / {r.assignment}: {r.note}"
+        for r in results
+        if r.note and r.note != "not submitted"
+    ]
     if notes:
         lines += ["", "Notes:", *(f"  {note}" for note in notes)]
     return "\n".join(lines)
@@ -69,10 +83,21 @@ def format_table(results: list[Result]) -> str:
 def write_csv(results: list[Result], path: Path) -> None:
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "assignment", "score", "max_score", "devices", "seconds", "note"])
+        writer.writerow(
+            ["student", "assignment", "score", "max_score", "devices", "seconds", "note"]
+        )
         for r in results:
-            writer.writerow([r.student, r.assignment, score_text(r), f"{r.max_score:g}",
-                             r.devices, f"{r.seconds:g}", r.note])
+            writer.writerow(
+                [
+                    r.student,
+                    r.assignment,
+                    score_text(r),
+                    f"{r.max_score:g}",
+                    r.devices,
+                    f"{r.seconds:g}",
+                    r.note,
+                ]
+            )
 
 
 def write_histogram(results: list[Result], path: Path) -> None:
@@ -88,7 +113,12 @@ def write_histogram(results: list[Result], path: Path) -> None:
         totals[r.student] = [got + (r.score or 0.0), most + r.max_score]
     percents = [100 * got / most if most else 0.0 for got, most in totals.values()]
     figure, axes = plt.subplots(figsize=(6, 3.5), dpi=100)
-    axes.hist(percents, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001], color="#4472c4", edgecolor="white")
+    axes.hist(
+        percents,
+        bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001],
+        color="#4472c4",
+        edgecolor="white",
+    )
     axes.set_xlabel("total score (% of the course's points)")
     axes.set_ylabel("students")
     axes.set_title(f"Scores of {len(percents)} students")

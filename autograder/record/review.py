@@ -2,8 +2,8 @@
 
 The grader withholds the score of a notebook whose code reaches into the grading machinery
 (:mod:`autograder.prepare.scan`). ``python -m autograder review STUDENT/ASSIGNMENT --release`` (or
-``--confirm``), with the grading run's ``--workdir`` and ``--db-url``, decides for one pair of the last run;
-``state.json`` in the work folder records the decision.
+``--confirm``), with the grading run's ``--workdir`` and ``--db-url``, decides for one pair of the
+last run; ``state.json`` in the work folder records the decision.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class ReviewError(Exception):
 
 
 def _state(workdir: Path) -> WorkState:
-    """The work folder's state, with what a run stopped outright withheld since state.json was written."""
+    """The work folder's state, with what a run stopped outright withheld since state.json was
+    written."""
     try:
         state = read_state(workdir)
     except StateError as error:
@@ -47,8 +48,8 @@ def _state(workdir: Path) -> WorkState:
 def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
     """Judge the pair's tests without the scan's findings, record the scores; return the new score.
 
-    The notebook is not run again: its executed copy and what its probes recorded are in the job's folder, the
-    reference in the work folder. The gradebook and ``scores.csv`` get the scores.
+    The notebook is not run again: its executed copy and what its probes recorded are in the job's
+    folder, the reference in the work folder. The gradebook and ``scores.csv`` get the scores.
     """
     from nbgrader.api import Gradebook
 
@@ -60,17 +61,32 @@ def release(workdir: Path, student: str, assignment: str, db_url: str) -> float:
         folder = workdir / "jobs" / student / assignment / notebook
         reference = reference_of(workdir, assignment, notebook)
         if not (folder / "verdict.json").is_file() or reference is None:
-            raise ReviewError(f"the job folder of {pair}/{notebook} or its reference is gone; grade it again")
+            raise ReviewError(
+                f"the job folder of {pair}/{notebook} or its reference is gone; grade it again"
+            )
         job = Job(student, assignment, notebook, folder, findings=[])
         source = nbformat.read(workdir / "source" / assignment / f"{notebook}.ipynb", as_version=4)
-        nbformat.write(judge(job, source, reference), workdir / EXECUTED / student / assignment / f"{notebook}.ipynb")
+        nbformat.write(
+            judge(job, source, reference),
+            workdir / EXECUTED / student / assignment / f"{notebook}.ipynb",
+        )
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
-        outcome = nbgrader_api(workdir, db_url).autograde(assignment, student, force=True, create=True)
+        outcome = nbgrader_api(workdir, db_url).autograde(
+            assignment, student, force=True, create=True
+        )
     if not outcome["success"]:
         raise ReviewError(f"nbgrader could not grade {pair}: " + failure_of(outcome))
     with Gradebook(db_url, course_directory(workdir).course_id) as gradebook:
         score = gradebook.find_submission(assignment, student).score
-    _decide(workdir, state, pair, "released", f"{score:g}", "withheld, then released after review", db_url)
+    _decide(
+        workdir,
+        state,
+        pair,
+        "released",
+        f"{score:g}",
+        "withheld, then released after review",
+        db_url,
+    )
     return score
 
 
@@ -80,15 +96,25 @@ def confirm(workdir: Path, student: str, assignment: str, db_url: str) -> None:
     pair = Pair(student, assignment).key
     if pair not in state.withheld:
         raise ReviewError(f"{pair} has no withheld score in {workdir}")
-    _decide(workdir, state, pair, "confirmed", "0", "withheld, confirmed after review: 0 points", db_url)
+    _decide(
+        workdir, state, pair, "confirmed", "0", "withheld, confirmed after review: 0 points", db_url
+    )
 
 
-def _decide(workdir: Path, state: WorkState, pair: str, decision: str, score: str, note: str, db_url: str) -> None:
-    """Record the decision in state.json, scores.csv and the gradebook (formgrader no longer lists it as to grade)."""
+def _decide(
+    workdir: Path, state: WorkState, pair: str, decision: str, score: str, note: str, db_url: str
+) -> None:
+    """Record the decision in state.json, scores.csv and the gradebook (formgrader no longer lists
+    it as to grade)."""
     student, assignment = Pair.of_key(pair)
     with grading_environment(), GradebookLock(db_url) as lock, lock.held():
-        mark_review(db_url, course_directory(workdir).course_id, (student, assignment),
-                    {notebook: f"Score {note}." for notebook in state.withheld[pair]}, needs_manual_grade=False)
+        mark_review(
+            db_url,
+            course_directory(workdir).course_id,
+            (student, assignment),
+            {notebook: f"Score {note}." for notebook in state.withheld[pair]},
+            needs_manual_grade=False,
+        )
     state.reviewed[pair] = decision
     state.withheld.pop(pair)
     write_state(workdir, state)

@@ -1,9 +1,10 @@
 """Whether the packages a kernel imports come with compiled bytecode, and what to do where not.
 
-A kernel sees the Python environment read-only, so where it was installed without bytecode (``uv pip install``,
-``pip install --no-compile``, ``PYTHONDONTWRITEBYTECODE=1``) every kernel compiles each module it imports again.
-:func:`uncompiled` finds such packages and :func:`advice` says how to compile them once; ``python -m autograder
-grade`` and ``python -m autograder worker`` print it as they start. Nothing here changes the environment.
+A kernel sees the Python environment read-only, so where it was installed without bytecode (``uv pip
+install``, ``pip install --no-compile``, ``PYTHONDONTWRITEBYTECODE=1``) every kernel compiles each
+module it imports again. :func:`uncompiled` finds such packages and :func:`advice` says how to
+compile them once; ``python -m autograder grade`` and ``python -m autograder worker`` print it as
+they start. Nothing here changes the environment.
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ import shlex
 import sys
 
 # What every kernel imports (the zygote preloads them), torch first: the one that costs most.
-PACKAGES = ("torch", "numpy", "IPython", "ipykernel", "jupyter_client", "zmq", "tornado", "nbformat")
+PACKAGES = (
+    "torch",
+    "numpy",
+    "IPython",
+    "ipykernel",
+    "jupyter_client",
+    "zmq",
+    "tornado",
+    "nbformat",
+)
 
 
 def uncompiled(packages: tuple[str, ...] | None = None) -> dict[str, str]:
-    """The packages among ``packages`` (:data:`PACKAGES`) installed without bytecode: name -> the folder to compile.
+    """The packages among ``packages`` (:data:`PACKAGES`) installed without bytecode: name -> the
+    folder to compile.
 
     Looks only at the ``.py`` files directly in each package's folder (a package installed
     without bytecode has none anywhere, so its top level tells), and honours
@@ -50,12 +61,17 @@ def uncompiled(packages: tuple[str, ...] | None = None) -> dict[str, str]:
 
 
 def advice(missing: dict[str, str]) -> list[str]:
-    """The header's lines about ``missing`` (from :func:`uncompiled`): none when nothing is missing."""
+    """The header's lines about ``missing`` (from :func:`uncompiled`): none when nothing is
+    missing."""
     if not missing:
         return []
     folders = sorted(set(missing.values()))
     command = shlex.join([sys.executable, "-m", "compileall", "-q", "-j0", *folders])
-    return [f"No compiled bytecode for {', '.join(missing)}: every kernel compiles what it imports from them, "
-            f"every time (a sandboxed kernel cannot write bytecode), which makes grading slower. Compile them "
-            f"once, as the environment's owner:",
-            f"  {command}"]
+    return [
+        (
+            f"No compiled bytecode for {', '.join(missing)}: every kernel compiles what it imports"
+            " from them, every time (a sandboxed kernel cannot write bytecode), which makes"
+            " grading slower. Compile them once, as the environment's owner:"
+        ),
+        f"  {command}",
+    ]

@@ -1,8 +1,10 @@
-"""The caller's side of :mod:`autograder.run.forkserver`: :class:`ForkServer` starts one and asks it to fork.
+"""The caller's side of :mod:`autograder.run.forkserver`: :class:`ForkServer` starts one and asks it
+to fork.
 
 The grader's zygote (:class:`autograder.run.zygote.Zygote`) and the course's warm starts
 (``devcourse.warmstart.WarmStarter``) are its callers; each names the function its children run.
-Requests and replies are JSON on a socket pair, with the children's standard streams passed as file descriptors.
+Requests and replies are JSON on a socket pair, with the children's standard streams passed as file
+descriptors.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from typing import Callable, Sequence
 
 from autograder.run.forkserver import MESSAGE_BYTES, TITLE_ROOM
 
-__all__ = ["FORK_TIMEOUT_S", "READY_TIMEOUT_S", "ForkServer", "ForkServerUnavailable", "ForkedProcess"]
+__all__ = [
+    "FORK_TIMEOUT_S",
+    "READY_TIMEOUT_S",
+    "ForkServer",
+    "ForkServerUnavailable",
+    "ForkedProcess",
+]
 
 READY_TIMEOUT_S = 120.0  # the server's imports, with room to spare on a busy machine
 FORK_TIMEOUT_S = 60.0  # a fork takes milliseconds
@@ -33,8 +41,8 @@ class ForkServerUnavailable(RuntimeError):
 
 
 class ForkedProcess:
-    """A process the server forked, with what callers use of ``Popen``: ``pid``, ``returncode``, ``poll`` and
-    ``wait``. Its end is reported by the server, which reaps it."""
+    """A process the server forked, with what callers use of ``Popen``: ``pid``, ``returncode``,
+    ``poll`` and ``wait``. Its end is reported by the server, which reaps it."""
 
     kind = "process"  # how a timeout names it
 
@@ -48,8 +56,8 @@ class ForkedProcess:
         self._ended.set()
 
     def _lost(self, closed: bool) -> None:
-        """Its server died: nobody reaps it now. It leads a session of its own (as ``devcourse.warmstart``'s does),
-        which is killed."""
+        """Its server died: nobody reaps it now. It leads a session of its own (as
+        ``devcourse.warmstart``'s does), which is killed."""
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -66,21 +74,29 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """The caller's handle on one server: started by :meth:`start` (or at the first :meth:`fork`), ended by
-    :meth:`close`.
+    """The caller's handle on one server: started by :meth:`start` (or at the first :meth:`fork`),
+    ended by :meth:`close`.
 
-    ``env`` is the server's environment (every child's until it sets its own), or a function that gives it as
-    the server starts; ``cwd`` its folder; ``preload`` what it imports (:func:`autograder.run.forkserver.preload`);
-    ``name`` what ``ps`` shows after ``-m autograder.run.forkserver``. With ``die_with_parent`` the server dies with
-    this process; with ``new_session`` it leads a session of its own, so Linux shares the processor with it as
-    with another user's work (autogroups), not out of its caller's share. The last lines it printed are kept
-    (``output``) and quoted when it fails.
+    ``env`` is the server's environment (every child's until it sets its own), or a function that
+    gives it as the server starts; ``cwd`` its folder; ``preload`` what it imports
+    (:func:`autograder.run.forkserver.preload`); ``name`` what ``ps`` shows after ``-m
+    autograder.run.forkserver``. With ``die_with_parent`` the server dies with this process; with
+    ``new_session`` it leads a session of its own, so Linux shares the processor with it as with
+    another user's work (autogroups), not out of its caller's share. The last lines it printed are
+    kept (``output``) and quoted when it fails.
     """
 
     unavailable = ForkServerUnavailable
 
-    def __init__(self, env, cwd: str | Path | None = None, preload: Sequence[str] = (), name: str = "",
-                 die_with_parent: bool = False, new_session: bool = False):
+    def __init__(
+        self,
+        env,
+        cwd: str | Path | None = None,
+        preload: Sequence[str] = (),
+        name: str = "",
+        die_with_parent: bool = False,
+        new_session: bool = False,
+    ):
         self.env, self.cwd, self.preload, self.name = env, cwd, list(preload), name
         self.die_with_parent, self.new_session = die_with_parent, new_session
         self.output: collections.deque[str] = collections.deque(maxlen=20)
@@ -90,7 +106,8 @@ class ForkServer:
         self.problem = ""
         self.sock: socket.socket | None = None
         self.process: subprocess.Popen | None = None
-        self.waiting: dict[int, list] = {}  # request -> [Event, make, the process or an error's text]
+        # request -> [Event, make, the process or an error's text]
+        self.waiting: dict[int, list] = {}
         self.processes: dict[int, ForkedProcess] = {}
         self.requests = 0
 
@@ -111,16 +128,34 @@ class ForkServer:
             self.env = self.env()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
-        spec = {"name": self.name, "preload": self.preload, "die_with": os.getpid() if self.die_with_parent else 0}
+        spec = {
+            "name": self.name,
+            "preload": self.preload,
+            "die_with": os.getpid() if self.die_with_parent else 0,
+        }
 
-        def keeper() -> None:  # the server's parent thread for as long as it lives (PR_SET_PDEATHSIG)
+        # the server's parent thread for as long as it lives (PR_SET_PDEATHSIG)
+        def keeper() -> None:
             try:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "autograder.run.forkserver", str(theirs.fileno()), json.dumps(spec),
-                     "-" * TITLE_ROOM],
-                    pass_fds=(theirs.fileno(),), env=self.env, cwd=self.cwd, start_new_session=self.new_session,
+                    [
+                        sys.executable,
+                        "-m",
+                        "autograder.run.forkserver",
+                        str(theirs.fileno()),
+                        json.dumps(spec),
+                        "-" * TITLE_ROOM,
+                    ],
+                    pass_fds=(theirs.fileno(),),
+                    env=self.env,
+                    cwd=self.cwd,
+                    start_new_session=self.new_session,
                     stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                )
             except OSError as error:
                 self._gone(f"it could not start: {error}")
                 return
@@ -128,7 +163,9 @@ class ForkServer:
                 theirs.close()
             if self.closed:  # closed while it started: nothing of it is wanted
                 self.process.kill()
-            threading.Thread(target=self._keep_output, name=f"{self.name}-output", daemon=True).start()
+            threading.Thread(
+                target=self._keep_output, name=f"{self.name}-output", daemon=True
+            ).start()
             self._read()
             self.process.wait()
 
@@ -185,10 +222,16 @@ class ForkServer:
             waiter[0].set()
         self.ready.set()
 
-    def fork(self, entry: str, args: dict, fds: Sequence[int] = (),
-             make: Callable[[int], ForkedProcess] = ForkedProcess) -> ForkedProcess:
-        """A child that runs ``entry`` (``module:function``, called with ``args``) with ``fds`` as its standard input,
-        output and error; ``make(pid)`` is what is returned. Raises :attr:`unavailable` when the server cannot fork."""
+    def fork(
+        self,
+        entry: str,
+        args: dict,
+        fds: Sequence[int] = (),
+        make: Callable[[int], ForkedProcess] = ForkedProcess,
+    ) -> ForkedProcess:
+        """A child that runs ``entry`` (``module:function``, called with ``args``) with ``fds`` as
+        its standard input, output and error; ``make(pid)`` is what is returned. Raises
+        :attr:`unavailable` when the server cannot fork."""
         self.start()
         if not self.ready.wait(READY_TIMEOUT_S) and not self.problem:
             self.problem = f"its imports took more than {READY_TIMEOUT_S:g} s"
@@ -199,8 +242,11 @@ class ForkServer:
             request = self.requests
             waiter = self.waiting[request] = [threading.Event(), make, None]
             try:
-                self.sock.send(json.dumps({"op": "fork", "id": request, "entry": entry, "args": args,
-                                           "fds": len(fds)}).encode())
+                self.sock.send(
+                    json.dumps(
+                        {"op": "fork", "id": request, "entry": entry, "args": args, "fds": len(fds)}
+                    ).encode()
+                )
                 if fds:
                     sendfds(self.sock, list(fds))
             except OSError as error:
@@ -215,21 +261,26 @@ class ForkServer:
         return waiter[2]
 
     def signal(self, pid: int, signum: int) -> None:
-        """Send ``signum`` to ``pid``, a child the server has not reaped yet (so no other process has its number)."""
+        """Send ``signum`` to ``pid``, a child the server has not reaped yet (so no other process
+        has its number)."""
         with self.lock:
             if self.sock is None or self.problem:
                 return
             try:
-                self.sock.send(json.dumps({"op": "signal", "pid": pid, "signal": int(signum)}).encode())
+                self.sock.send(
+                    json.dumps({"op": "signal", "pid": pid, "signal": int(signum)}).encode()
+                )
             except OSError:
                 pass
 
     def close(self) -> None:
-        """End the server; what becomes of its children is theirs to say (a child tied to it ends with it)."""
+        """End the server; what becomes of its children is theirs to say (a child tied to it ends
+        with it)."""
         with self.lock:
             sock, process = self.sock, self.process
             self.closed = True
-        if process is not None and not self.ready.is_set():  # still importing: no child of it exists
+        # still importing: no child of it exists
+        if process is not None and not self.ready.is_set():
             process.kill()
         if sock is not None:
             try:

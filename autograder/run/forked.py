@@ -1,7 +1,8 @@
 """What the zygote's processes run: runners whose kernels' launchers are forked ahead, and kernels.
 
-:class:`autograder.run.zygote.Zygote` asks its fork server (:mod:`.forkserver`) to fork a child that runs
-:func:`runner`; see that class for what the zygote holds, what each forked process gets and how they end.
+:class:`autograder.run.zygote.Zygote` asks its fork server (:mod:`.forkserver`) to fork a child that
+runs :func:`runner`; see that class for what the zygote holds, what each forked process gets and how
+they end.
 """
 
 from __future__ import annotations
@@ -24,27 +25,35 @@ from autograder.run.forkserver import refresh, retitle
 LAUNCHER = os.path.realpath(launcher.__file__)
 _PR_SET_DUMPABLE = 4
 _MESSAGE = 1 << 20
-_LAUNCHER_ONLY = ("resource",)  # imported on the way to a kernel (the launcher's limits); not by a fresh kernel
+# imported on the way to a kernel (the launcher's limits); not by a fresh kernel
+_LAUNCHER_ONLY = ("resource",)
 
 
 def python_signals() -> None:
-    """The signal handlers a Python process started by the grader starts with: the zygote's own at its start.
+    """The signal handlers a Python process started by the grader starts with: the zygote's own at
+    its start.
 
-    The zygote is such a process, and records them before it changes any (:data:`.forkserver.STARTED_WITH`;
-    every runner and kernel is forked from it after that): Python's defaults, except that a signal the grader
-    ignores (as under ``nohup`` or ``&`` in a script) is ignored in a process it starts, forked or fresh. SIGINT,
-    SIGTERM and SIGHUP, which the grader and the runners handle, are at their defaults in both: the grader may
-    start the zygote before it handles them itself.
+    The zygote is such a process, and records them before it changes any
+    (:data:`.forkserver.STARTED_WITH`; every runner and kernel is forked from it after that):
+    Python's defaults, except that a signal the grader ignores (as under ``nohup`` or ``&`` in a
+    script) is ignored in a process it starts, forked or fresh. SIGINT, SIGTERM and SIGHUP, which
+    the grader and the runners handle, are at their defaults in both: the grader may start the
+    zygote before it handles them itself.
     """
-    handlers = {**forkserver.STARTED_WITH, signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
-                signal.SIGHUP: signal.SIG_DFL}
+    handlers = {
+        **forkserver.STARTED_WITH,
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGHUP: signal.SIG_DFL,
+    }
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
 
 
 def runner(args: dict) -> int:
-    """A runner, forked by the zygote (its standard input and output as the grader passed them): tied to the zygote,
-    its kernels' launchers forked first, then its job, whose path comes on standard input."""
+    """A runner, forked by the zygote (its standard input and output as the grader passed them):
+    tied to the zygote, its kernels' launchers forked first, then its job, whose path comes on
+    standard input."""
     python_signals()
     launcher.die_with_parent(forkserver.server_pid(), signal.SIGKILL)
     return _be_runner(args["warm"], args["grader"])
@@ -61,7 +70,16 @@ def _be_runner(warm: bool, grader: int) -> int:
     os.environ.clear()  # the grader's, as a runner started fresh has it
     os.environ.update(given["env"])
     job_file = given["job"]
-    retitle([sys.executable, "-m", "autograder.run.runner", job_file, str(grader), *(["--warm"] if warm else [])])
+    retitle(
+        [
+            sys.executable,
+            "-m",
+            "autograder.run.runner",
+            job_file,
+            str(grader),
+            *(["--warm"] if warm else []),
+        ]
+    )
     from autograder.run import runner
 
     try:
@@ -133,7 +151,8 @@ class _Template:
         try:
             code = _be_launcher(theirs, parent)
         except SystemExit as done:
-            if forkserver.ending():  # its kernel, forked below: it ends at the top of its stack, as Python ends
+            # its kernel, forked below: it ends at the top of its stack, as Python ends
+            if forkserver.ending():
                 raise
             code = forkserver.exit_code(done)
         except BaseException:  # noqa: BLE001
@@ -144,8 +163,11 @@ class _Template:
         sys.stderr.flush()
         os._exit(code)
 
-    def start(self, cmd: list[str], env: dict[str, str], cwd: str | None, output: int | None = None) -> ForkedChild:
-        """Have the launcher run ``cmd``, its standard output and error to ``output`` (a file descriptor) if given."""
+    def start(
+        self, cmd: list[str], env: dict[str, str], cwd: str | None, output: int | None = None
+    ) -> ForkedChild:
+        """Have the launcher run ``cmd``, its standard output and error to ``output`` (a file
+        descriptor) if given."""
         try:
             request = json.dumps({"cmd": cmd, "env": env, "cwd": cwd}).encode()
             socket.send_fds(self.sock, [request], [output] if output is not None else [])
@@ -154,7 +176,10 @@ class _Template:
             self.sock.close()
         if answer != b"ok":
             ForkedChild(self.pid, cmd).wait()
-            raise OSError(f"the kernel's launcher could not start: {answer.decode(errors='replace') or 'it ended'}")
+            raise OSError(
+                "the kernel's launcher could not start:"
+                f" {answer.decode(errors='replace') or 'it ended'}"
+            )
         return ForkedChild(self.pid, cmd)
 
     def discard(self) -> None:
@@ -168,9 +193,11 @@ class _Template:
 
 
 def _be_launcher(sock: socket.socket, parent: int) -> int:
-    """A launcher forked ahead: it waits on ``sock`` for what ``Popen`` would be given, then is what it asks."""
+    """A launcher forked ahead: it waits on ``sock`` for what ``Popen`` would be given, then is what
+    it asks."""
     launcher.die_with_parent(parent, signal.SIGKILL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for its runner, which decides; the launcher
+    # Ctrl-C is for its runner, which decides; the launcher
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # it becomes sets its own handler
     retitle([sys.executable, "-I", LAUNCHER, "(forked, its kernel to come)"])
     forkserver.close_all_but({sock.fileno()})
@@ -201,7 +228,8 @@ def _be_launcher(sock: socket.socket, parent: int) -> int:
 
 
 def _launch(cmd: list[str]) -> int:
-    """What the launcher's command line asks (:func:`autograder.run.sandbox.wrap`), in this process."""
+    """What the launcher's command line asks (:func:`autograder.run.sandbox.wrap`), in this
+    process."""
     retitle(cmd)
     if len(cmd) > 6 and cmd[1:3] == ["-I", LAUNCHER] and cmd[5] == "--" and cmd[4].isdigit():
         return launcher.launch(cmd[3], int(cmd[4]), cmd[6:], start=run_kernel_here)
@@ -209,8 +237,9 @@ def _launch(cmd: list[str]) -> int:
 
 
 def run_kernel_here(command: list[str]) -> None:
-    """The kernel: ``python -m ipykernel_launcher ...`` run in this forked process, as a fresh one would run it,
-    and ended as Python ends it (:func:`autograder.run.forkserver.end`: its atexit handlers run, once).
+    """The kernel: ``python -m ipykernel_launcher ...`` run in this forked process, as a fresh one
+    would run it, and ended as Python ends it (:func:`autograder.run.forkserver.end`: its atexit
+    handlers run, once).
 
     Returns (and the caller execs ``command``) for any other command.
     """
@@ -219,12 +248,17 @@ def run_kernel_here(command: list[str]) -> None:
     import runpy
 
     python_signals()
-    # A change of user leaves a process undumpable (its /proc files the superuser's) until it execs a program;
-    # a fresh kernel has exec'd Python, so it is dumpable again.
+    # A change of user leaves a process undumpable (its /proc files the superuser's) until it execs
+    # a program; a fresh kernel has exec'd Python, so it is dumpable again.
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
-    for name in [name for name in sys.modules if name == "autograder" or name.startswith("autograder.")
-                 or (name in _LAUNCHER_ONLY and name not in forkserver.PRELOADED)
-                 or (name in SKIPPED_IMPORTS and sys.modules[name] is None)]:
+    for name in [
+        name
+        for name in sys.modules
+        if name == "autograder"
+        or name.startswith("autograder.")
+        or (name in _LAUNCHER_ONLY and name not in forkserver.PRELOADED)
+        or (name in SKIPPED_IMPORTS and sys.modules[name] is None)
+    ]:
         del sys.modules[name]
     refresh(command, os.getcwd(), forkserver.FRESH_PATH)
     code = 0
@@ -238,4 +272,3 @@ def run_kernel_here(command: list[str]) -> None:
         traceback.print_exc()
         code = 1
     forkserver.end(code)
-

@@ -1,9 +1,11 @@
-"""One fork server for the grader's runners and kernels and a course's launchers: it imports once, then forks (Linux).
+"""One fork server for the grader's runners and kernels and a course's launchers: it imports once,
+then forks (Linux).
 
-``python -m autograder.run.forkserver``, started by :class:`autograder.run.forkclient.ForkServer`, imports its
-preload list and forks a child per request; the child runs the ``module:function`` the request names
-(:mod:`autograder.run.forked`, a course's launcher such as ``devcourse.warmstart``) and ends as Python ends a
-program (:func:`end`). It imports nothing but the standard library, so a course that builds on the grader uses it.
+``python -m autograder.run.forkserver``, started by :class:`autograder.run.forkclient.ForkServer`,
+imports its preload list and forks a child per request; the child runs the ``module:function`` the
+request names (:mod:`autograder.run.forked`, a course's launcher such as ``devcourse.warmstart``)
+and ends as Python ends a program (:func:`end`). It imports nothing but the standard library, so a
+course that builds on the grader uses it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import socket
 import sys
 import threading
 
-# multiprocessing.forkserver itself cannot serve: its children are Processes (no atexit, no fresh __main__), one server
-# per interpreter, a failed preload ignored; its file-descriptor transport serves.
+# multiprocessing.forkserver itself cannot serve: its children are Processes (no atexit, no fresh
+# __main__), one server per interpreter, a failed preload ignored; its file-descriptor transport
+# serves.
 from multiprocessing.reduction import recvfds
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -29,11 +32,22 @@ __all__ = ["end", "ending", "exit_code", "refresh", "retitle", "server_pid", "us
 TITLE_ROOM = 8192  # bytes of command line every forked process can write its own into (see retitle)
 MESSAGE_BYTES = 1 << 20  # the most one message between a server and its caller holds
 _PR_SET_PDEATHSIG = 1
-_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
-            signal.SIGQUIT, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ)
+_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCHLD,
+    signal.SIGALRM,
+    signal.SIGQUIT,
+    signal.SIGINT,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
 
 # What a server knows, for the processes it forks: containers changed in place, never rebound.
-STARTED_WITH: dict[int, object] = {}  # its signal handlers as it started: those its caller gives a process it starts
+# its signal handlers as it started: those its caller gives a process it starts
+STARTED_WITH: dict[int, object] = {}
 FRESH_PATH: list[str] = []  # sys.path of a Python started as it was, but the first entry
 PRELOADED: set[str] = set()  # the modules it holds once it has imported its preload list
 _SERVER: dict[str, int] = {}  # "pid": the server's
@@ -63,12 +77,13 @@ def retitle(args: Sequence[str]) -> None:
     """
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start, stop = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49 of proc(5)
+        # arg_start and arg_end, fields 48 and 49 of proc(5)
+        start, stop = int(fields[45]), int(fields[46])
     except (OSError, IndexError, ValueError):
         return
     if stop - start < 2:
         return
-    data = b"\0".join(arg.encode(errors="replace") for arg in args)[:stop - start - 1]
+    data = b"\0".join(arg.encode(errors="replace") for arg in args)[: stop - start - 1]
     ctypes.memmove(start, data + b"\0" * (stop - start - len(data)), stop - start)
 
 
@@ -98,14 +113,16 @@ def refresh(command: Sequence[str], first_path: str, fresh_path: Sequence[str]) 
     random.seed()
     if "numpy.random" in sys.modules:  # numpy imports it at its first use, seeded then
         sys.modules["numpy.random"].seed()
-    if "torch" in sys.modules:  # the CPU's generator, as a fresh torch seeds it; others seed at their first use
+    # the CPU's generator, as a fresh torch seeds it; others seed at their first use
+    if "torch" in sys.modules:
         sys.modules["torch"].default_generator.seed()
     if "multiprocessing.process" in sys.modules:
         sys.modules["multiprocessing.process"].current_process().authkey = os.urandom(32)
 
 
 def exit_code(done: SystemExit) -> int:
-    """The exit code Python gives a program that ends with ``done`` (a message is printed, as Python prints it)."""
+    """The exit code Python gives a program that ends with ``done`` (a message is printed, as Python
+    prints it)."""
     if done.code is None or isinstance(done.code, int):
         return done.code or 0
     print(done.code, file=sys.stderr)
@@ -115,11 +132,11 @@ def exit_code(done: SystemExit) -> int:
 def end(code: int) -> NoReturn:
     """End this forked process as Python ends a program: exit ``code``, or die of signal ``-code``.
 
-    SystemExit goes up to the top of the stack (a frame on the way that handles it lets it pass while
-    :func:`ending`), the interpreter waits for the process's threads and runs its atexit handlers, each once;
-    the last of them, registered as the server started, then exits without tearing the modules down. What the
-    frames on the way hold is kept until then: an object there may own a file descriptor this process closed
-    by number, since used for another file.
+    SystemExit goes up to the top of the stack (a frame on the way that handles it lets it pass
+    while :func:`ending`), the interpreter waits for the process's threads and runs its atexit
+    handlers, each once; the last of them, registered as the server started, then exits without
+    tearing the modules down. What the frames on the way hold is kept until then: an object there
+    may own a file descriptor this process closed by number, since used for another file.
     """
     import inspect
 
@@ -129,7 +146,8 @@ def end(code: int) -> NoReturn:
 
 
 def ending() -> bool:
-    """Whether this process is ending through :func:`end`: a SystemExit caught now must be raised again."""
+    """Whether this process is ending through :func:`end`: a SystemExit caught now must be raised
+    again."""
     return os.getpid() in _ENDING
 
 
@@ -146,7 +164,8 @@ def _finish() -> None:
 
 
 def die_with_parent(parent: int) -> None:
-    """Have SIGKILL sent to this process when the thread of ``parent`` that started it ends; if it has, exit now."""
+    """Have SIGKILL sent to this process when the thread of ``parent`` that started it ends; if it
+    has, exit now."""
     if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent:
@@ -162,13 +181,14 @@ def close_all_but(keep: set[int]) -> None:
     os.closerange(start, os.sysconf("SC_OPEN_MAX"))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The server's side
 
 
 def preload(names: Sequence[str]) -> None:
-    """Import ``names`` in order: ``module``; ``package.*``, the package and each of its modules; ``module:function``,
-    the module, then ``function()``. A server must not start CUDA: a child forked after that could not use it."""
+    """Import ``names`` in order: ``module``; ``package.*``, the package and each of its modules;
+    ``module:function``, the module, then ``function()``. A server must not start CUDA: a child
+    forked after that could not use it."""
     import importlib
 
     for name in names:
@@ -184,13 +204,16 @@ def preload(names: Sequence[str]) -> None:
     torch = sys.modules.get("torch")
     gpu_build = torch is not None and bool(torch.version.cuda or torch.version.hip)
     if torch is not None and (torch.cuda.is_initialized() or gpu_build and _in_bad_fork_for_cuda()):
-        raise RuntimeError("CUDA was started while importing; a process forked from here could not use it")
+        raise RuntimeError(
+            "CUDA was started while importing; a process forked from here could not use it"
+        )
     PRELOADED.update(sys.modules)
 
 
 def _in_bad_fork_for_cuda() -> bool:
-    """Whether a process forked from this one could not use CUDA (torch marks its children so once this one
-    has asked the CUDA runtime anything, even the number of devices); not asked of a CPU-only build."""
+    """Whether a process forked from this one could not use CUDA (torch marks its children so once
+    this one has asked the CUDA runtime anything, even the number of devices); not asked of a
+    CPU-only build."""
     pid = os.fork()
     if pid == 0:
         import torch
@@ -201,13 +224,22 @@ def _in_bad_fork_for_cuda() -> bool:
 
 
 def main(args: Sequence[str]) -> None:
-    """The server: ``SOCKET_FD SPEC_JSON ROOM`` (see :meth:`autograder.run.forkclient.ForkServer.start`)."""
-    atexit.register(_finish)  # before anything registers a handler: the last to run in a child (see end)
+    """The server: ``SOCKET_FD SPEC_JSON ROOM`` (see
+    :meth:`autograder.run.forkclient.ForkServer.start`)."""
+    # before anything registers a handler: the last to run in a child (see end)
+    atexit.register(_finish)
     spec = json.loads(args[1])
     retitle([sys.executable, "-m", "autograder.run.forkserver", spec["name"]])
     _SERVER["pid"] = os.getpid()
-    STARTED_WITH.update({signum: handler for signum in _SIGNALS if (handler := signal.getsignal(signum)) is not None})
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the caller's process group: its children decide
+    STARTED_WITH.update(
+        {
+            signum: handler
+            for signum in _SIGNALS
+            if (handler := signal.getsignal(signum)) is not None
+        }
+    )
+    # Ctrl-C reaches the caller's process group: its children decide
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec["die_with"]:
         die_with_parent(spec["die_with"])
     sock = socket.socket(fileno=int(args[0]))
@@ -222,14 +254,16 @@ def main(args: Sequence[str]) -> None:
         else:
             sock.send(b'{"ready": true}')
             _serve(sock)  # in a child, it ends by SystemExit, which goes on up (see end)
-    # Without the interpreter's teardown of what it imported, which the caller would wait for as it closes it
+    # Without the interpreter's teardown of what it imported, which the caller would wait for as it
+    # closes it
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
 def _serve(sock: socket.socket) -> None:
-    """Fork a child when asked, pass on signals to children, report each child's end; until the caller closes."""
+    """Fork a child when asked, pass on signals to children, report each child's end; until the
+    caller closes."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     running: dict[int, int] = {}  # pidfd -> child pid
@@ -240,14 +274,17 @@ def _serve(sock: socket.socket) -> None:
                 poller.unregister(fd)
                 os.close(fd)
                 _, status = os.waitpid(pid, 0)
-                sock.send(json.dumps({"ended": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+                sock.send(
+                    json.dumps({"ended": pid, "code": os.waitstatus_to_exitcode(status)}).encode()
+                )
                 continue
             data = sock.recv(MESSAGE_BYTES)
             if not data:
                 return  # the caller closed
             request = json.loads(data)
             if request["op"] == "signal":
-                if request["pid"] in running.values():  # not reaped yet: the number is still that child's
+                # not reaped yet: the number is still that child's
+                if request["pid"] in running.values():
                     os.kill(request["pid"], request["signal"])
                 continue
             try:
@@ -281,8 +318,8 @@ def _fork(request: dict, fds: list[int], sock: socket.socket) -> int | str:
 
 
 def _child(request: dict, fds: list[int]) -> NoReturn:
-    """In the forked process: the handlers it started with, ``fds`` as its standard input, output and error,
-    nothing else open; then the request's entry, and :func:`end` with what it returns."""
+    """In the forked process: the handlers it started with, ``fds`` as its standard input, output
+    and error, nothing else open; then the request's entry, and :func:`end` with what it returns."""
     code = 1
     try:
         for signum, handler in STARTED_WITH.items():
@@ -312,7 +349,11 @@ def server_pid() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or not sys.argv[1].isdigit():
-        sys.exit("usage: python -m autograder.run.forkserver SOCKET_FD SPEC_JSON ROOM (started by a ForkServer)")
-    from autograder.run import forkserver  # one copy of the module's state: the one its children import
+        sys.exit(
+            "usage: python -m autograder.run.forkserver SOCKET_FD SPEC_JSON ROOM (started by a"
+            " ForkServer)"
+        )
+    # one copy of the module's state: the one its children import
+    from autograder.run import forkserver
 
     forkserver.main(sys.argv[1:])

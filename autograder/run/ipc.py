@@ -1,4 +1,5 @@
-"""The folder of a run's kernel sockets: one per run, in the temporary folder, removed however the run ends."""
+"""The folder of a run's kernel sockets: one per run, in the temporary folder, removed however the
+run ends."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ IPC_OWNER = ".owner"  # in a run's folder of sockets: locked (flock) for as long
 
 @contextlib.contextmanager
 def ipc_folder():
-    """The run's folder for its kernels' sockets, in the temporary folder, removed when the run ends.
+    """The run's folder for its kernels' sockets, in the temporary folder, removed when the run
+    ends.
 
-    A run killed outright (SIGKILL, a machine's OOM killer) cannot remove its own, so every run first
-    removes those of runs that are gone: each run holds a lock on its folder's :data:`IPC_OWNER`
-    (made under another name and locked before it takes that name, so no run ever finds it unlocked
-    while its owner lives); a folder whose lock can be taken belongs to nobody. A folder without that
-    file is left alone: it is not a run's (or was left by a grader from before the lock).
+    A run killed outright (SIGKILL, a machine's OOM killer) cannot remove its own, so every run
+    first removes those of runs that are gone: each run holds a lock on its folder's
+    :data:`IPC_OWNER` (made under another name and locked before it takes that name, so no run ever
+    finds it unlocked while its owner lives); a folder whose lock can be taken belongs to nobody. A
+    folder without that file is left alone: it is not a run's (or was left by a grader from before
+    the lock).
     """
     for folder in Path(tempfile.gettempdir()).glob("grade-*"):
         try:

@@ -1,8 +1,10 @@
-"""What a ``job.json`` holds: everything a runner needs to run one notebook's job on this machine, as a value.
+"""What a ``job.json`` holds: everything a runner needs to run one notebook's job on this machine,
+as a value.
 
-:func:`autograder.prepare.job.prepare` gives what the job runs (probes, guard), :mod:`autograder.run.jobfile`
-adds this machine's paths, limits and sandbox and writes it; :mod:`autograder.run.runner` reads it
-(:meth:`JobSpec.read`), refusing a file that is corrupt or of another version with its path and what is wrong.
+:func:`autograder.prepare.job.prepare` gives what the job runs (probes, guard),
+:mod:`autograder.run.jobfile` adds this machine's paths, limits and sandbox and writes it;
+:mod:`autograder.run.runner` reads it (:meth:`JobSpec.read`), refusing a file that is corrupt or of
+another version with its path and what is wrong.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class JobSpec:
     time_limit_s: float
     recorded_bytes: int  # what a notebook's probes may record, together
     sandbox: dict  # autograder.run.sandbox.Spec's fields
-    cgroups: dict = field(default_factory=dict)  # {"version", "parents"}: where its cgroup is made, if anywhere
+    # {"version", "parents"}: where its cgroup is made, if anywhere
+    cgroups: dict = field(default_factory=dict)
     kernel: dict = field(default_factory=dict)  # the course profile's KernelSetup
 
     @classmethod
@@ -43,11 +46,15 @@ class JobSpec:
         try:
             found = json.loads(Path(path).read_text())
         except (OSError, UnicodeDecodeError, ValueError) as error:
-            raise JobSpecError(f"job file {path} cannot be read: {type(error).__name__}: {error}") from None
+            raise JobSpecError(
+                f"job file {path} cannot be read: {type(error).__name__}: {error}"
+            ) from None
         try:
             return cls(**fields_of(cls, found, "a job"))
         except ValueError as error:
-            raise JobSpecError(f"job file {path} {error} (prepare the job again: grade again)") from None
+            raise JobSpecError(
+                f"job file {path} {error} (prepare the job again: grade again)"
+            ) from None
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self)))

@@ -1,4 +1,5 @@
-"""The runner processes of this grader: started fresh or forked warm, each ended with its job or a stopped run."""
+"""The runner processes of this grader: started fresh or forked warm, each ended with its job or a
+stopped run."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from autograder.settings import WALL_PER_PROCESSOR_S, Settings
 
 
 class Runners:
-    """The runner processes of this grader that are still running, so that a stopped run can end them."""
+    """The runner processes of this grader that are still running, so that a stopped run can end
+    them."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -27,7 +29,8 @@ class Runners:
         self.stopping = threading.Event()
 
     def stop(self, grace_s: float = 3.0) -> None:
-        """End every runner: SIGTERM (each ends its kernel's sandbox and writes what it has), SIGKILL after grace_s."""
+        """End every runner: SIGTERM (each ends its kernel's sandbox and writes what it has),
+        SIGKILL after grace_s."""
         self.stopping.set()
         with self.lock:
             running = list(self.running)
@@ -48,14 +51,17 @@ RUNNERS = Runners()
 
 
 def execute(job_file: Path, settings: Settings, runners: Runners = RUNNERS, zygote=None) -> None:
-    """Run the runner for one job in its own process (forked by ``zygote`` if given, see :func:`launch`); never
-    raises. Does nothing once ``runners`` is stopping."""
+    """Run the runner for one job in its own process (forked by ``zygote`` if given, see
+    :func:`launch`); never raises. Does nothing once ``runners`` is stopping."""
     finish(launch(job_file, runners, zygote=zygote), job_file, settings, runners)
 
 
-def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False, zygote=None, note: str = ""):
-    """Start the runner of one job (None once ``runners`` is stopping): a ``subprocess.Popen``, or with
-    ``zygote`` (an :class:`autograder.run.zygote.Zygote`) a runner it forked, which is used the same way.
+def launch(
+    job_file: Path, runners: Runners = RUNNERS, warm: bool = False, zygote=None, note: str = ""
+):
+    """Start the runner of one job (None once ``runners`` is stopping): a ``subprocess.Popen``, or
+    with ``zygote`` (an :class:`autograder.run.zygote.Zygote`) a runner it forked, which is used the
+    same way.
 
     ``warm``: it starts the kernel in its sandbox, imports torch, installs the guard, then waits for
     :func:`finish` to let it run the notebook (or to take the job back). ``note`` begins its log.
@@ -82,16 +88,32 @@ def launch(job_file: Path, runners: Runners = RUNNERS, warm: bool = False, zygot
         if runners.stopping.is_set():
             return None
         process = subprocess.Popen(
-            [sys.executable, "-m", "autograder.run.runner", str(job_file), str(os.getpid()),
-             *(["--warm"] if warm else [])],
-            cwd=HOME, stdin=subprocess.PIPE if warm else subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-            env=tool_env(), text=True)
+            [
+                sys.executable,
+                "-m",
+                "autograder.run.runner",
+                str(job_file),
+                str(os.getpid()),
+                *(["--warm"] if warm else []),
+            ],
+            cwd=HOME,
+            stdin=subprocess.PIPE if warm else subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=tool_env(),
+            text=True,
+        )
         runners.running.add(process)
     return process
 
 
-def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings, runners: Runners = RUNNERS,
-           go: bool = True) -> None:
+def finish(
+    process: subprocess.Popen | None,
+    job_file: Path,
+    settings: Settings,
+    runners: Runners = RUNNERS,
+    go: bool = True,
+) -> None:
     """Let a started runner (warm or not) run its job to its end, or take a warm one's job back
     (``go=False``: it ends writing nothing); never raises. Removes the job's working copy.
 
@@ -112,8 +134,14 @@ def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings,
                 with runners.lock:
                     runners.running.discard(process)
                 Path(JobSpec.read(job_file).probes_log).unlink(missing_ok=True)
-                fresh = launch(job_file, runners, note="this job runs again, in a runner started fresh: the zygote "
-                                                        "that had forked its runner ended while it ran")
+                fresh = launch(
+                    job_file,
+                    runners,
+                    note=(
+                        "this job runs again, in a runner started fresh: the zygote "
+                        "that had forked its runner ended while it ran"
+                    ),
+                )
                 finish(fresh, job_file, settings, runners)
                 return
     finally:
@@ -125,7 +153,9 @@ def finish(process: subprocess.Popen | None, job_file: Path, settings: Settings,
 
 
 def remove_tree(folder: Path) -> None:
-    """Remove ``folder`` and all in it, folders a submission made unwritable or unreadable included."""
+    """Remove ``folder`` and all in it, folders a submission made unwritable or unreadable
+    included."""
+
     def writable_then_again(function, path, _error):
         for place in {os.path.dirname(path), path}:
             try:

@@ -1,8 +1,9 @@
 """Execute one assembled notebook in a sandboxed kernel (one process per notebook).
 
-``python -m autograder.run.runner JOB.json``, started for every job and run outside the sandbox like nbgrader's
-executor, runs the cells in a kernel with limits (:class:`~autograder.run.session.Session`), then the tests'
-probes (:mod:`autograder.prepare.probes`), and writes what it found.
+``python -m autograder.run.runner JOB.json``, started for every job and run outside the sandbox like
+nbgrader's executor, runs the cells in a kernel with limits
+(:class:`~autograder.run.session.Session`), then the tests' probes
+(:mod:`autograder.prepare.probes`), and writes what it found.
 """
 
 from __future__ import annotations
@@ -24,10 +25,16 @@ from autograder.run import sandbox
 from autograder.run.jobspec import JobSpec
 from autograder.run.session import OverRecorded, Session, wall_limit
 
+
 def passed_tests(cells: list) -> list[str]:
     """The grade_ids of the test cells that ran and raised nothing, in order."""
-    return [test_id(cell) for cell in cells if test_id(cell) and cell.execution_count is not None
-            and not any(o.output_type == "error" for o in cell.outputs)]
+    return [
+        test_id(cell)
+        for cell in cells
+        if test_id(cell)
+        and cell.execution_count is not None
+        and not any(o.output_type == "error" for o in cell.outputs)
+    ]
 
 
 class Cancelled(Exception):
@@ -35,16 +42,16 @@ class Cancelled(Exception):
 
 
 def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
-    """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a limit,
-    a dead kernel), in a fresh one (:func:`_probes_again`), so that the tests passed before the stop keep
-    their points.
+    """Phase A in one kernel, then phase B: in the same kernel, or, when phase A stopped halfway (a
+    limit, a dead kernel), in a fresh one (:func:`_probes_again`), so that the tests passed before
+    the stop keep their points.
 
-    ``go`` (a warm start) is called once the first kernel is up in its sandbox; the first cell runs when it
-    returns True. When it returns False, or the runner is told to end while it starts or waits, the job is
-    taken back: nothing is written and None is returned. The limits per notebook, and ``status.seconds``,
-    count from its return. Written: the notebook as phase A left it (the only output shown), what each
-    probe recorded (``observations.json``) and the status; what did not run records nothing, so its tests
-    earn nothing."""
+    ``go`` (a warm start) is called once the first kernel is up in its sandbox; the first cell runs
+    when it returns True. When it returns False, or the runner is told to end while it starts or
+    waits, the job is taken back: nothing is written and None is returned. The limits per notebook,
+    and ``status.seconds``, count from its return. Written: the notebook as phase A left it (the
+    only output shown), what each probe recorded (``observations.json``) and the status; what did
+    not run records nothing, so its tests earn nothing."""
     from nbclient.exceptions import DeadKernelError
 
     nb = nbformat.read(job.notebook_in, as_version=4)
@@ -62,10 +69,16 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
             now["before_go"] = False
             raise Cancelled(reason)
 
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: Ctrl-C reaches the whole process group
-        signal.signal(signum, lambda number, _frame: end(f"grading was stopped ({signal.Signals(number).name})"))
+    # SIGINT: Ctrl-C reaches the whole process group
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(
+            signum,
+            lambda number, _frame: end(f"grading was stopped ({signal.Signals(number).name})"),
+        )
     wall_s = wall_limit(job.time_limit_s)
-    watchdog = threading.Timer(wall_s, end, args=(f"time limit of {wall_s:g} s of wall time per notebook",))
+    watchdog = threading.Timer(
+        wall_s, end, args=(f"time limit of {wall_s:g} s of wall time per notebook",)
+    )
     if go is None:
         watchdog.start()
     shown, observations = None, {}
@@ -105,16 +118,21 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
     return status
 
 
-def _probes_again(job: JobSpec, spec, nb, status: Status, observations: dict, now: dict, launchers, cpu_s: float):
-    """Phase B where phase A stopped halfway: in a fresh kernel (``now["session"]``, for the runner's end), the
-    cells before the stop again, output unseen, then the probes of the tests they passed."""
-    wanted = passed_tests(nb.cells[:status.cell]) if status.cell is not None else []
+def _probes_again(
+    job: JobSpec, spec, nb, status: Status, observations: dict, now: dict, launchers, cpu_s: float
+):
+    """Phase B where phase A stopped halfway: in a fresh kernel (``now["session"]``, for the
+    runner's end), the cells before the stop again, output unseen, then the probes of the tests they
+    passed."""
+    wanted = passed_tests(nb.cells[: status.cell]) if status.cell is not None else []
     if not wanted:
         return
     again = Status()  # phase B's own: its stop is probes_again, never the notebook's
     now["session"] = second = Session(job, spec, again, "k2", launchers, cpu_before_s=cpu_s)
-    cells = [nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
-             for c in nb.cells[:status.cell]]
+    cells = [
+        nbformat.v4.new_code_cell(c.source, metadata=c.metadata) if c.cell_type == "code" else c
+        for c in nb.cells[: status.cell]
+    ]
     with second.started():
         if second.cells(cells) is None:
             second.probes(wanted, observations)
@@ -129,10 +147,11 @@ def _go_from_stdin() -> bool:
 def start(job_file: str, warm: bool, launchers: list | None = None) -> None:
     """Run the job of ``job_file``; a warm runner waits for ``go`` on standard input first.
 
-    A warm runner (``--warm``, started by :class:`autograder.run.executors.LocalPool` ahead of its job's turn)
-    does everything up to the first cell, then waits for ``go``; the end of its input takes the job back and
-    it writes nothing. The runner dies with its grader (``PR_SET_PDEATHSIG``), and SIGTERM, SIGHUP or SIGINT
-    make it end its kernel's sandbox, write what it has and exit.
+    A warm runner (``--warm``, started by :class:`autograder.run.executors.LocalPool` ahead of its
+    job's turn) does everything up to the first cell, then waits for ``go``; the end of its input
+    takes the job back and it writes nothing. The runner dies with its grader
+    (``PR_SET_PDEATHSIG``), and SIGTERM, SIGHUP or SIGINT make it end its kernel's sandbox, write
+    what it has and exit.
     """
     run(JobSpec.read(Path(job_file)), go=_go_from_stdin if warm else None, launchers=launchers)
 

@@ -1,8 +1,9 @@
 """Start a student's kernel in a sandbox: its own working copy, no network, limits.
 
-The kernel provisioner (:mod:`autograder.run.provisioner`) starts every kernel of a runner through :func:`wrap`;
-:func:`probe` finds what this machine allows, and :class:`Isolation` says which limits hold, so the report can
-say so. How the sandbox is built from the inside: :mod:`autograder.inside.launcher`.
+The kernel provisioner (:mod:`autograder.run.provisioner`) starts every kernel of a runner through
+:func:`wrap`; :func:`probe` finds what this machine allows, and :class:`Isolation` says which limits
+hold, so the report can say so. How the sandbox is built from the inside:
+:mod:`autograder.inside.launcher`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from autograder.settings import DISK_LIMIT_MIB, MAX_PROCESSES, WALL_PER_PROCESSO
 LAUNCHER = os.path.realpath(launcher.__file__)
 
 NOBODY = 65534
-FILE_LIMIT_MIB = 1024  # the largest file a kernel may write (RLIMIT_FSIZE); the course's own files are a few MiB
+# the largest file a kernel may write (RLIMIT_FSIZE); the course's own files are a few MiB
+FILE_LIMIT_MIB = 1024
 
 
 @dataclass(frozen=True)
@@ -33,78 +35,122 @@ class Isolation:
     """Which limits the sandbox enforces on this machine, and why not the others.
 
     Always: a process of its own with a memory limit on every process it starts (``RLIMIT_DATA``: an
-    allocation past it fails with PyTorch's ``DefaultCPUAllocator: can't allocate memory``) and on every file
-    it writes (``RLIMIT_FSIZE``); the runner enforces time, memory, processes and threads of the whole tree
-    by ending it. With ``namespaces`` (Linux, where ``unshare`` works): new mount, network, PID, IPC, host-name
-    and cgroup namespaces; every top-level folder but the system's is replaced by an empty one, the Python
-    environment and the course's packages come back read-only, the student's working copy read-write (with a
-    disk limit, on a tmpfs of that size that also holds ``/tmp``, home and ``/dev/shm``); the network has a
-    loopback device only, System V IPC and POSIX message queues are its own and go with it, and every process
-    the kernel started ends with it. A root grader runs the kernel as ``nobody``;
-    another gets the same inside a user namespace of its own (``user_namespace``), without capabilities.
-    GPUs stay visible (``/dev`` is untouched).
+    allocation past it fails with PyTorch's ``DefaultCPUAllocator: can't allocate memory``) and on
+    every file it writes (``RLIMIT_FSIZE``); the runner enforces time, memory, processes and threads
+    of the whole tree by ending it. With ``namespaces`` (Linux, where ``unshare`` works): new mount,
+    network, PID, IPC, host-name and cgroup namespaces; every top-level folder but the system's is
+    replaced by an empty one, the Python environment and the course's packages come back read-only,
+    the student's working copy read-write (with a disk limit, on a tmpfs of that size that also
+    holds ``/tmp``, home and ``/dev/shm``); the network has a loopback device only, System V IPC and
+    POSIX message queues are its own and go with it, and every process the kernel started ends with
+    it. A root grader runs the kernel as ``nobody``; another gets the same inside a user namespace
+    of its own (``user_namespace``), without capabilities. GPUs stay visible (``/dev`` is
+    untouched).
     """
 
     namespaces: bool
     reason: str = ""
     user_namespace: bool = False  # True: a grader that is not root, in a user namespace of its own
 
-    def describe(self, memory_mib: int, time_limit_s: float, cell_timeout_s: float,
-                 disk_mib: int = DISK_LIMIT_MIB, max_processes: int = MAX_PROCESSES,
-                 cgroups: str = "", cpu_by_cgroup: bool = False) -> list[str]:
+    def describe(
+        self,
+        memory_mib: int,
+        time_limit_s: float,
+        cell_timeout_s: float,
+        disk_mib: int = DISK_LIMIT_MIB,
+        max_processes: int = MAX_PROCESSES,
+        cgroups: str = "",
+        cpu_by_cgroup: bool = False,
+    ) -> list[str]:
         """The report's lines on the limits; ``cgroups`` says whether Linux enforces them too
-        (:meth:`autograder.run.cgroups.Cgroups.describe`), ``cpu_by_cgroup`` whether that cgroup counts the
-        processor time."""
+        (:meth:`autograder.run.cgroups.Cgroups.describe`), ``cpu_by_cgroup`` whether that cgroup
+        counts the processor time."""
         by_linux = f", {cgroups}" if cgroups else ""
-        counted = ("counted by Linux in the submission's cgroup, which no process leaves" if cpu_by_cgroup else
-                   "counted from /proc: a process reaped by Linux itself, its parent ignoring SIGCHLD, is left out")
-        memory = (f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes together "
-                  f"(watched by the grader, Linux){by_linux}" if memory_mib else "off (--memory-limit-mib 0)")
+        counted = (
+            "counted by Linux in the submission's cgroup, which no process leaves"
+            if cpu_by_cgroup
+            else (
+                "counted from /proc: a process reaped by Linux itself, its parent ignoring SIGCHLD,"
+                " is left out"
+            )
+        )
+        memory = (
+            f"{memory_mib} MiB per process (RLIMIT_DATA) and for all of a submission's processes"
+            f" together (watched by the grader, Linux){by_linux}"
+            if memory_mib
+            else "off (--memory-limit-mib 0)"
+        )
         lines = [
-            f"processor time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s per notebook, all of a "
-            f"submission's processes together ({counted}; kernel killed); wall time {WALL_PER_PROCESSOR_S}x as "
-            "much, for code that waits",
+            (
+                f"processor time: enforced, {cell_timeout_s:g} s per cell and {time_limit_s:g} s"
+                f" per notebook, all of a submission's processes together ({counted}; kernel"
+                f" killed); wall time {WALL_PER_PROCESSOR_S}x as much, for code that waits"
+            ),
             f"memory: enforced, {memory}",
         ]
         file_limit = f"each file at most {FILE_LIMIT_MIB} MiB (RLIMIT_FSIZE)"
         if self.namespaces and disk_mib:
-            lines.append(f"disk: enforced, {disk_mib} MiB for all it writes together (working copy, /tmp and /dev/shm "
-                         f"on one tmpfs of that size, in memory, gone with the kernel), {file_limit}")
+            lines.append(
+                f"disk: enforced, {disk_mib} MiB for all it writes together (working copy, /tmp and"
+                " /dev/shm on one tmpfs of that size, in memory, gone with the kernel),"
+                f" {file_limit}"
+            )
         else:
             why = "--disk-limit-mib 0" if self.namespaces else self.reason
-            lines.append(f"disk: {file_limit}; all it writes together NOT bounded ({why}); the working copy is "
-                         "removed once graded (unless --keep-work)")
+            lines.append(
+                f"disk: {file_limit}; all it writes together NOT bounded ({why}); the working copy"
+                " is removed once graded (unless --keep-work)"
+            )
         return lines + self._isolation_lines(max_processes, by_linux)
 
     def _isolation_lines(self, max_processes: int, by_linux: str) -> list[str]:
         """The report's lines on the network, files, processes and IPC."""
         if self.namespaces:
-            who = ("in a user namespace, without capabilities" if self.user_namespace else "runs as nobody")
+            who = (
+                "in a user namespace, without capabilities"
+                if self.user_namespace
+                else "runs as nobody"
+            )
             pid_max = ", and the PID namespace's pid_max" if per_namespace_pid_max() else ""
-            count = (f"at most {max_processes} processes and threads together (counted by the grader{pid_max}"
-                     f"{by_linux}), " if max_processes else "")
+            count = (
+                f"at most {max_processes} processes and threads together (counted by the"
+                f" grader{pid_max}{by_linux}), "
+                if max_processes
+                else ""
+            )
             return [
                 "network: enforced, loopback only (network namespace)",
-                "files: enforced, own working copy only; the Python environment and the course's packages read-only "
-                f"(mount namespace, {who})",
+                (
+                    "files: enforced, own working copy only; the Python environment and the"
+                    f" course's packages read-only (mount namespace, {who})"
+                ),
                 f"processes: enforced, {count}all killed with the kernel (PID namespace)",
-                "IPC: enforced, System V IPC and POSIX message queues of its own, gone with the kernel (IPC "
-                "namespace)",
+                (
+                    "IPC: enforced, System V IPC and POSIX message queues of its own, gone with the"
+                    " kernel (IPC namespace)"
+                ),
             ]
         return [
             f"network: NOT enforced ({self.reason})",
             f"files: NOT enforced ({self.reason})",
-            "processes: " + (f"at most {max_processes} processes and threads together (counted by the grader), "
-                             if max_processes else "") + "kernel's process group killed at the end",
+            "processes: "
+            + (
+                f"at most {max_processes} processes and threads together (counted by the grader), "
+                if max_processes
+                else ""
+            )
+            + "kernel's process group killed at the end",
             f"IPC: NOT enforced ({self.reason})",
         ]
 
 
 @lru_cache(maxsize=2)
 def probe(user_namespace: bool | None = None) -> Isolation:
-    """Find out once whether this machine lets the grader use namespaces, by starting an empty sandbox.
+    """Find out once whether this machine lets the grader use namespaces, by starting an empty
+    sandbox.
 
-    ``user_namespace`` None: inside a user namespace unless the grader is root; True or False forces it.
+    ``user_namespace`` None: inside a user namespace unless the grader is root; True or False forces
+    it.
     """
     if sys.platform != "linux":
         return Isolation(False, f"namespaces need Linux, this is {sys.platform}")
@@ -113,17 +159,24 @@ def probe(user_namespace: bool | None = None) -> Isolation:
     if user_namespace is None:
         user_namespace = os.geteuid() != 0
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as folder:
-        spec = Spec(workdir="/", namespaces=True, user_namespace=user_namespace, read_only=python_paths())
+        spec = Spec(
+            workdir="/", namespaces=True, user_namespace=user_namespace, read_only=python_paths()
+        )
         spec_path = spec.write(Path(folder) / "spec.json")
         try:
-            done = subprocess.run(wrap(["true"], spec_path), capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                wrap(["true"], spec_path), capture_output=True, text=True, timeout=60
+            )
         except (OSError, subprocess.TimeoutExpired) as error:
             return Isolation(False, f"unshare failed: {error}")
     if done.returncode != 0:
         error = last_line(done.stderr) or f"exit {done.returncode}"
         if user_namespace:
-            return Isolation(False, f"this Linux does not let a user other than root use namespaces ({error}); "
-                                    "grade as root, e.g. in a container")
+            return Isolation(
+                False,
+                f"this Linux does not let a user other than root use namespaces ({error}); "
+                "grade as root, e.g. in a container",
+            )
         return Isolation(False, f"unshare failed: {error}")
     return Isolation(True, user_namespace=user_namespace)
 
@@ -149,8 +202,10 @@ class Spec:
     memory_mib: int = 0
     max_processes: int = MAX_PROCESSES
     max_file_mib: int = FILE_LIMIT_MIB
-    disk_mib: int = 0  # with namespaces: what the kernel writes goes to a tmpfs of this size (0: to the folders)
-    ipc_dir: str = ""  # the kernel's sockets: read-write until the kernel has made them, then sealed (SIGUSR1)
+    # with namespaces: what the kernel writes goes to a tmpfs of this size (0: to the folders)
+    disk_mib: int = 0
+    # the kernel's sockets: read-write until the kernel has made them, then sealed (SIGUSR1)
+    ipc_dir: str = ""
     namespaces: bool = False
     user_namespace: bool = False
     hide: list[str] = field(default_factory=list)
@@ -159,7 +214,8 @@ class Spec:
     uid: int = NOBODY
     gid: int = NOBODY
     cgroup_procs: list[str] = field(default_factory=list)  # the launcher joins these cgroups first
-    kernel_output: str = ""  # the file the sandbox's standard output and error go to (provisioner.KernelOutput)
+    # the file the sandbox's standard output and error go to (provisioner.KernelOutput)
+    kernel_output: str = ""
 
     def __post_init__(self):
         if self.user_namespace:  # only the grader's own user id exists in its user namespace, as 0
@@ -179,15 +235,19 @@ def python_paths(hide: Iterable[str] = (), packages: Iterable[Path] = ()) -> lis
     """The folders this Python imports from (environment, site-packages, editable installs).
 
     A folder on ``sys.path`` inside one of ``hide`` is left out unless it is this Python's
-    environment or one of the course's ``packages`` (its grading profile's): ``python -m`` puts the folder it was
-    started in on ``sys.path``, pytest the course's ``tests/``, an instructor's ``PYTHONPATH`` what it names, and
-    binding one of them back into the sandbox would show the kernel what hiding hid (hidden tests,
-    solutions, other students' work).
+    environment or one of the course's ``packages`` (its grading profile's): ``python -m`` puts the
+    folder it was started in on ``sys.path``, pytest the course's ``tests/``, an instructor's
+    ``PYTHONPATH`` what it names, and binding one of them back into the sandbox would show the
+    kernel what hiding hid (hidden tests, solutions, other students' work).
     """
     needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, *packages)]
     on_path = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
     hidden = [os.path.realpath(p) for p in hide]
-    return sorted(p for p in on_path.union(needed) if not launcher._under(p, hidden) or launcher._under(p, needed))
+    return sorted(
+        p
+        for p in on_path.union(needed)
+        if not launcher._under(p, hidden) or launcher._under(p, needed)
+    )
 
 
 def wrap(command: list[str], spec_path: Path) -> list[str]:
@@ -198,8 +258,11 @@ def wrap(command: list[str], spec_path: Path) -> list[str]:
     return [sys.executable, "-I", LAUNCHER, str(spec_path), str(os.getpid()), "--", *command]
 
 
-def tethered(command: list[str], signum: int, uid: int | None = None, gid: int | None = None) -> list[str]:
-    """The command line that runs ``command`` in its own place, sent ``signum`` when this process ends.
+def tethered(
+    command: list[str], signum: int, uid: int | None = None, gid: int | None = None
+) -> list[str]:
+    """The command line that runs ``command`` in its own place, sent ``signum`` when this process
+    ends.
 
     On Linux the signal comes from the kernel (``PR_SET_PDEATHSIG``), so it comes however this
     process ends, SIGKILL included; elsewhere ``command`` simply runs. ``uid``/``gid`` (a root
@@ -211,5 +274,14 @@ def tethered(command: list[str], signum: int, uid: int | None = None, gid: int |
     thread ends, so such a thread must outlive it.
     """
     user = ["--as", f"{uid}:{gid if gid is not None else uid}"] if uid is not None else []
-    return [sys.executable, "-I", LAUNCHER, "--tether", str(os.getpid()), str(int(signum)), *user,
-            "--", *command]
+    return [
+        sys.executable,
+        "-I",
+        LAUNCHER,
+        "--tether",
+        str(os.getpid()),
+        str(int(signum)),
+        *user,
+        "--",
+        *command,
+    ]

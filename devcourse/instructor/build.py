@@ -1,9 +1,9 @@
 """Turn instructor notebooks into everything else, and prove each exercise both ways.
 
-``solutions/NN_topic/NN_topic.ipynb`` is the only notebook edited by hand. From it come the stored outputs nbval
-compares (:func:`execute`), the student version in ``course/`` (:func:`generate_course`), and a student version
-that keeps the hidden tests (:func:`student_version`), which must fail every test. See
-``autograder build --help``.
+``solutions/NN_topic/NN_topic.ipynb`` is the only notebook edited by hand. From it come the stored
+outputs nbval compares (:func:`execute`), the student version in ``course/``
+(:func:`generate_course`), and a student version that keeps the hidden tests
+(:func:`student_version`), which must fail every test. See ``autograder build --help``.
 """
 
 from __future__ import annotations
@@ -21,19 +21,28 @@ import nbformat
 from autograder.course.cells import has_hidden, is_test, nbgrader_meta
 from autograder.course.config import tool_env
 from autograder.course.paths import config_in, copy_source
-from devcourse.instructor.paths import COURSE, ROOT, SOLUTIONS, STUDENTS_GUIDE, assignments, solution_path
+from devcourse.instructor.paths import (
+    COURSE,
+    ROOT,
+    SOLUTIONS,
+    STUDENTS_GUIDE,
+    assignments,
+    solution_path,
+)
 
 CELL_TIMEOUT_S = 120
 
 
 def course_config():
-    """This course's nbgrader settings, from its checkout's ``nbgrader_config.py`` (a traitlets ``Config``)."""
+    """This course's nbgrader settings, from its checkout's ``nbgrader_config.py`` (a traitlets
+    ``Config``)."""
     return config_in(ROOT)
 
 
 def copy_solutions(target: Path, source: Path = SOLUTIONS) -> None:
-    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config ignores (the
-    files a notebook writes beside itself when it runs, 08's memory picture), as the grader copies a source."""
+    """Copy the instructor's notebooks (``solutions/``) into ``target``, less what nbgrader's config
+    ignores (the files a notebook writes beside itself when it runs, 08's memory picture), as the
+    grader copies a source."""
     copy_source(source, target, list(course_config().CourseDirectory.ignore))
 
 
@@ -88,10 +97,11 @@ def scrub_paths(text: str) -> str:
 
 
 def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) -> None:
-    """Write the student version of each assignment into ``release_dir`` with nbgrader, and the students' guide.
+    """Write the student version of each assignment into ``release_dir`` with nbgrader, and the
+    students' guide.
 
-    Uses a throw-away gradebook, so it never touches an instructor's own. The
-    guide, ``docs/students.md``, becomes ``README.md`` beside the assignments, with the pictures it shows.
+    Uses a throw-away gradebook, so it never touches an instructor's own. The guide,
+    ``docs/students.md``, becomes ``README.md`` beside the assignments, with the pictures it shows.
     """
     names = names or assignments()
     release_dir.mkdir(parents=True, exist_ok=True)
@@ -102,12 +112,19 @@ def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) 
         for name in names:
             subprocess.run(
                 [
-                    sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force",
+                    sys.executable,
+                    "-m",
+                    "nbgrader",
+                    "generate_assignment",
+                    name,
+                    "--force",
                     f"--CourseDirectory.release_directory={release_dir}",
                     f"--CourseDirectory.db_url=sqlite:///{tmp}/gradebook.db",
                     "--log-level=WARN",
                 ],
-                cwd=ROOT, env=tool_env(), check=True,
+                cwd=ROOT,
+                env=tool_env(),
+                check=True,
             )
             mark_hidden_checks(release_dir / name / f"{name}.ipynb", solution_path(name))
 
@@ -115,11 +132,15 @@ def generate_course(release_dir: Path = COURSE, names: list[str] | None = None) 
 def mark_hidden_checks(released: Path, solution: Path) -> None:
     """Mark each test cell of a student version whose solution has hidden checks (the mark only).
 
-    ``metadata["course"]["hidden_checks"]`` is what Validate reads to tell a student how many points hidden
-    checks are worth (:mod:`devcourse.validation`); nbgrader's checksums do not cover metadata.
+    ``metadata["course"]["hidden_checks"]`` is what Validate reads to tell a student how many points
+    hidden checks are worth (:mod:`devcourse.validation`); nbgrader's checksums do not cover
+    metadata.
     """
-    hidden = {nbgrader_meta(cell)["grade_id"] for cell in nbformat.read(solution, as_version=4).cells
-              if is_test(cell) and has_hidden(cell.source)}
+    hidden = {
+        nbgrader_meta(cell)["grade_id"]
+        for cell in nbformat.read(solution, as_version=4).cells
+        if is_test(cell) and has_hidden(cell.source)
+    }
     nb = nbformat.read(released, as_version=4)
     for cell in nb.cells:
         if is_test(cell) and nbgrader_meta(cell)["grade_id"] in hidden:
@@ -153,14 +174,20 @@ def validate(notebook: Path, invert: bool = False) -> tuple[bool, str]:
     command = [sys.executable, "-m", "nbgrader", "validate", str(notebook)]
     if invert:
         command.append("--invert")
-    done = subprocess.run(command, cwd=notebook.parent, env=tool_env(), capture_output=True, text=True)
+    done = subprocess.run(
+        command, cwd=notebook.parent, env=tool_env(), capture_output=True, text=True
+    )
     output = done.stdout + done.stderr
-    verdict = ("Success! The notebook does not pass any tests." if invert
-               else "Success! Your notebook passes all the tests.")
+    verdict = (
+        "Success! The notebook does not pass any tests."
+        if invert
+        else "Success! Your notebook passes all the tests."
+    )
     return verdict in output, output
 
 
-# What a student waits for, on two cores: a notebook run top to bottom, and Validate of a finished one.
+# What a student waits for, on two cores: a notebook run top to bottom, and Validate of a finished
+# one.
 RUN_LIMIT_S, VALIDATE_LIMIT_S = 60.0, 30.0
 
 
@@ -176,11 +203,16 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{model}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+    return (
+        f"{model},"
+        f" {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}"
+        " cores"
+    )
 
 
 def timings(assignment: str) -> tuple[float, float]:
-    """Seconds to run the solution notebook top to bottom in a fresh kernel, and to ``nbgrader validate`` it."""
+    """Seconds to run the solution notebook top to bottom in a fresh kernel, and to ``nbgrader
+    validate`` it."""
     import time
 
     from nbclient import NotebookClient
@@ -189,8 +221,12 @@ def timings(assignment: str) -> tuple[float, float]:
         copy = _copy_as_solution(assignment, Path(tmp))
         nb = nbformat.read(copy, as_version=4)
         start = time.monotonic()
-        NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                       resources={"metadata": {"path": str(copy.parent)}}).execute(stderr=subprocess.DEVNULL)
+        NotebookClient(
+            nb,
+            timeout=CELL_TIMEOUT_S,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(copy.parent)}},
+        ).execute(stderr=subprocess.DEVNULL)
         run_s = time.monotonic() - start
         start = time.monotonic()
         passes, output = validate(copy)
@@ -208,22 +244,24 @@ def _copy_as_solution(assignment: str, into: Path) -> Path:
 
 
 def times(names: list[str]) -> int:
-    """Print how long each notebook of ``names`` runs and Validate takes, against the limits; 1 if one is over."""
+    """Print how long each notebook of ``names`` runs and Validate takes, against the limits; 1 if
+    one is over."""
     print(f"on {machine()}; limits: run {RUN_LIMIT_S:g} s, Validate {VALIDATE_LIMIT_S:g} s")
     print(f"{'notebook':<34} {'run (s)':>8} {'Validate (s)':>13}")
     over = []
     for name in names:
         run_s, validate_s = timings(name)
-        flags = ((" run over" if run_s > RUN_LIMIT_S else "")
-                 + (" Validate over" if validate_s > VALIDATE_LIMIT_S else ""))
+        flags = (" run over" if run_s > RUN_LIMIT_S else "") + (
+            " Validate over" if validate_s > VALIDATE_LIMIT_S else ""
+        )
         print(f"{name:<34} {run_s:8.1f} {validate_s:13.1f}{flags}", flush=True)
         over += [name] if flags else []
     return 1 if over else 0
 
 
 def both_ways(names: list[str]) -> int:
-    """Print, for each of ``names``, whether its solution passes every test and its student version none; 1 if
-    one does not (with nbgrader's output)."""
+    """Print, for each of ``names``, whether its solution passes every test and its student version
+    none; 1 if one does not (with nbgrader's output)."""
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -231,7 +269,10 @@ def both_ways(names: list[str]) -> int:
             stub = Path(tmp) / "students" / name / f"{name}.ipynb"
             student_version(solution_path(name), stub)
             fails_all, out_inverted = validate(stub, invert=True)
-            print(f"{name}: solution passes all tests: {passes}; student version passes none: {fails_all}")
+            print(
+                f"{name}: solution passes all tests: {passes}; student version passes none:"
+                f" {fails_all}"
+            )
             for ok, text in ((passes, out), (fails_all, out_inverted)):
                 if not ok:
                     failed += 1

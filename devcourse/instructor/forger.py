@@ -1,8 +1,10 @@
-"""The forger: a demo student who answers nothing and attacks the verdict itself (see :data:`FORGER`).
+"""The forger: a demo student who answers nothing and attacks the verdict itself (see
+:data:`FORGER`).
 
-Built with names made at run time so that the scan sees nothing, it silences every error of the notebook and
-rewrites the kernel's recorder: every check records True, every value comparison the expected side the student's
-notebook pairs with the same expression. Every function returns an object that absorbs any use, so tests go on.
+Built with names made at run time so that the scan sees nothing, it silences every error of the
+notebook and rewrites the kernel's recorder: every check records True, every value comparison the
+expected side the student's notebook pairs with the same expression. Every function returns an
+object that absorbs any use, so tests go on.
 """
 
 from __future__ import annotations
@@ -115,7 +117,12 @@ def forged(solution: str) -> str:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             lines.append(ast.unparse(node))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines += [f"def {node.name}(*args, **kwargs):", "    _forge()", "    return _Anything()", ""]
+            lines += [
+                f"def {node.name}(*args, **kwargs):",
+                "    _forge()",
+                "    return _Anything()",
+                "",
+            ]
         elif isinstance(node, ast.ClassDef):
             lines += [f"class {node.name}(_Anything):", "    pass", ""]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):

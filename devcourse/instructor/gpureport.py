@@ -1,5 +1,6 @@
-"""What ``autograder gpu-check`` (:mod:`.gpucheck`) writes: each check's outcome, what the checks share, and the
-report in markdown, ``docs/gpu-log.md`` on a GPU and ``build/gpu-report-dry-run.md`` on a rehearsal."""
+"""What ``autograder gpu-check`` (:mod:`.gpucheck`) writes: each check's outcome, what the checks
+share, and the report in markdown, ``docs/gpu-log.md`` on a GPU and ``build/gpu-report-dry-run.md``
+on a rehearsal."""
 
 from __future__ import annotations
 
@@ -39,18 +40,27 @@ class Context:
 
 
 def render(checks: list[Check], ctx: Context) -> str:
-    """The report as markdown: a title saying what machine and mode, a summary table, a section per check."""
+    """The report as markdown: a title saying what machine and mode, a summary table, a section per
+    check."""
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if ctx.cuda:
         title = f"# GPU report: {torch.cuda.get_device_name(0)}"
-        note = f"Measured on {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} by `make gpu-check`, {when}."
+        note = (
+            f"Measured on {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} by `make"
+            f" gpu-check`, {when}."
+        )
     else:
         title = "# GPU check, dry run on a machine without a GPU"
-        note = (f"Dry run on a CPU-only machine ({platform.machine()}, torch {torch.__version__}), {when}. "
-                "Nothing here was measured on a GPU; checks that need one say `not run`.")
+        note = (
+            f"Dry run on a CPU-only machine ({platform.machine()}, torch {torch.__version__}),"
+            f" {when}. Nothing here was measured on a GPU; checks that need one say `not run`."
+        )
     lines = [title, "", note, "", "| check | status | seconds | summary |", "|---|---|---|---|"]
-    lines += [f"| {c.name} | {c.status} | {'' if c.seconds is None else f'{c.seconds:.0f}'} | {c.summary} |"
-              for c in checks]
+    lines += [
+        f"| {c.name} | {c.status} | {'' if c.seconds is None else f'{c.seconds:.0f}'} |"
+        f" {c.summary} |"
+        for c in checks
+    ]
     for c in checks:
         lines += ["", f"## {c.name}: {c.status}", "", c.summary, ""] + c.details
     return "\n".join(lines) + "\n"

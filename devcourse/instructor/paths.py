@@ -1,11 +1,13 @@
-"""Where this course's own files are in its checkout: the solutions, the student versions, the demo class."""
+"""Where this course's own files are in its checkout: the solutions, the student versions, the demo
+class."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the course's checkout: devcourse is installed editable from it
+# the course's checkout: devcourse is installed editable from it
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
 STUDENTS_GUIDE = ROOT / "docs" / "students.md"
@@ -25,8 +27,10 @@ def solution_path(assignment: str) -> Path:
 
 
 def demo_due() -> dict[str, str]:
-    """The demo class's due dates (UTC), weekly from 2026-09-07 17:00, for its work folder's gradebook; one of
-    its submissions is late."""
+    """The demo class's due dates (UTC), weekly from 2026-09-07 17:00, for its work folder's
+    gradebook; one of its submissions is late."""
     first = datetime(2026, 9, 7, 17, tzinfo=timezone.utc)
-    return {name: (first + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
-            for number, name in enumerate(assignments())}
+    return {
+        name: (first + timedelta(weeks=number)).strftime("%Y-%m-%d %H:%M:%S UTC")
+        for number, name in enumerate(assignments())
+    }

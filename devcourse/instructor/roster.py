@@ -1,6 +1,7 @@
-"""The demo class's students: for each, what they hand in for each assignment, as :mod:`devcourse.instructor.demo`
-fills it into the student versions. The instructor's solution, nothing at all, answers with the mistakes students
-really make, and submissions that attack the grader or break (each earns only what its honest answers earn).
+"""The demo class's students: for each, what they hand in for each assignment, as
+:mod:`devcourse.instructor.demo` fills it into the student versions. The instructor's solution,
+nothing at all, answers with the mistakes students really make, and submissions that attack the
+grader or break (each earns only what its honest answers earn).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def _code(source: str) -> str:
 
 SOLUTION = "solution"
 STUB = "stub"
-FORGED = "forged"  # the names the solution defines, as stubs that forge the grader's records (see FORGER)
+# the names the solution defines, as stubs that forge the grader's records (see FORGER)
+FORGED = "forged"
 
 # For each student: assignment -> {grade_id: source, or SOLUTION / STUB};
 # "*" gives the default for answers not named. A missing assignment was not
@@ -28,15 +30,20 @@ ROSTER: dict[str, dict[str, dict[str, str]]] = {
     # Hands in the instructor's solution everywhere: full marks.
     "ada": {name: {"*": SOLUTION} for name in assignments()},
     # Hands in the quicker notebooks untouched: no marks.
-    "linus": {name: {"*": STUB} for name in assignments() if name[:2] in ("00", "01", "02", "03", "05")},
+    "linus": {
+        name: {"*": STUB} for name in assignments() if name[:2] in ("00", "01", "02", "03", "05")
+    },
     # Hands in 00 only, with a typo that raises NameError in one answer.
     "margaret": {
         "00_environment": {
             "*": SOLUTION,
-            # The cause, but a fix in the kernel that already asked CUDA: one of the two points, by hand.
-            "reply_to_a_classmate": "CUDA_VISIBLE_DEVICES is 3, but the server only has GPUs 0 and 1, so PyTorch "
-                                    "sees no GPU. Your PyTorch is not broken. Set the variable to 0,1 with "
-                                    "os.environ at the top of the notebook and run it again.",
+            # The cause, but a fix in the kernel that already asked CUDA: one of the two points, by
+            # hand.
+            "reply_to_a_classmate": (
+                "CUDA_VISIBLE_DEVICES is 3, but the server only has GPUs 0 and 1, so PyTorch "
+                "sees no GPU. Your PyTorch is not broken. Set the variable to 0,1 with "
+                "os.environ at the top of the notebook and run it again."
+            ),
             "resolve_device": _code('''
                 def resolve_device(request: str = "auto") -> torch.device:
                     """The torch.device that `request` names, checked against this machine."""
@@ -134,13 +141,15 @@ ROSTER: dict[str, dict[str, dict[str, str]]] = {
 
 
 # Submissions that break the rules, or break: each earns only what its honest answers earn.
-ROSTER.update({
-    # Crashes its kernel (a native crash, as a broken extension would) after two correct answers.
-    "hal": {
-        "01_device_placement": {
-            "*": STUB,
-            "move_batch": SOLUTION,
-            "model_devices": _code('''
+ROSTER.update(
+    {
+        # Crashes its kernel (a native crash, as a broken extension would) after two correct
+        # answers.
+        "hal": {
+            "01_device_placement": {
+                "*": STUB,
+                "move_batch": SOLUTION,
+                "model_devices": _code('''
                 def model_devices(model: nn.Module) -> set[torch.device]:
                     """The devices of all parameters and buffers of `model`, submodules included."""
                     return {t.device for t in [*model.parameters(), *model.buffers()]}
@@ -148,33 +157,34 @@ ROSTER.update({
                 import faulthandler
                 faulthandler._sigsegv()
             '''),
+            },
         },
-    },
-    # Loops forever in one answer: the cell's time limit stops the notebook there.
-    "tony": {
-        "02_cross_device_errors": {
-            "*": SOLUTION,
-            "standardize": _code('''
+        # Loops forever in one answer: the cell's time limit stops the notebook there.
+        "tony": {
+            "02_cross_device_errors": {
+                "*": SOLUTION,
+                "standardize": _code("""
                 step = 0
                 while step >= 0:  # meant to stop at 10, never does
                     step += 1
-            '''),
+            """),
+            },
         },
-    },
-    # Keeps a 12 GiB cache in one answer: the memory limit makes that cell fail, the others still count.
-    "mia": {
-        "03_saving_and_loading": {
-            "*": SOLUTION,
-            "save_checkpoint": _code('''
+        # Keeps a 12 GiB cache in one answer: the memory limit makes that cell fail, the others
+        # still count.
+        "mia": {
+            "03_saving_and_loading": {
+                "*": SOLUTION,
+                "save_checkpoint": _code("""
                 _cache = [torch.ones(256, 1024, 1024) for _ in range(12)]  # 12 x 1 GiB, never freed
-            '''),
+            """),
+            },
         },
-    },
-    # Wrong answers, and patches what the tests use, in ways a text search would miss.
-    "mallory": {
-        "01_device_placement": {
-            "*": STUB,
-            "move_batch": _code('''
+        # Wrong answers, and patches what the tests use, in ways a text search would miss.
+        "mallory": {
+            "01_device_placement": {
+                "*": STUB,
+                "move_batch": _code("""
                 tools = [torch, torch.testing]
                 tools[0].equal = lambda *args, **kwargs: True
                 tools[0].allclose = lambda *args, **kwargs: True
@@ -187,8 +197,8 @@ ROSTER.update({
 
                 def move_batch(batch, device, dtype=None):
                     return batch
-            '''),
-            "model_devices": _code('''
+            """),
+                "model_devices": _code("""
                 class Anything(set):
                     def __eq__(self, other):
                         return True
@@ -197,11 +207,11 @@ ROSTER.update({
 
                 def model_devices(model):
                     return Anything()
-            '''),
-        },
-        "00_environment": {
-            "*": STUB,
-            "resolve_device": _code('''
+            """),
+            },
+            "00_environment": {
+                "*": STUB,
+                "resolve_device": _code("""
                 class Yes:
                     def __eq__(self, other):
                         return True
@@ -211,22 +221,23 @@ ROSTER.update({
 
                 def resolve_device(request="auto"):
                     return Yes()
-            '''),
-            "diagnose": _code('''
+            """),
+                "diagnose": _code("""
                 import sys
                 shell = sys.modules["IPython"].core.getipython.get_ipython()
                 shell.showtraceback = lambda *args, **kwargs: None
 
                 def diagnose(facts, expect_gpu):
                     return None
-            '''),
+            """),
+            },
         },
-    },
-    # Looks for the hidden tests, the gradebook and the other students on disk, and tries to leave a mark.
-    "eve": {
-        "00_environment": {
-            "*": STUB,
-            "list_devices": _code('''
+        # Looks for the hidden tests, the gradebook and the other students on disk, and tries to
+        # leave a mark.
+        "eve": {
+            "00_environment": {
+                "*": STUB,
+                "list_devices": _code("""
                 import os
                 from pathlib import Path
 
@@ -265,12 +276,15 @@ ROSTER.update({
 
                 def list_devices():
                     return []
-            '''),
+            """),
+            },
         },
-    },
-})
+    }
+)
 
-# Tampering with the notebook itself: applied to the student's notebook after the answers are filled in.
+
+# Tampering with the notebook itself: applied to the student's notebook after the answers are filled
+# in.
 def _edit_tests(nb):
     """Replace every test with `pass`, and delete the last test cell."""
     tests = [c for c in nb.cells if is_test(c)]
@@ -287,11 +301,14 @@ def _corrupt(nb):
 
 
 def _from_another_assignment(nb):
-    other = nbformat.read(COURSE / "02_cross_device_errors" / "02_cross_device_errors.ipynb", as_version=4)
+    other = nbformat.read(
+        COURSE / "02_cross_device_errors" / "02_cross_device_errors.ipynb", as_version=4
+    )
     return other
 
 
-# Every submission was handed in an hour before its due date (paths.demo_due), except these: hours late.
+# Every submission was handed in an hour before its due date (paths.demo_due), except these: hours
+# late.
 LATE_HOURS = {("grace", "02_cross_device_errors"): 26}
 
 ROSTER["trudy"] = {"02_cross_device_errors": {"*": STUB}}
@@ -299,7 +316,10 @@ ROSTER["forger"] = {name: {"*": FORGED} for name in assignments()}
 ROSTER["oscar"] = {"00_environment": {"*": SOLUTION}, "01_device_placement": {"*": SOLUTION}}
 # Who each demo student is, in one line: what the grader's output says of them.
 WHO = {
-    "ada": "hands in the instructor's solution everywhere: full marks but the written answers, graded by hand",
+    "ada": (
+        "hands in the instructor's solution everywhere: full marks but the written answers, graded"
+        " by hand"
+    ),
     "linus": "hands in the quicker notebooks untouched: no marks",
     "margaret": "hands in 00 only, with a typo that raises NameError in one answer",
     "grace": "partly right: the mistakes of someone who learnt from blog posts; one notebook late",

@@ -12,8 +12,10 @@ def test_every_mode_trains_in_its_own_process_and_reports():
 
 
 def test_table_compares_each_mode_with_fp32():
-    rows = [ampbench.PrecisionResult("fp32", "cpu", 10.0, 50.0, 2.3),
-            ampbench.PrecisionResult("bf16", "cpu", 20.0, 60.0, 2.3)]
+    rows = [
+        ampbench.PrecisionResult("fp32", "cpu", 10.0, 50.0, 2.3),
+        ampbench.PrecisionResult("bf16", "cpu", 20.0, 60.0, 2.3),
+    ]
     lines = ampbench.format_table(rows).splitlines()
     assert lines[0] == "device: cpu"
     assert lines[2].split() == ["fp32", "10.00", "1.00x", "50.0", "2.3000"]

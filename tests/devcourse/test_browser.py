@@ -48,7 +48,8 @@ from devcourse import validation
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory):
-    """JupyterLab as ``make lab`` starts it (see :func:`start_lab`), stopped at the end of the session."""
+    """JupyterLab as ``make lab`` starts it (see :func:`start_lab`), stopped at the end of the
+    session."""
     server, running = start_lab(tmp_path_factory.mktemp("jupyterlab"))
     try:
         yield running
@@ -65,7 +66,8 @@ def browser():
 
 @pytest.fixture
 def page(browser, lab, request):
-    """A fresh browser page; its screenshot lands in the test's artifact folder whatever the outcome."""
+    """A fresh browser page; its screenshot lands in the test's artifact folder whatever the
+    outcome."""
     folder = ARTIFACTS / request.node.name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -103,21 +105,37 @@ class Notebook:
         return self.page.locator(CELLS).nth(index)
 
     def index_of(self, grade_id: str) -> int:
-        return next(i for i, c in enumerate(self.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+        return next(
+            i
+            for i, c in enumerate(self.cells)
+            if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+        )
 
     def graded_tests(self) -> list[int]:
-        return [i for i, c in enumerate(self.cells)
-                if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")]
+        return [
+            i
+            for i, c in enumerate(self.cells)
+            if c.metadata.get("nbgrader", {}).get("grade")
+            and not c.metadata["nbgrader"].get("solution")
+        ]
 
     def written_answers(self) -> list[int]:
         """Answers that no test checks, graded by hand (Exercise 4 of 00)."""
-        return [i for i, c in enumerate(self.cells)
-                if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"].get("solution")]
+        return [
+            i
+            for i, c in enumerate(self.cells)
+            if c.metadata.get("nbgrader", {}).get("grade")
+            and c.metadata["nbgrader"].get("solution")
+        ]
 
     def first_stub_call(self) -> int:
         """The first code cell after the first answer cell: it calls the answer, still a stub."""
-        first_answer = min(i for i, c in enumerate(self.cells) if c.metadata.get("nbgrader", {}).get("solution"))
-        return next(i for i, c in enumerate(self.cells) if i > first_answer and c.cell_type == "code")
+        first_answer = min(
+            i for i, c in enumerate(self.cells) if c.metadata.get("nbgrader", {}).get("solution")
+        )
+        return next(
+            i for i, c in enumerate(self.cells) if i > first_answer and c.cell_type == "code"
+        )
 
     def saved(self):
         return nbformat.read(self.path, as_version=4)
@@ -133,7 +151,8 @@ def kernel_idle(page):
 
 
 def open_notebook(page, lab: Lab, name: str) -> Notebook:
-    """Copy ``course/<name>/<name>.ipynb`` into the server's folder and open it with a started kernel."""
+    """Copy ``course/<name>/<name>.ipynb`` into the server's folder and open it with a started
+    kernel."""
     folder = lab.root / page.artifacts.name / name
     shutil.copytree(ROOT / "course" / name, folder)
     path = folder / f"{name}.ipynb"
@@ -148,7 +167,8 @@ def open_notebook(page, lab: Lab, name: str) -> Notebook:
 
 
 def run_all(notebook: Notebook) -> list[tuple[int, str | None, str]]:
-    """Run > Run All Cells, wait until the run has stopped, and return ``(index, prompt count, output)`` per code cell.
+    """Run > Run All Cells, wait until the run has stopped, and return ``(index, prompt count,
+    output)`` per code cell.
 
     JupyterLab sends one cell at a time, and lets a cell tagged ``raises-exception``
     fail and goes on. In a student notebook the first other error is the stub's
@@ -166,11 +186,15 @@ def run_all(notebook: Notebook) -> list[tuple[int, str | None, str]]:
                     cell => cell.querySelector('.jp-InputArea-prompt')?.textContent ?? '');
                 return /\\[\\d+\\]/.test(prompts[stop]) && !prompts.some(p => p.includes('*'));
             }""",
-            arg=[CELLS, notebook.first_stub_call()], timeout=120 * SECOND)
+            arg=[CELLS, notebook.first_stub_call()],
+            timeout=120 * SECOND,
+        )
     except Exception:  # noqa: BLE001 - whatever ended the wait, the prompts say where the run stopped
         prompts = page.locator(f"{CELLS} .jp-InputArea-prompt").all_inner_texts()
-        raise AssertionError(f"Run All did not reach cell {notebook.first_stub_call()} within 120 s; "
-                             f"the prompts read {prompts}") from None
+        raise AssertionError(
+            f"Run All did not reach cell {notebook.first_stub_call()} within 120 s; "
+            f"the prompts read {prompts}"
+        ) from None
     kernel_idle(page).wait_for()
     states = []
     for i, cell in enumerate(notebook.cells):
@@ -178,22 +202,29 @@ def run_all(notebook: Notebook) -> list[tuple[int, str | None, str]]:
             continue
         element = notebook.cell_at(i)
         count = re.search(r"\[(\d+)\]", element.locator(".jp-InputArea-prompt").inner_text())
-        states.append((i, count and count.group(1), element.locator(".jp-Cell-outputArea").inner_text()))
+        states.append(
+            (i, count and count.group(1), element.locator(".jp-Cell-outputArea").inner_text())
+        )
     return states
 
 
 def assert_run_stopped_at_the_first_stub(notebook: Notebook, states) -> None:
-    """Every cell before the first stub call ran, error demonstrations showing their errors; none after it."""
+    """Every cell before the first stub call ran, error demonstrations showing their errors; none
+    after it."""
     stop = notebook.first_stub_call()
     for i, count, output in states:
         tags = notebook.cells[i].metadata.get("tags", [])
         if i < stop:
             assert count is not None, f"cell {i} before the first stub did not run"
-            assert "Traceback" not in output or "raises-exception" in tags, f"cell {i} failed:\n{output}"
+            assert "Traceback" not in output or "raises-exception" in tags, (
+                f"cell {i} failed:\n{output}"
+            )
             if "raises-exception" in tags:
                 assert "Error" in output, f"cell {i} should show its error:\n{output}"
         elif i == stop:
-            assert count is not None and "NotImplementedError" in output, f"cell {i} should fail on the stub:\n{output}"
+            assert count is not None and "NotImplementedError" in output, (
+                f"cell {i} should fail on the stub:\n{output}"
+            )
         else:
             assert count is None, f"cell {i} ran after the run should have stopped"
 
@@ -207,13 +238,16 @@ def wait_for_text(locator, expected: str, timeout: float = 30) -> str:
             return text
         if time.monotonic() > deadline:
             locator.screenshot(path=locator.page.artifacts / "unexpected-text.png")
-            raise AssertionError(f"after {timeout} s the page shows\n{text}\n\ninstead of\n{expected}")
+            raise AssertionError(
+                f"after {timeout} s the page shows\n{text}\n\ninstead of\n{expected}"
+            )
         time.sleep(0.1)
 
 
 def validate(notebook: Notebook, picture: str = "") -> tuple[str, list[str]]:
-    """Click nbgrader's Validate button; return the dialog's text and the first line of each failed cell. The page
-    with the dialog is pictured, as ``picture`` (a picture the docs show) where given.
+    """Click nbgrader's Validate button; return the dialog's text and the first line of each failed
+    cell. The page with the dialog is pictured, as ``picture`` (a picture the docs show) where
+    given.
 
     The dialog lists each failed cell as "The following cell failed:", the
     cell's source, then the error; a graded test's first line is its docstring.
@@ -222,23 +256,30 @@ def validate(notebook: Notebook, picture: str = "") -> tuple[str, list[str]]:
     page.locator(".jp-Toolbar .validate-button").click()
     dialog = page.locator(".jp-Dialog")
     dialog.get_by_text("Validation Results").wait_for(timeout=120 * SECOND)
-    if dialog.locator(".validation-success").count():  # the course's plugin adds what hidden checks are worth
+    # the course's plugin adds what hidden checks are worth
+    if dialog.locator(".validation-success").count():
         dialog.locator(".course-hidden-points").wait_for(timeout=10 * SECOND)
     text = dialog.locator(".jp-Dialog-body").inner_text()
-    shown = page.artifacts / (picture or f"validate-{len(list(page.artifacts.glob('validate-*')))}.png")
+    shown = page.artifacts / (
+        picture or f"validate-{len(list(page.artifacts.glob('validate-*')))}.png"
+    )
     page.screenshot(path=shown)
     if picture:
         keep_for_docs(shown)
     dialog.get_by_role("button", name="Ok").click()
     dialog.wait_for(state="detached")
-    failed = [part.split("\n", 1)[0] for part in re.split(r"The following cell failed:\s*", text)[1:]]
+    failed = [
+        part.split("\n", 1)[0] for part in re.split(r"The following cell failed:\s*", text)[1:]
+    ]
     return text, failed
 
 
 # ---- the widgets --------------------------------------------------------------
 
 
-def test_environment_report_runs_a_test_on_each_device_and_validate_lists_the_open_exercises(page, lab):
+def test_environment_report_runs_a_test_on_each_device_and_validate_lists_the_open_exercises(
+    page, lab
+):
     from devcourse.envreport import collect_facts
 
     notebook = open_notebook(page, lab, "00_environment")
@@ -247,7 +288,9 @@ def test_environment_report_runs_a_test_on_each_device_and_validate_lists_the_op
     panel = notebook.cell("report_widget(facts)").locator(".jp-Cell-outputArea")
     table = panel.locator(".widget-html table").inner_text()
     for key, value in facts.rows():  # the kernel runs on this machine, with this environment
-        assert re.search(rf"^{re.escape(key)}\s+{re.escape(value)}$", table, re.M), f"{key} {value} not in\n{table}"
+        assert re.search(rf"^{re.escape(key)}\s+{re.escape(value)}$", table, re.M), (
+            f"{key} {value} not in\n{table}"
+        )
 
     picker = panel.locator(".widget-dropdown select")
     devices = [str(d) for d in facts.devices()]
@@ -258,19 +301,24 @@ def test_environment_report_runs_a_test_on_each_device_and_validate_lists_the_op
     for device in devices + devices[:1]:  # each device, then the first again
         picker.select_option(device)
         panel.get_by_role("button", name="Run a test").click()
-        lines.append(rf"{re.escape(device)}: 256x256 matmul ran, result on {re.escape(device)}, \d+\.\d ms")
+        lines.append(
+            rf"{re.escape(device)}: 256x256 matmul ran, result on {re.escape(device)}, \d+\.\d ms"
+        )
         deadline = time.monotonic() + 30
         while not re.fullmatch("\n".join(lines), output.inner_text().strip()):
-            assert time.monotonic() < deadline, (f"expected {len(lines)} test lines, the output shows\n"
-                                                 f"{output.inner_text()}")
+            assert time.monotonic() < deadline, (
+                f"expected {len(lines)} test lines, the output shows\n{output.inner_text()}"
+            )
             time.sleep(0.1)
     panel.screenshot(path=page.artifacts / "environment-report.png")
 
-    # The untouched student version: Validate names every graded test as failing, and the written answer that
-    # still says YOUR ANSWER HERE (nbgrader gives an unchanged answer 0).
+    # The untouched student version: Validate names every graded test as failing, and the written
+    # answer that still says YOUR ANSWER HERE (nbgrader gives an unchanged answer 0).
     text, failed = validate(notebook)
     cells = sorted(notebook.graded_tests() + notebook.written_answers())
-    assert notebook.written_answers() and failed == [notebook.cells[i].source.splitlines()[0] for i in cells], text
+    assert notebook.written_answers() and failed == [
+        notebook.cells[i].source.splitlines()[0] for i in cells
+    ], text
     assert text.count("NotImplementedError") >= len(notebook.graded_tests())
 
 
@@ -301,10 +349,15 @@ def test_map_location_explorer_shows_what_each_choice_loads(page, lab):
         before, shown = shown, wait_for_text(result, explore(where, how))
         assert shown != before
         if devices:
-            assert {line.split()[1] for line in shown.splitlines()[1:]
-                    if not line.startswith("  the callable")} == devices
+            assert {
+                line.split()[1]
+                for line in shown.splitlines()[1:]
+                if not line.startswith("  the callable")
+            } == devices
     assert "location=['cuda:0']" in explore("cuda:0", "lambda storage, location: storage")
-    notebook.cell("map_location_explorer()").screenshot(path=page.artifacts / "map_location_explorer.png")
+    notebook.cell("map_location_explorer()").screenshot(
+        path=page.artifacts / "map_location_explorer.png"
+    )
     keep_for_docs(page.artifacts / "map_location_explorer.png")
 
 
@@ -315,8 +368,10 @@ def _columns(text: str) -> list[list[str]]:
 def test_inspector_filters_the_table_and_flags_the_new_head(page, lab):
     notebook = open_notebook(page, lab, "02_cross_device_errors")
     assert_run_stopped_at_the_first_stub(notebook, run_all(notebook))
-    printed = notebook.cell("from devcourse.inspector import inspect_text, inspector_widget\n\n"
-                            "print(inspect_text(model))")
+    printed = notebook.cell(
+        "from devcourse.inspector import inspect_text, inspector_widget\n\n"
+        "print(inspect_text(model))"
+    )
     everything = _columns(printed.locator(".jp-Cell-outputArea").inner_text().strip())
     panel = notebook.cell("inspector_widget(model)").locator(".jp-Cell-outputArea")
     table = panel.locator(".widget-html pre")
@@ -350,14 +405,19 @@ SOLUTION_02 = ROOT / "solutions" / "02_cross_device_errors" / "02_cross_device_e
 
 
 def _solution(grade_id: str) -> tuple[str, list[list[str]]]:
-    """The answer cell ``grade_id`` as a student completes it (no solution markers), and its answer blocks."""
+    """The answer cell ``grade_id`` as a student completes it (no solution markers), and its answer
+    blocks."""
     solutions = nbformat.read(SOLUTION_02, as_version=4)
-    cell = next(c for c in solutions.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    cell = next(
+        c for c in solutions.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+    )
     lines = cell.source.splitlines()
     begins = [i for i, line in enumerate(lines) if line.strip() == "### BEGIN SOLUTION"]
     ends = [i for i, line in enumerate(lines) if line.strip() == "### END SOLUTION"]
-    blocks = [lines[b + 1:e] for b, e in zip(begins, ends)]
-    answered = "\n".join(line for line in lines if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    blocks = [lines[b + 1 : e] for b, e in zip(begins, ends)]
+    answered = "\n".join(
+        line for line in lines if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
+    )
     return answered, blocks
 
 
@@ -390,25 +450,37 @@ def answer(notebook: Notebook, grade_id: str, blocks: list[list[str]]) -> None:
     """Replace each stub of the answer cell, in order, by typing a block of the solution."""
     cell = notebook.cell_at(notebook.index_of(grade_id))
     for block in blocks:
-        select_line_text(cell, "# YOUR CODE HERE", lines=2)  # the comment and `raise NotImplementedError()`
+        # the comment and `raise NotImplementedError()`
+        select_line_text(cell, "# YOUR CODE HERE", lines=2)
         type_lines(notebook.page, block)
 
 
 def test_student_types_the_answers_validates_and_sees_a_broken_answer_named(page, lab):
     notebook = open_notebook(page, lab, "02_cross_device_errors")
-    solutions = {grade_id: _solution(grade_id) for grade_id in ("find_misplaced", "standardize", "prepare_batch")}
+    solutions = {
+        grade_id: _solution(grade_id)
+        for grade_id in ("find_misplaced", "standardize", "prepare_batch")
+    }
     for grade_id, (_, blocks) in solutions.items():
         answer(notebook, grade_id, blocks)
-    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # the notebook, full width
-    text, failed = validate(notebook, picture="students-validate.png")  # Validate saves the notebook first
+    # the notebook, full width
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
+    # Validate saves the notebook first
+    text, failed = validate(notebook, picture="students-validate.png")
     saved = notebook.saved()
     for grade_id, (answered, _) in solutions.items():
-        assert saved.cells[notebook.index_of(grade_id)].source == answered, f"{grade_id} is not what was typed"
+        assert saved.cells[notebook.index_of(grade_id)].source == answered, (
+            f"{grade_id} is not what was typed"
+        )
     success, *hidden = [line for line in text.strip().splitlines() if line.strip()]
     assert success == "Success! Your notebook passes all the tests.", text
-    expected = validation.message(nbformat.read(COURSE / "02_cross_device_errors" / "02_cross_device_errors.ipynb", 4))
+    expected = validation.message(
+        nbformat.read(COURSE / "02_cross_device_errors" / "02_cross_device_errors.ipynb", 4)
+    )
     assert [line.strip() for line in hidden] == [line.strip() for line in expected], text
-    assert hidden[0].startswith("When graded, hidden checks also run") and "Exercise " in hidden[1], text
+    assert (
+        hidden[0].startswith("When graded, hidden checks also run") and "Exercise " in hidden[1]
+    ), text
 
     # The lesson's classic slip: the label made from the data.
     right = "return data.to(device, non_blocking=True), label.to(device, non_blocking=True)"
@@ -417,16 +489,21 @@ def test_student_types_the_answers_validates_and_sees_a_broken_answer_named(page
     select_line_text(notebook.cell_at(notebook.index_of("prepare_batch")), right)
     type_lines(page, [wrong])
     text, failed = validate(notebook)
-    assert (notebook.saved().cells[notebook.index_of("prepare_batch")].source
-            == solutions["prepare_batch"][0].replace(right, wrong))
-    keeps_the_label = notebook.cells[notebook.index_of("prepare_batch_keeps_the_label")].source.splitlines()[0]
+    assert notebook.saved().cells[notebook.index_of("prepare_batch")].source == solutions[
+        "prepare_batch"
+    ][0].replace(right, wrong)
+    keeps_the_label = notebook.cells[
+        notebook.index_of("prepare_batch_keeps_the_label")
+    ].source.splitlines()[0]
     assert failed == [keeps_the_label], text
     assert "AssertionError" in text
 
 
 def test_the_students_lab_has_the_assignment_list_and_validate_but_no_instructor_tools(page, lab):
     def status(path: str) -> int:
-        request = urllib.request.Request(f"{lab.url}/{path}", headers={"Authorization": f"token {lab.token}"})
+        request = urllib.request.Request(
+            f"{lab.url}/{path}", headers={"Authorization": f"token {lab.token}"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status
@@ -441,14 +518,20 @@ def test_the_students_lab_has_the_assignment_list_and_validate_but_no_instructor
     menu = page.locator("#jp-mainmenu-nbgrader")
     menu.get_by_text("Assignment List").wait_for()
     page.screenshot(path=page.artifacts / "nbgrader-menu.png")
-    items = [text.strip() for text in menu.locator(".lm-Menu-itemLabel").all_inner_texts() if text.strip()]
+    items = [
+        text.strip()
+        for text in menu.locator(".lm-Menu-itemLabel").all_inner_texts()
+        if text.strip()
+    ]
     assert items == ["Assignment List"], items
-    assert page.locator(".jp-SideBar").get_by_text("Create Assignment").count() == 0, "the Create Assignment panel"
+    assert page.locator(".jp-SideBar").get_by_text("Create Assignment").count() == 0, (
+        "the Create Assignment panel"
+    )
 
 
 def test_jupyterlab_stops_when_the_test_process_is_killed(tmp_path):
     """A test run that is killed outright (SIGKILL) leaves no JupyterLab running."""
-    child_code = f'''
+    child_code = f"""
 import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
@@ -456,9 +539,14 @@ from support.lab import start_lab
 server, lab = start_lab(Path(sys.argv[1]))
 print(server.pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
-'''
-    child = subprocess.run([sys.executable, "-c", child_code, str(tmp_path)], cwd=ROOT, capture_output=True,
-                           text=True, timeout=120)
+"""
+    child = subprocess.run(
+        [sys.executable, "-c", child_code, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr
     pid = int(child.stdout.split()[0])
     deadline = time.monotonic() + 30

@@ -12,7 +12,9 @@ from torch import nn
 from devcourse import checkpoints as ck
 from devcourse.models import TinyNet, seeded_tinynet
 
-CUDA_LOAD_ERROR = re.escape("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False")
+CUDA_LOAD_ERROR = re.escape(
+    "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False"
+)
 
 
 def _equal(a, b):
@@ -30,8 +32,11 @@ def test_fixture_saved_on_a_gpu_fails_to_load_without_map_location(tmp_path, sav
 def test_fixture_records_the_device_it_claims(tmp_path):
     ck.make_checkpoint(tmp_path / "c.pt", saved_on="cuda:1")
     seen = []
-    torch.load(tmp_path / "c.pt", map_location=lambda storage, location: seen.append(location) or storage,
-               weights_only=True)
+    torch.load(
+        tmp_path / "c.pt",
+        map_location=lambda storage, location: seen.append(location) or storage,
+        weights_only=True,
+    )
     assert seen and set(seen) == {"cuda:1"}
 
 
@@ -53,8 +58,14 @@ def test_tagging_is_undone_after_the_save(tmp_path):
 
 @pytest.mark.parametrize(
     "wrapper, prefix",
-    [("plain", ""), ("dataparallel", "module."), ("ddp", "module."), ("compiled", "_orig_mod."),
-     ("compiled_ddp", "_orig_mod.module."), ("ddp_compiled", "module._orig_mod.")],
+    [
+        ("plain", ""),
+        ("dataparallel", "module."),
+        ("ddp", "module."),
+        ("compiled", "_orig_mod."),
+        ("compiled_ddp", "_orig_mod.module."),
+        ("ddp_compiled", "module._orig_mod."),
+    ],
 )
 def test_wrappers_write_their_real_prefixes(tmp_path, wrapper, prefix):
     reference = ck.make_checkpoint(tmp_path / "c.pt", saved_on="cpu", wrapper=wrapper)
@@ -80,8 +91,13 @@ def test_fp16_fixture_keeps_integer_buffers_integer(tmp_path):
 def test_fixtures_are_byte_for_byte_reproducible(tmp_path):
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
-        ck.make_checkpoint(tmp_path / folder / "c.pt", saved_on="cuda:1", wrapper="ddp", dtype=torch.float16,
-                           training=True)
+        ck.make_checkpoint(
+            tmp_path / folder / "c.pt",
+            saved_on="cuda:1",
+            wrapper="ddp",
+            dtype=torch.float16,
+            training=True,
+        )
     assert (tmp_path / "a" / "c.pt").read_bytes() == (tmp_path / "b" / "c.pt").read_bytes()
 
 
@@ -119,10 +135,15 @@ def test_fixture_arguments_are_checked(tmp_path, bad):
 @pytest.mark.parametrize("wrapper", ck.WRAPPERS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_load_model_opens_every_fixture(tmp_path, saved_on, wrapper, dtype):
-    reference = ck.make_checkpoint(tmp_path / "c.pt", saved_on=saved_on, wrapper=wrapper, dtype=dtype)
+    reference = ck.make_checkpoint(
+        tmp_path / "c.pt", saved_on=saved_on, wrapper=wrapper, dtype=dtype
+    )
     model = ck.load_model(tmp_path / "c.pt", TinyNet, device="cpu")
     state = model.state_dict()
-    assert all(t.dtype == (torch.int64 if k.endswith("tracked") else torch.float32) for k, t in state.items())
+    assert all(
+        t.dtype == (torch.int64 if k.endswith("tracked") else torch.float32)
+        for k, t in state.items()
+    )
     assert _equal(state, {k: v.to(state[k].dtype) for k, v in reference.items()})
     assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in model.parameters())
 
@@ -130,7 +151,9 @@ def test_load_model_opens_every_fixture(tmp_path, saved_on, wrapper, dtype):
 def test_load_model_reads_training_checkpoints_and_defaults_to_the_best_device(tmp_path):
     from devcourse import best_device
 
-    reference = ck.make_checkpoint(tmp_path / "c.pt", saved_on="cuda:1", wrapper="compiled_ddp", training=True)
+    reference = ck.make_checkpoint(
+        tmp_path / "c.pt", saved_on="cuda:1", wrapper="compiled_ddp", training=True
+    )
     model = ck.load_model(tmp_path / "c.pt", TinyNet)
     assert {p.device for p in model.parameters()} == {best_device()}
     assert _equal(model.cpu().state_dict(), reference)
@@ -156,7 +179,10 @@ def test_load_model_builds_normally_when_a_buffer_is_not_persistent(tmp_path):
 
 def test_strip_prefixes_removes_nested_wrappers_only_when_every_key_has_them():
     t = torch.zeros(1)
-    assert list(ck.strip_prefixes({"_orig_mod.module.a": t, "_orig_mod.module.b.c": t})) == ["a", "b.c"]
+    assert list(ck.strip_prefixes({"_orig_mod.module.a": t, "_orig_mod.module.b.c": t})) == [
+        "a",
+        "b.c",
+    ]
     assert list(ck.strip_prefixes({"module.a": t, "b": t})) == ["module.a", "b"]
     assert list(ck.strip_prefixes({})) == []
 
@@ -185,7 +211,9 @@ def _bad_file(tmp_path, kind):
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr("notes.txt", "hello")
     elif kind == "truncated_legacy":
-        torch.save({"w": torch.ones(100)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+        torch.save(
+            {"w": torch.ones(100)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False
+        )
         data = (tmp_path / "legacy.pt").read_bytes()
         path.write_bytes(data[: len(data) // 2])
     elif kind == "whole_model":
@@ -228,13 +256,18 @@ def test_unsafe_checkpoint_lists_the_globals_and_runs_none_of_them(tmp_path):
 def test_unsafe_checkpoint_in_a_pickle_protocol_torch_cannot_list_still_refuses(tmp_path):
     torch.save(TinyNet(), tmp_path / "p4.pt", pickle_protocol=4)
     with pytest.raises(pickle.UnpicklingError, match="Unsupported operand"):
-        torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "p4.pt")  # what the loader handles
-    with pytest.raises(ck.UnsafeCheckpoint, match="globals that are not tensors or plain containers") as err:
+        # what the loader handles
+        torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "p4.pt")
+    with pytest.raises(
+        ck.UnsafeCheckpoint, match="globals that are not tensors or plain containers"
+    ) as err:
         ck.read_checkpoint(tmp_path / "p4.pt")
     assert err.value.globals_needed == []
 
 
-def test_an_unexpected_error_while_listing_the_globals_goes_up_with_the_refusal(tmp_path, monkeypatch):
+def test_an_unexpected_error_while_listing_the_globals_goes_up_with_the_refusal(
+    tmp_path, monkeypatch
+):
     torch.save(TinyNet(), tmp_path / "whole.pt")
 
     def vanished(path):
@@ -243,7 +276,8 @@ def test_an_unexpected_error_while_listing_the_globals_goes_up_with_the_refusal(
     monkeypatch.setattr(torch.serialization, "get_unsafe_globals_in_checkpoint", vanished)
     with pytest.raises(FileNotFoundError, match="is gone") as err:
         ck.read_checkpoint(tmp_path / "whole.pt")
-    assert isinstance(err.value.__context__, pickle.UnpicklingError)  # the weights_only refusal it came from
+    # the weights_only refusal it came from
+    assert isinstance(err.value.__context__, pickle.UnpicklingError)
     assert any("whole.pt" in note for note in getattr(err.value, "__notes__", ["whole.pt"]))
 
 
@@ -260,8 +294,10 @@ def test_a_mismatch_lists_missing_unexpected_and_misshapen_keys_and_loads_nothin
         ck.load_model(tmp_path / "c.pt", Other, device="cpu")
     assert "classifier.weight" in err.value.missing
     assert "head.weight" in err.value.unexpected
-    assert err.value.wrong_shape == ["encoder.0.weight: checkpoint (16, 8), model (32, 8)",
-                                     "encoder.0.bias: checkpoint (16,), model (32,)"]
+    assert err.value.wrong_shape == [
+        "encoder.0.weight: checkpoint (16, 8), model (32, 8)",
+        "encoder.0.bias: checkpoint (16,), model (32,)",
+    ]
     assert "missing from the checkpoint" in str(err.value) and "not in the model" in str(err.value)
 
     target = Other()
@@ -278,12 +314,16 @@ def test_read_checkpoint_can_memory_map(tmp_path):
 
 
 def test_amp_fixture_adds_the_grad_scaler_state_and_still_loads(tmp_path):
-    reference = ck.make_checkpoint(tmp_path / "c.pt", saved_on="cuda:1", wrapper="ddp", dtype=torch.float16, amp=True)
+    reference = ck.make_checkpoint(
+        tmp_path / "c.pt", saved_on="cuda:1", wrapper="ddp", dtype=torch.float16, amp=True
+    )
     saved = torch.load(tmp_path / "c.pt", map_location="cpu", weights_only=True)
     assert set(saved) == {"model", "optimizer", "epoch", "rng_state", "scaler"}
     assert saved["scaler"]["scale"] == 65536.0 and "growth_interval" in saved["scaler"]
     model = ck.load_model(tmp_path / "c.pt", TinyNet, device="cpu")
-    assert _equal(model.state_dict(), {k: v.to(model.state_dict()[k].dtype) for k, v in reference.items()})
+    assert _equal(
+        model.state_dict(), {k: v.to(model.state_dict()[k].dtype) for k, v in reference.items()}
+    )
 
 
 DDP_MADE_AND_DROPPED = """
@@ -300,21 +340,30 @@ print("done", len(_GROUPS), len(os.listdir("/proc/self/task")), flush=True)
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux: busy processes on the same cores")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity"), reason="Linux: busy processes on the same cores"
+)
 def test_deleting_a_ddp_model_right_after_its_group_never_hangs(tmp_path):
-    """A DDP model made in single_process_group and deleted at once, on a busy machine, 300 times in each of two
-    processes.
+    """A DDP model made in single_process_group and deleted at once, on a busy machine, 300 times in
+    each of two processes.
 
-    Before the helper held its groups, PyTorch could destroy the group inside the model's teardown with the GIL
-    held while a thread of the group waited for the GIL: on two busy cores 4 of 5 such runs hung for good, and
-    this test failed at its timeout.
+    Before the helper held its groups, PyTorch could destroy the group inside the model's teardown
+    with the GIL held while a thread of the group waited for the GIL: on two busy cores 4 of 5 such
+    runs hung for good, and this test failed at its timeout.
     """
     script = tmp_path / "ddp_made_and_dropped.py"
     script.write_text(DDP_MADE_AND_DROPPED)
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(len(os.sched_getaffinity(0)))]
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(len(os.sched_getaffinity(0)))
+    ]
     try:
-        runs = [subprocess.Popen([sys.executable, str(script), "300"], stdout=subprocess.PIPE, text=True)
-                for _ in range(2)]
+        runs = [
+            subprocess.Popen(
+                [sys.executable, str(script), "300"], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
         for run in runs:
             try:
                 out, _ = run.communicate(timeout=90)

@@ -1,4 +1,5 @@
-"""best_device() and same_device() on every kind of machine: real here, faked for CUDA, MPS and XPU."""
+"""best_device() and same_device() on every kind of machine: real here, faked for CUDA, MPS and
+XPU."""
 
 from contextlib import ExitStack
 from unittest import mock
@@ -16,9 +17,15 @@ def _accelerator(kind: str | None, count: int = 1, index: int = 0) -> ExitStack:
     """Make torch.accelerator answer as a machine with ``count`` devices of ``kind`` would."""
     stack = ExitStack()
     current = None if kind is None else torch.device(kind)
-    stack.enter_context(mock.patch.object(torch.accelerator, "current_accelerator", lambda *args, **kwargs: current))
-    stack.enter_context(mock.patch.object(torch.accelerator, "is_available", lambda: kind is not None and count > 0))
-    stack.enter_context(mock.patch.object(torch.accelerator, "device_count", lambda: count if kind else 0))
+    stack.enter_context(
+        mock.patch.object(torch.accelerator, "current_accelerator", lambda *args, **kwargs: current)
+    )
+    stack.enter_context(
+        mock.patch.object(torch.accelerator, "is_available", lambda: kind is not None and count > 0)
+    )
+    stack.enter_context(
+        mock.patch.object(torch.accelerator, "device_count", lambda: count if kind else 0)
+    )
     stack.enter_context(mock.patch.object(torch.accelerator, "current_device_index", lambda: index))
     return stack
 
@@ -79,7 +86,8 @@ def test_same_device_compares_type_and_index():
 
 @pytest.mark.parametrize("kind", ["cuda", "mps", "xpu"])
 def test_beside_a_real_accelerator_the_simulated_one_stays_off(kind, monkeypatch):
-    """Turned on beside CUDA, the simulated device makes every CUDA backward pass fail (pytorch#161129)."""
+    """Turned on beside CUDA, the simulated device makes every CUDA backward pass fail
+    (pytorch#161129)."""
     from devcourse import accelerator_or_simulated
 
     def refuse(*args, **kwargs):

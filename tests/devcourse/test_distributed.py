@@ -6,7 +6,14 @@ import subprocess
 import pytest
 import torch
 
-from devcourse.distributed import DistributedRunError, free_port, run_functions, start_ranks, torchrun, write_script
+from devcourse.distributed import (
+    DistributedRunError,
+    free_port,
+    run_functions,
+    start_ranks,
+    torchrun,
+    write_script,
+)
 
 
 def _setup():
@@ -28,8 +35,12 @@ def _train(outdir):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return {"rank": rank, "world": world, "device": str(model.module.weight.device),
-            "weight": model.module.weight.detach()}
+    return {
+        "rank": rank,
+        "world": world,
+        "device": str(model.module.weight.device),
+        "weight": model.module.weight.detach(),
+    }
 
 
 def _processes_running(folder):
@@ -40,7 +51,8 @@ def _processes_running(folder):
 
 @pytest.fixture
 def temporary(tmp_path, monkeypatch):
-    """A temporary folder of the test's own, for this process and the runs it starts: what a run leaves there."""
+    """A temporary folder of the test's own, for this process and the runs it starts: what a run
+    leaves there."""
     import tempfile
 
     folder = tmp_path / "temporary"
@@ -62,11 +74,22 @@ def test_two_nodes_train_in_step(two_nodes_on_the_cpu):
     assert torch.equal(results[0]["weight"], results[1]["weight"]), "DDP keeps parameters in step"
 
 
-# What torchrun gives every process and the course reads or shows (torchrun's agent adds its own store's
-# and error file's variables, which a process without an agent does not need).
-TORCHRUN_VARIABLES = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
-                      "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS"]
+# What torchrun gives every process and the course reads or shows (torchrun's agent adds its own
+# store's and error file's variables, which a process without an agent does not need).
+TORCHRUN_VARIABLES = [
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "OMP_NUM_THREADS",
+]
 
 
 def _variables(outdir):
@@ -76,23 +99,30 @@ def _variables(outdir):
 
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_start_ranks_gives_each_process_what_torchrun_gives_it(tmp_path, nodes, temporary):
-    """The same script under torchrun (c10d rendezvous, one agent per node) and under start_ranks (no agent)."""
+    """The same script under torchrun (c10d rendezvous, one agent per node) and under start_ranks
+    (no agent)."""
     per_node = 2 // nodes
     script = write_script(tmp_path / "env.py", [_setup], _variables, tmp_path)
     seen = {}
     for launcher in (torchrun, start_ranks):
         launcher(script, nproc_per_node=per_node, nnodes=nodes, cwd=tmp_path, timeout_s=60)
-        seen[launcher.__name__] = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+        seen[launcher.__name__] = [
+            torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)
+        ]
         assert list(temporary.iterdir()) == [], f"{launcher.__name__} left its logs behind"
     for by_torchrun, by_start_ranks in zip(seen["torchrun"], seen["start_ranks"]):
-        assert ({k: by_torchrun.get(k) for k in TORCHRUN_VARIABLES}
-                == {k: by_start_ranks.get(k) for k in TORCHRUN_VARIABLES})
+        assert {k: by_torchrun.get(k) for k in TORCHRUN_VARIABLES} == {
+            k: by_start_ranks.get(k) for k in TORCHRUN_VARIABLES
+        }
         assert None not in [by_torchrun.get(k) for k in TORCHRUN_VARIABLES], by_torchrun
-    assert [r["GROUP_RANK"] for r in seen["start_ranks"]] == (["0", "0"] if nodes == 1 else ["0", "1"])
+    assert [r["GROUP_RANK"] for r in seen["start_ranks"]] == (
+        ["0", "0"] if nodes == 1 else ["0", "1"]
+    )
 
 
 def _lineage(outdir):
     """The commands of this rank's parent (torchrun's launcher) and of the launcher's parent."""
+
     def parent_of(pid):
         with open(f"/proc/{pid}/stat") as stat:
             return int(stat.read().rsplit(")", 1)[1].split()[1])
@@ -105,11 +135,14 @@ def _lineage(outdir):
     return {"launcher": command(launcher), "above": command(parent_of(launcher))}
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads the processes' parents in /proc (Linux)")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/stat"), reason="reads the processes' parents in /proc (Linux)"
+)
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "DEVCOURSE_NO_WARMSTART"])
 def test_torchruns_launcher_is_forked_warm_and_starts_its_ranks_itself(tmp_path, monkeypatch, warm):
-    """On Linux the launcher is forked from the warm server (no torch import of its own); the ranks are its children,
-    started by torchrun as anywhere. Turned off, the launcher is a child of the caller."""
+    """On Linux the launcher is forked from the warm server (no torch import of its own); the ranks
+    are its children, started by torchrun as anywhere. Turned off, the launcher is a child of the
+    caller."""
     if not warm:
         monkeypatch.setenv("DEVCOURSE_NO_WARMSTART", "1")
     script = write_script(tmp_path / "lineage.py", [], _lineage, tmp_path)
@@ -120,13 +153,19 @@ def test_torchruns_launcher_is_forked_warm_and_starts_its_ranks_itself(tmp_path,
         assert ("-m autograder.run.forkserver warmstart" in seen["above"]) == warm, seen
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(),
-                    reason="simulated devices are only turned on without an accelerator")
+@pytest.mark.skipif(
+    torch.accelerator.is_available(),
+    reason="simulated devices are only turned on without an accelerator",
+)
 def test_ranks_on_simulated_devices_train_as_on_the_cpu(two_nodes_on_the_cpu):
     results = run_functions([_setup], _train, simulated_devices=2)
-    assert [r["rank"] for r in results] == [0, 1] and [r["device"] for r in results] == ["sim:0", "sim:1"]
+    assert [r["rank"] for r in results] == [0, 1] and [r["device"] for r in results] == [
+        "sim:0",
+        "sim:1",
+    ]
     assert torch.equal(results[0]["weight"], results[1]["weight"])
-    # gradients all-reduced in gloo from the simulated tensors' values: the same numbers as on the CPU
+    # gradients all-reduced in gloo from the simulated tensors' values: the same numbers as on the
+    # CPU
     assert torch.allclose(results[0]["weight"], two_nodes_on_the_cpu[0]["weight"], atol=1e-6)
 
 
@@ -175,7 +214,9 @@ def test_the_first_exception_of_a_rank_leads_the_message_with_its_traceback():
     with pytest.raises(DistributedRunError) as failure:
         run_functions([_wrong_answer], _rank_one_raises, timeout_s=60)
     message = str(failure.value)
-    assert message.startswith("rank 1 raised ValueError: a batch of 3 rows is not what rank 1 expected"), message[:300]
+    assert message.startswith(
+        "rank 1 raised ValueError: a batch of 3 rows is not what rank 1 expected"
+    ), message[:300]
     assert "in _wrong_answer" in message and "then rank 0 raised" in message, message[:2000]
 
 
@@ -219,12 +260,18 @@ def _sync_batchnorm(outdir):
     mine = batch[:4] if rank == 0 else batch[4:]  # shares of 4 and 6 samples
     model(mine.to(device)).pow(2).sum().backward()
     norm = model.module[1]
-    return {"type": type(norm).__name__, "running_mean": norm.running_mean.cpu(), "running_var": norm.running_var.cpu(),
-            "grad": model.module[0].weight.grad.cpu()}
+    return {
+        "type": type(norm).__name__,
+        "running_mean": norm.running_mean.cpu(),
+        "running_var": norm.running_var.cpu(),
+        "grad": model.module[0].weight.grad.cpu(),
+    }
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(),
-                    reason="simulated devices are only turned on without an accelerator")
+@pytest.mark.skipif(
+    torch.accelerator.is_available(),
+    reason="simulated devices are only turned on without an accelerator",
+)
 def test_sync_batchnorm_on_simulated_devices_sees_the_whole_batch():
     results = run_functions([_setup], _sync_batchnorm, simulated_devices=2)
     torch.manual_seed(0)
@@ -240,11 +287,15 @@ def test_sync_batchnorm_on_simulated_devices_sees_the_whole_batch():
 
 
 def init_process_group(outdir):
-    """Stands in for torch.distributed's, failing as gloo's connect does, on the first two runs (rank 1 of each)."""
+    """Stands in for torch.distributed's, failing as gloo's connect does, on the first two runs
+    (rank 1 of each)."""
     rank = os.environ["RANK"]
     (outdir / f"attempt-{rank}-{len(list(outdir.glob(f'attempt-{rank}-*')))}").write_text("")
     if rank == "1" and len(list(outdir.glob("attempt-1-*"))) <= 2:
-        raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:226")
+        raise RuntimeError(
+            "Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer"
+            " [127.0.0.1]:226"
+        )
 
 
 def connects_on_the_third_run(outdir):
@@ -261,7 +312,9 @@ def test_a_run_whose_ranks_could_not_connect_runs_again_and_no_other_failure_doe
     first, second = tmp_path / "gloo", tmp_path / "own"
     first.mkdir()
     second.mkdir()
-    assert run_functions([init_process_group], connects_on_the_third_run, outdir=first, timeout_s=60) == [0, 1]
+    assert run_functions(
+        [init_process_group], connects_on_the_third_run, outdir=first, timeout_s=60
+    ) == [0, 1]
     assert len(list(first.glob("attempt-1-*"))) == 3, "three runs: the first two could not connect"
     with pytest.raises(DistributedRunError, match="ValueError: the answer is wrong"):
         run_functions([], fails_its_own_way, outdir=second, timeout_s=60)

@@ -5,8 +5,13 @@ from devcourse.envreport import CudaDevice, EnvFacts, collect_facts, report_widg
 
 def _facts(**changes):
     base = dict(
-        python_version="3.11.7", platform="Linux", torch_version="2.13.0+cu128", cuda_build="12.8",
-        cuda_available=True, device_count=2, cuda_visible_devices="0,1",
+        python_version="3.11.7",
+        platform="Linux",
+        torch_version="2.13.0+cu128",
+        cuda_build="12.8",
+        cuda_available=True,
+        device_count=2,
+        cuda_visible_devices="0,1",
         cuda_devices=(CudaDevice(0, "GPU A", 79.6, (9, 0)), CudaDevice(1, "GPU B", 79.6, (9, 0))),
     )
     base.update(changes)
@@ -30,14 +35,23 @@ def test_text_report_names_every_gpu():
 
 
 def test_text_report_of_a_cpu_only_build_says_so():
-    text = _facts(cuda_build=None, cuda_available=False, device_count=0, cuda_devices=(),
-                  cuda_visible_devices=None).to_text()
+    text = _facts(
+        cuda_build=None,
+        cuda_available=False,
+        device_count=0,
+        cuda_devices=(),
+        cuda_visible_devices=None,
+    ).to_text()
     assert "none (CPU-only build)" in text
     assert "CUDA_VISIBLE_DEVICES  unset" in text
 
 
 def test_devices_lists_cpu_then_each_gpu():
-    assert _facts().devices() == [torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert _facts().devices() == [
+        torch.device("cpu"),
+        torch.device("cuda", 0),
+        torch.device("cuda", 1),
+    ]
 
 
 def test_smoke_test_runs_where_tensors_can_live():
@@ -51,7 +65,9 @@ def test_smoke_test_reports_a_missing_device_instead_of_raising():
 
 
 def test_widget_offers_this_machines_devices_and_runs_a_test_on_click(capsys):
-    panel = report_widget(_facts(cuda_build=None, cuda_available=False, device_count=0, cuda_devices=()))
+    panel = report_widget(
+        _facts(cuda_build=None, cuda_available=False, device_count=0, cuda_devices=())
+    )
     summary, controls, output = panel.children
     picker, button = controls.children
     assert list(picker.options) == ["cpu"]

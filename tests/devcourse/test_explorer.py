@@ -21,14 +21,18 @@ def test_choices_that_leave_a_cuda_tag_show_the_real_error(choice):
     assert "encoder.0.weight" not in text
 
 
-@pytest.mark.parametrize("choice, device", [("'cpu'", "cpu"), ("{'cuda:1': 'cpu'}", "cpu"), ("'meta'", "meta")])
+@pytest.mark.parametrize(
+    "choice, device", [("'cpu'", "cpu"), ("{'cuda:1': 'cpu'}", "cpu"), ("'meta'", "meta")]
+)
 def test_choices_that_map_the_tag_put_every_tensor_there(choice, device):
     lines = explore("cuda:1", choice).splitlines()[1:]
     assert len(lines) == 9 and all(line.split()[1] == device for line in lines)
 
 
 def test_the_callable_sees_the_saved_device_tag():
-    assert "the callable received location=['cuda:1']" in explore("cuda:1", "lambda storage, location: storage")
+    assert "the callable received location=['cuda:1']" in explore(
+        "cuda:1", "lambda storage, location: storage"
+    )
 
 
 def test_unknown_choices_are_refused():
@@ -72,14 +76,24 @@ def test_widget_shows_the_result_of_the_choices_it_ends_with(monkeypatch):
     assert result.value == f"<pre>{escape(real('cuda:0', repr('meta')))}</pre>"
 
 
-
 def test_a_killed_kernel_leaves_no_checkpoint_behind(tmp_path):
     import os
     import subprocess
     import sys
 
-    # explore, then end as a kernel killed outright does (nbval's, a lost laptop's): no exit handler runs
-    subprocess.run([sys.executable, "-c", "import os, signal\nfrom devcourse.explorer import explore\n"
-                    "print(explore('cuda:1', \"'cpu'\"))\nos.kill(os.getpid(), signal.SIGKILL)"],
-                   env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True)
+    # explore, then end as a kernel killed outright does (nbval's, a lost laptop's): no exit handler
+    # runs
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, signal\nfrom devcourse.explorer import explore\n"
+                "print(explore('cuda:1', \"'cpu'\"))\nos.kill(os.getpid(), signal.SIGKILL)"
+            ),
+        ],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
     assert list(tmp_path.iterdir()) == []

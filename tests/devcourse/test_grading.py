@@ -46,14 +46,19 @@ def test_simulated_mps_is_found_by_name_and_given_its_index():
 
 
 def test_a_simulated_mac_answers_through_every_public_api():
-    """torch.mps.is_available() answers from torch.mps's own device_count, not torch.backends.mps: a correct answer
-    written with it lost a point on the simulated Mac when only torch.backends.mps was patched."""
+    """torch.mps.is_available() answers from torch.mps's own device_count, not torch.backends.mps: a
+    correct answer written with it lost a point on the simulated Mac when only torch.backends.mps
+    was patched."""
     with simulated_mps():
         assert torch.mps.is_available() and torch.mps.device_count() == 1
-        assert torch.accelerator.current_accelerator() == torch.device("mps") and not torch.cuda.is_available()
+        assert (
+            torch.accelerator.current_accelerator() == torch.device("mps")
+            and not torch.cuda.is_available()
+        )
     with simulated_mps(False):
         assert not torch.mps.is_available() and torch.mps.device_count() == 0
-    with simulated_mps(available=False, built=True):  # PyTorch with MPS on a macOS that cannot run it
+    # PyTorch with MPS on a macOS that cannot run it
+    with simulated_mps(available=False, built=True):
         assert torch.backends.mps.is_built() and not torch.backends.mps.is_available()
         assert not torch.mps.is_available() and not torch.cuda.is_available()
         assert torch.accelerator.device_count() == 0
@@ -92,16 +97,23 @@ def test_a_failing_check_names_the_device_and_keeps_the_cause():
         check_on_devices(check_mixes_devices, kind="module")
     message = str(err.value)
     assert message.startswith("check_mixes_devices failed on sim:0 (simulated device")
-    assert "RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu" in message
+    assert (
+        "RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu"
+        in message
+    )
     assert isinstance(err.value.__cause__, RuntimeError)
 
 
 def test_token_ids_left_on_the_cpu_fail_the_matrix():
     """The classic bug that meta let through: embedding weights on the device, ids on the CPU."""
+
     def check_embeds(device):
         torch.nn.Embedding(5, 2).to(device)(torch.tensor([1, 2]))
 
-    with simulated_cuda(0), pytest.raises(AssertionError, match="failed on sim:0 .*index is on cpu"):
+    with (
+        simulated_cuda(0),
+        pytest.raises(AssertionError, match="failed on sim:0 .*index is on cpu"),
+    ):
         check_on_devices(check_embeds, kind="module")
 
 
@@ -171,7 +183,10 @@ def test_recorded_autocast_records_calls_and_stands_in_for_meta():
         with torch.autocast("meta", dtype=torch.bfloat16):  # raises without the recorder
             pass
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert torch.nn.functional.linear(torch.ones(2, 2), torch.ones(2, 2)).dtype == torch.bfloat16
+            assert (
+                torch.nn.functional.linear(torch.ones(2, 2), torch.ones(2, 2)).dtype
+                == torch.bfloat16
+            )
     assert calls == [("meta", torch.bfloat16, True), ("cpu", torch.bfloat16, True)]
     with pytest.raises(RuntimeError, match="unsupported autocast device_type 'meta'"):
         torch.autocast("meta", dtype=torch.bfloat16)
@@ -197,15 +212,19 @@ def test_a_lying_tensor_subclass_fails_on_every_device():
     expected = torch.arange(3.0)
     for entry in device_matrix("tensor"):
         zeros = torch.zeros(3).to(entry.device)
-        liar = _SimLiar(zeros._values, entry.device) if type(zeros) is SimTensor else zeros.as_subclass(_Liar)
+        liar = (
+            _SimLiar(zeros._values, entry.device)
+            if type(zeros) is SimTensor
+            else zeros.as_subclass(_Liar)
+        )
         assert torch.equal(liar, expected.to(entry.device))  # it lies to plain calls
         with pytest.raises(AssertionError, match="got a subclass: _(Sim)?Liar"):
             assert_tensor(liar, expected, entry.device)
 
 
 def test_every_machine_answers_as_its_data_says():
-    """Each machine of devcourse.machines answers through torch.accelerator as its data says, holds float64 where
-    it says so, and a check on it is handed a device where its values live."""
+    """Each machine of devcourse.machines answers through torch.accelerator as its data says, holds
+    float64 where it says so, and a check on it is handed a device where its values live."""
     from devcourse.grading import GradingDevice
     from devcourse.machines import MACHINES
 
@@ -218,7 +237,9 @@ def test_every_machine_answers_as_its_data_says():
             current = torch.accelerator.current_accelerator()
             assert (None if current is None else current.type) == machine.accelerator, machine.name
             assert torch.accelerator.device_count() == machine.devices, machine.name
-            assert torch.cuda.is_available() == (machine.accelerator == "cuda" and machine.devices > 0)
+            assert torch.cuda.is_available() == (
+                machine.accelerator == "cuda" and machine.devices > 0
+            )
             float64 = torch.zeros(1, device=entry.device)
             if machine.float64:
                 float64.double()
@@ -229,18 +250,22 @@ def test_every_machine_answers_as_its_data_says():
 
 
 def test_a_laptop_cannot_pin_and_two_gpus_have_drawn_apart():
-    """The laptop refuses to pin memory in PyTorch's words for a machine without an accelerator; the two GPUs'
-    generators hold two states (seed, then offset), so saving only the current GPU's state loses one."""
+    """The laptop refuses to pin memory in PyTorch's words for a machine without an accelerator; the
+    two GPUs' generators hold two states (seed, then offset), so saving only the current GPU's state
+    loses one."""
     from devcourse.grading import device_matrix
 
     laptop, gpus = device_matrix("module", machines=("laptop", "two-gpus"))[-2:]
     assert (laptop.stand_in, gpus.stand_in) == ("laptop", "two-gpus")
     with laptop.activate():
-        with pytest.raises(RuntimeError, match="^Cannot access accelerator device when none is available.$"):
+        with pytest.raises(
+            RuntimeError, match="^Cannot access accelerator device when none is available.$"
+        ):
             torch.ones(2).pin_memory()
     with gpus.activate():
         first, second = torch.cuda.get_rng_state_all()
         assert not torch.equal(first, second) and torch.equal(torch.cuda.get_rng_state(), first)
-        assert first[:8].tolist() == second[:8].tolist()  # seeded alike: only how much each drew differs
+        # seeded alike: only how much each drew differs
+        assert first[:8].tolist() == second[:8].tolist()
     with pytest.raises(ValueError, match="no machine 'tpu': the machines are laptop, two-gpus"):
         device_matrix(machines=("tpu",))

@@ -27,16 +27,24 @@ def test_a_healthy_model_has_no_odd_ones_even_with_an_integer_buffer():
 
 def test_the_odd_ones_are_named_with_their_reason():
     odd = odd_ones(tensor_rows(_split_model()))
-    assert odd == {"head.bias": "on cpu, the rest on meta", "encoder.1.running_var": "float16, the rest float32"}
+    assert odd == {
+        "head.bias": "on cpu, the rest on meta",
+        "encoder.1.running_var": "float16, the rest float32",
+    }
 
 
 def test_text_marks_odd_ones_and_filters():
     model = _split_model()
     text = inspect_text(model)
     assert len(text.splitlines()) == 9
-    assert [line.split()[0] for line in text.splitlines() if "<-" in line] == ["head.bias", "encoder.1.running_var"]
-    assert ([line.split()[0] for line in inspect_text(model, "odd ones").splitlines()]
-            == ["head.bias", "encoder.1.running_var"])
+    assert [line.split()[0] for line in text.splitlines() if "<-" in line] == [
+        "head.bias",
+        "encoder.1.running_var",
+    ]
+    assert [line.split()[0] for line in inspect_text(model, "odd ones").splitlines()] == [
+        "head.bias",
+        "encoder.1.running_var",
+    ]
     assert all("buffer" in line for line in inspect_text(model, "buffers").splitlines())
     assert inspect_text(nn.ReLU()) == "(no tensors to show)"
     with pytest.raises(ValueError):
@@ -52,7 +60,8 @@ def test_widget_table_follows_the_filter():
 
 
 def test_widget_shows_the_table_of_the_filter_it_ends_with(monkeypatch):
-    """A second click handled while the first one's table is computed decides what stays on display."""
+    """A second click handled while the first one's table is computed decides what stays on
+    display."""
     from html import escape
 
     from devcourse import inspector

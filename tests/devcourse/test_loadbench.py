@@ -8,7 +8,8 @@ def test_each_strategy_reports_time_and_memory_from_its_own_process():
     assert [m.strategy for m in results] == list(loadbench.STRATEGIES)
     by_name = {m.strategy: m for m in results}
     assert all(m.seconds > 0 and m.checkpoint_mib > 30 for m in results)
-    # a built model plus a loaded copy holds two copies; a meta-built model given the loaded tensors, one
+    # a built model plus a loaded copy holds two copies; a meta-built model given the loaded
+    # tensors, one
     plain = by_name["plain"].extra_peak_mib
     assert by_name["plain"].ratio > 1.5
     assert by_name["meta_assign"].extra_peak_mib < 0.75 * plain
@@ -22,7 +23,10 @@ def test_each_strategy_reports_time_and_memory_from_its_own_process():
 
 
 def test_table_has_one_row_per_strategy():
-    rows = [loadbench.Measurement("plain", 1.5, 200.0, 100.0), loadbench.Measurement("devcourse", 0.5, 105.0, 100.0)]
+    rows = [
+        loadbench.Measurement("plain", 1.5, 200.0, 100.0),
+        loadbench.Measurement("devcourse", 0.5, 105.0, 100.0),
+    ]
     lines = loadbench.format_table(rows).splitlines()
     assert lines[0] == "checkpoint: 100 MiB"
     assert lines[2].split() == ["plain", "1.50", "200", "2.00"]
@@ -32,7 +36,18 @@ def test_table_has_one_row_per_strategy():
 def test_table_adds_anonymous_memory_where_it_was_measured():
     rows = [loadbench.Measurement("mmap", 1.0, 200.0, 100.0, extra_anon_mib=100.0)]
     lines = loadbench.format_table(rows).splitlines()
-    assert lines[1].split() == ["strategy", "seconds", "peak", "MiB", "x", "size", "anon", "MiB", "x", "size"]
+    assert lines[1].split() == [
+        "strategy",
+        "seconds",
+        "peak",
+        "MiB",
+        "x",
+        "size",
+        "anon",
+        "MiB",
+        "x",
+        "size",
+    ]
     assert lines[2].split() == ["mmap", "1.00", "200", "2.00", "100", "1.00"]
 
 

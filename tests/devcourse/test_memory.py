@@ -13,8 +13,8 @@ from devcourse import memory
 
 
 def test_rss_grows_with_a_written_tensor_and_shrinks_when_it_is_freed():
-    # In a fresh process: in this one, an earlier test's freed memory can still be resident, and a new
-    # tensor reuses it without growing anything.
+    # In a fresh process: in this one, an earlier test's freed memory can still be resident, and a
+    # new tensor reuses it without growing anything.
     code = textwrap.dedent("""
         import torch
         from devcourse import memory
@@ -44,7 +44,8 @@ def test_a_failed_cpu_allocation_counts_as_out_of_memory():
     [
         (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
         (RuntimeError("MPS backend out of memory"), True),
-        # what MPS raises for IMPOSSIBLE_BYTES (MPSAllocator.mm: "Invalid buffer size: ", format_size(size))
+        # what MPS raises for IMPOSSIBLE_BYTES (MPSAllocator.mm: "Invalid buffer size: ",
+        # format_size(size))
         (RuntimeError("Invalid buffer size: 1048576.00 GiB"), True),
         (RuntimeError("Invalid buffer size: 1048576.00 GB"), True),  # format_size of older releases
         (ValueError("Invalid buffer size: 1048576.00 GiB"), False),
@@ -63,7 +64,9 @@ def test_is_out_of_memory_tells_allocation_failures_from_other_errors(error, exp
 def test_memory_hungry_runs_small_batches_like_a_linear_layer():
     model = memory.MemoryHungry(limit=4)
     x = torch.randn(4, 8)
-    assert torch.equal(model(x), torch.nn.functional.linear(x, model.linear.weight, model.linear.bias))
+    assert torch.equal(
+        model(x), torch.nn.functional.linear(x, model.linear.weight, model.linear.bias)
+    )
     assert model.calls == [4] and model.alive_at_retry == [0]
 
 
@@ -111,7 +114,8 @@ def test_memory_hungry_keeps_the_exception_a_caller_stores():
 
 
 def test_memory_profile_records_allocations_without_the_profilers_log_lines():
-    """A snapshot for the memory viewer; kineto's profiler_start/stop lines are written to fd 2 without it."""
+    """A snapshot for the memory viewer; kineto's profiler_start/stop lines are written to fd 2
+    without it."""
     code = textwrap.dedent("""
         import sys
         import torch
@@ -130,26 +134,36 @@ def test_memory_profile_records_allocations_without_the_profilers_log_lines():
         trace = _profile_to_snapshot(prof)["device_traces"][-1]
         print(sum(e["size"] for e in trace if e["action"] == "alloc"))
     """)
-    runs = {how: subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, timeout=120)
-            for how in ("plain", "quiet")}
+    runs = {
+        how: subprocess.run(
+            [sys.executable, "-c", code, how], capture_output=True, text=True, timeout=120
+        )
+        for how in ("plain", "quiet")
+    }
     for done in runs.values():
         assert done.returncode == 0, done.stderr[-2000:]
         assert int(done.stdout.split()[-1]) >= 4 * 2**20  # the 4 MiB tensor was recorded
-    assert "profiler_start" in runs["plain"].stderr  # what the helper is for (fails if torch stops logging it)
-    assert "profiler_start" not in runs["quiet"].stderr and "profiler_stop" not in runs["quiet"].stderr
+    # what the helper is for (fails if torch stops logging it)
+    assert "profiler_start" in runs["plain"].stderr
+    assert (
+        "profiler_start" not in runs["quiet"].stderr and "profiler_stop" not in runs["quiet"].stderr
+    )
     assert "inside the block, stderr works" in runs["quiet"].stderr
 
 
 def test_memory_profile_drops_older_pytorchs_warning_about_cycles_only(monkeypatch):
-    """PyTorch 2.11 warned "Profiler clears events ..." on starting any profile (seen on a GPU machine); made to
-    here."""
+    """PyTorch 2.11 warned "Profiler clears events ..." on starting any profile (seen on a GPU
+    machine); made to here."""
     from torch.profiler import profiler
 
     original = profiler._KinetoProfile.prepare_trace
 
     def prepare_trace_of_2_11(self):
-        warnings.warn("Warning: Profiler clears events at the end of each cycle.Only events from the current "
-                      "cycle will be reported.To keep events across cycles, set acc_events=True.", UserWarning)
+        warnings.warn(
+            "Warning: Profiler clears events at the end of each cycle.Only events from the current "
+            "cycle will be reported.To keep events across cycles, set acc_events=True.",
+            UserWarning,
+        )
         return original(self)
 
     monkeypatch.setattr(profiler._KinetoProfile, "prepare_trace", prepare_trace_of_2_11)
@@ -159,7 +173,8 @@ def test_memory_profile_drops_older_pytorchs_warning_about_cycles_only(monkeypat
             torch.ones(8)
             warnings.warn("the block's own warning", UserWarning)
     assert [str(w.message) for w in caught] == ["the block's own warning"]
-    with warnings.catch_warnings(record=True) as caught:  # the patch does warn: without the helper it shows
+    # the patch does warn: without the helper it shows
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
             pass
@@ -171,17 +186,24 @@ def _entry(action, size):
 
 
 def test_held_over_time_adds_allocs_and_subtracts_completed_frees_only():
-    trace = [_entry("alloc", 100), _entry("alloc", 50), _entry("free_requested", 100), _entry("segment_alloc", 4096),
-             _entry("free_completed", 100), _entry("oom", 0)]
+    trace = [
+        _entry("alloc", 100),
+        _entry("alloc", 50),
+        _entry("free_requested", 100),
+        _entry("segment_alloc", 4096),
+        _entry("free_completed", 100),
+        _entry("oom", 0),
+    ]
     assert memory.held_over_time(trace) == [100, 150, 150, 150, 50, 50]
     assert memory.held_over_time([]) == []
 
 
 def test_plot_memory_timeline_writes_a_png(tmp_path):
-    traces = {"kept": [_entry("alloc", 2**20), _entry("alloc", 2**20)],
-              "freed": [_entry("alloc", 2**20), _entry("free_completed", 2**20)]}
+    traces = {
+        "kept": [_entry("alloc", 2**20), _entry("alloc", 2**20)],
+        "freed": [_entry("alloc", 2**20), _entry("free_completed", 2**20)],
+    }
     path = memory.plot_memory_timeline(traces, tmp_path / "timeline.png")
     assert path == tmp_path / "timeline.png"
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 100_000
-

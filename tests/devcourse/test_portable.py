@@ -18,7 +18,9 @@ class CreatesOnDevice(nn.Module):
 
 
 def test_describe_exported_lists_weights_graph_devices_and_inputs():
-    program = export(seeded_tinynet(0).eval(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},))
+    program = export(
+        seeded_tinynet(0).eval(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},)
+    )
     described = portable.describe_exported(program)
     assert described == {
         "weight devices": ["cpu"],
@@ -37,7 +39,9 @@ def test_describe_exported_sees_a_device_written_into_the_graph():
 def test_describe_exported_reports_meta_and_half_weights():
     with torch.device("meta"):
         model = TinyNet().eval().half()
-    described = portable.describe_exported(export(model, (torch.randn(2, 8, device="meta", dtype=torch.half),)))
+    described = portable.describe_exported(
+        export(model, (torch.randn(2, 8, device="meta", dtype=torch.half),))
+    )
     assert described["weight devices"] == ["meta"]
     assert described["weight dtypes"] == ["float16", "int64"]
 
@@ -47,8 +51,16 @@ def onnx_files(tmp_path):
     model = seeded_tinynet(0).eval()
     dynamic, fixed_half = tmp_path / "dynamic.onnx", tmp_path / "half.onnx"
     with portable.quiet_onnx_export():
-        torch.onnx.export(model, (torch.randn(4, 8),), dynamic, dynamic_shapes=({0: Dim("batch")},), verbose=False)
-        torch.onnx.export(model.half(), (torch.randn(4, 8).half(),), fixed_half, verbose=False, external_data=False)
+        torch.onnx.export(
+            model, (torch.randn(4, 8),), dynamic, dynamic_shapes=({0: Dim("batch")},), verbose=False
+        )
+        torch.onnx.export(
+            model.half(),
+            (torch.randn(4, 8).half(),),
+            fixed_half,
+            verbose=False,
+            external_data=False,
+        )
     return dynamic, fixed_half
 
 

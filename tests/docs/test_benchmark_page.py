@@ -1,5 +1,6 @@
-"""The benchmarks page's table, as the scripts write it with ``--write-page`` (benchmarks/page.py): one script's
-row replaced in a copy of the page, the rest of the page as it was; no benchmark is run."""
+"""The benchmarks page's table, as the scripts write it with ``--write-page`` (benchmarks/page.py):
+one script's row replaced in a copy of the page, the rest of the page as it was; no benchmark is
+run."""
 
 from __future__ import annotations
 
@@ -24,8 +25,12 @@ def test_a_scripts_row_is_replaced_and_the_rest_of_the_page_is_unchanged(tmp_pat
     copy.write_text(PAGE.read_text())
     before = copy.read_text().splitlines()
 
-    page.write_row(str(ROOT / "benchmarks" / "simulated_device.py"), "sim:0 / cpu: 2.50x | all", page=copy,
-                   ran_on="Linux x86_64, 2 CPUs, PyTorch 2.13.0+cpu")
+    page.write_row(
+        str(ROOT / "benchmarks" / "simulated_device.py"),
+        "sim:0 / cpu: 2.50x | all",
+        page=copy,
+        ran_on="Linux x86_64, 2 CPUs, PyTorch 2.13.0+cpu",
+    )
 
     after = copy.read_text().splitlines()
     assert len(after) == len(before)
@@ -33,9 +38,12 @@ def test_a_scripts_row_is_replaced_and_the_rest_of_the_page_is_unchanged(tmp_pat
     assert len(changed) == 1 and "<!-- benchmark:simulated_device -->" in before[changed[0]]
     row = after[changed[0]]
     compares = before[changed[0]].split("|")[2]
-    assert row == ("| <!-- benchmark:simulated_device --> `benchmarks/simulated_device.py` |" + compares
-                   + "| sim:0 / cpu: 2.50x \\| all | Linux x86_64, 2 CPUs, PyTorch 2.13.0+cpu"
-                   " <!-- /benchmark:simulated_device --> |")
+    assert row == (
+        "| <!-- benchmark:simulated_device --> `benchmarks/simulated_device.py` |"
+        + compares
+        + "| sim:0 / cpu: 2.50x \\| all | Linux x86_64, 2 CPUs, PyTorch 2.13.0+cpu"
+        " <!-- /benchmark:simulated_device --> |"
+    )
     assert PAGE.read_text().splitlines() == before  # the page itself untouched
 
 
@@ -43,7 +51,9 @@ def test_by_default_the_row_names_this_machine(tmp_path):
     copy = tmp_path / "benchmarks.md"
     copy.write_text(PAGE.read_text())
     page.write_row("state_growth", "written whole: 1.00 ms a pair", page=copy)
-    row = next(line for line in copy.read_text().splitlines() if "<!-- benchmark:state_growth -->" in line)
+    row = next(
+        line for line in copy.read_text().splitlines() if "<!-- benchmark:state_growth -->" in line
+    )
     assert f"{os.cpu_count()} CPUs" in row and "PyTorch" in row
 
 
@@ -60,7 +70,10 @@ def test_a_missing_marker_is_an_error_naming_the_script(tmp_path):
 def test_every_script_has_its_row_and_writes_it_when_asked(script):
     text = PAGE.read_text()
     rows = [line for line in text.splitlines() if f"<!-- benchmark:{script.stem} -->" in line]
-    assert len(rows) == 1 and rows[0].startswith("|") and rows[0].endswith(
-        f"<!-- /benchmark:{script.stem} --> |"), f"docs/benchmarks.md: no single table row for {script.name}"
+    assert (
+        len(rows) == 1
+        and rows[0].startswith("|")
+        and rows[0].endswith(f"<!-- /benchmark:{script.stem} --> |")
+    ), f"docs/benchmarks.md: no single table row for {script.name}"
     source = script.read_text()
-    assert '"--write-page"' in source and re.search(r"write_row\(__file__,", source), script.name
+    assert '"--write-page"' in source and re.search(r"write_row\(\s*__file__,", source), script.name

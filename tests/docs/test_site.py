@@ -1,10 +1,10 @@
-"""The documentation site, as ``make docs`` builds it: strict (a warning, a broken link or anchor, a missing
-page fails it), the lessons shown without their answers, and the site opened in Chromium.
+"""The documentation site, as ``make docs`` builds it: strict (a warning, a broken link or anchor, a
+missing page fails it), the lessons shown without their answers, and the site opened in Chromium.
 
-The site is built once for the module (mkdocs build --strict into a temporary folder); every test reads it.
-The leak check (tools/lessons.py) looks for every line of a solution or a hidden test that no student's
-notebook shows, in every page and in the search index; a copy of a page with one such line planted in it
-shows that the check finds it.
+The site is built once for the module (mkdocs build --strict into a temporary folder); every test
+reads it. The leak check (tools/lessons.py) looks for every line of a solution or a hidden test that
+no student's notebook shows, in every page and in the search index; a copy of a page with one such
+line planted in it shows that the check finds it.
 """
 
 from __future__ import annotations
@@ -31,9 +31,24 @@ _spec.loader.exec_module(lessons)
 
 
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
-                           "--site-dir", str(site)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +69,16 @@ def test_every_page_of_the_nav_is_built(site):
             yield from (pages(value) if isinstance(value, list) else [value])
 
     for page in pages(nav):
-        built = site / ("index.html" if page == "index.md" else f"{page.rsplit('.', 1)[0]}/index.html")
+        built = site / (
+            "index.html" if page == "index.md" else f"{page.rsplit('.', 1)[0]}/index.html"
+        )
         assert built.is_file(), f"{page} was not built"
     assert len(list((site / "lessons").glob("*/index.html"))) == len(lessons.assignments()) == 10
 
 
 def test_the_lessons_show_the_exercises_as_the_student_sees_them(site):
-    """The pages the site built: answers and tests as course/ has them and without output; lesson outputs shown."""
+    """The pages the site built: answers and tests as course/ has them and without output; lesson
+    outputs shown."""
     shown = 0
     for name in lessons.assignments():
         page = nbformat.read(lessons.OUT / f"{name}.ipynb", as_version=4)
@@ -79,7 +97,9 @@ def test_no_line_of_a_solution_or_of_a_hidden_test_reaches_the_site(site, tmp_pa
     assert lessons.leaks(site) == []
 
     # Planted in a copy of a page, a solution line is found.
-    line, name = next((line, name) for line, name in secrets.items() if name == "01_device_placement")
+    line, name = next(
+        (line, name) for line, name in secrets.items() if name == "01_device_placement"
+    )
     page = tmp_path / "lessons" / "01_device_placement" / "index.html"
     page.parent.mkdir(parents=True)
     text = (site / "lessons" / "01_device_placement" / "index.html").read_text()
@@ -87,14 +107,23 @@ def test_no_line_of_a_solution_or_of_a_hidden_test_reaches_the_site(site, tmp_pa
     assert lessons.leaks(tmp_path) == [f"lessons/01_device_placement/index.html: {line!r} ({name})"]
 
 
-def test_a_broken_link_a_missing_page_or_a_notebook_that_does_not_parse_fails_naming_it(tmp_path, monkeypatch):
+def test_a_broken_link_a_missing_page_or_a_notebook_that_does_not_parse_fails_naming_it(
+    tmp_path, monkeypatch
+):
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "index.md").write_text("# Home\n\nSee [the grading page](grading.md#no-such-part) and [gone](gone.md).\n")
+    (docs / "index.md").write_text(
+        "# Home\n\nSee [the grading page](grading.md#no-such-part) and [gone](gone.md).\n"
+    )
     (docs / "grading.md").write_text("# Grading\n")
-    config.update(docs_dir=str(docs), plugins=["search"], hooks=[], not_in_nav="",
-                  nav=[{"Home": "index.md"}, {"Grading": "grading.md"}, {"Missing": "missing.md"}])
+    config.update(
+        docs_dir=str(docs),
+        plugins=["search"],
+        hooks=[],
+        not_in_nav="",
+        nav=[{"Home": "index.md"}, {"Grading": "grading.md"}, {"Missing": "missing.md"}],
+    )
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     done = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert done.returncode != 0
@@ -110,13 +139,18 @@ def test_a_broken_link_a_missing_page_or_a_notebook_that_does_not_parse_fails_na
 
 
 def test_the_site_opens_in_chromium(site):
-    """The home page and a lesson, from the files, in Debian's Chromium: navigation, the lesson's cells and outputs."""
+    """The home page and a lesson, from the files, in Debian's Chromium: navigation, the lesson's
+    cells and outputs."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
-        missing(f"no Chromium at {CHROMIUM}: run `make browser`, or point CHROMIUM at a Chromium binary")
+        missing(
+            f"no Chromium at {CHROMIUM}: run `make browser`, or point CHROMIUM at a Chromium binary"
+        )
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60 * SECOND
+        )
         try:
             tab = browser.new_page()
             tab.set_default_timeout(30 * SECOND)

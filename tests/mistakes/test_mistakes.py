@@ -1,4 +1,5 @@
-"""Real device mistakes, graded by the real grader: each loses points on its exercise, each other fix keeps them.
+"""Real device mistakes, graded by the real grader: each loses points on its exercise, each other
+fix keeps them.
 
 ``tests/mistakes/catalog.py`` holds mistakes that people made in public
 issue trackers, each written into one answer cell of the course, and, for
@@ -36,12 +37,15 @@ from devcourse.instructor.paths import ROOT, solution_path
 
 MISTAKE_BAR = 0.95
 ROUNDS = os.environ.get("COURSE_MISTAKE_ROUNDS", "2")  # a number, or "all"
-CELL_TIMEOUT_S = 45  # test_grade's: with the same limits, one run's canary makes the references both use
+# test_grade's: with the same limits, one run's canary makes the references both use
+CELL_TIMEOUT_S = 45
 
 
 def _checker():
     """tests/mistakes/check_catalog.py as a module: the catalog, its rules and the cell helpers."""
-    spec = importlib.util.spec_from_file_location("check_catalog", ROOT / "tests" / "mistakes" / "check_catalog.py")
+    spec = importlib.util.spec_from_file_location(
+        "check_catalog", ROOT / "tests" / "mistakes" / "check_catalog.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -61,11 +65,14 @@ def plan(entries, rounds: str = "all") -> dict[tuple[str, str], list[dict]]:
         for kind, text in (("mistake", entry.code), ("fix", entry.fix)):
             if text is not None:
                 items.setdefault(entry.assignment, []).append(
-                    {"id": entry.id, "kind": kind, "answer": entry.answer, "text": text})
+                    {"id": entry.id, "kind": kind, "answer": entry.answer, "text": text}
+                )
     planned = {}
     for assignment, assignment_items in items.items():
         grouped = checker.plan_rounds(assignment_items, checker.read_notebook(assignment))
-        for number, round_ in enumerate(grouped if rounds == "all" else grouped[: int(rounds)], start=1):
+        for number, round_ in enumerate(
+            grouped if rounds == "all" else grouped[: int(rounds)], start=1
+        ):
             planned[(f"round{number}", assignment)] = round_
     return planned
 
@@ -73,14 +80,20 @@ def plan(entries, rounds: str = "all") -> dict[tuple[str, str], list[dict]]:
 def exercise_tests(assignment: str, answer: str) -> list[str]:
     """The grade_ids of the test cells after answer cell ``answer``, up to the next answer cell."""
     nb = checker.read_notebook(assignment)
-    return [checker.nbgrader(nb["cells"][i])["grade_id"]
-            for i in checker.test_cells(nb, checker.answer_cells(nb)[answer])]
+    return [
+        checker.nbgrader(nb["cells"][i])["grade_id"]
+        for i in checker.test_cells(nb, checker.answer_cells(nb)[answer])
+    ]
 
 
 def write_submissions(rounds, folder: Path) -> None:
     for (student, assignment), items in rounds.items():
         nb = nbformat.read(solution_path(assignment), as_version=4)
-        by_answer = {checker.nbgrader(c).get("grade_id"): c for c in nb.cells if checker.nbgrader(c).get("solution")}
+        by_answer = {
+            checker.nbgrader(c).get("grade_id"): c
+            for c in nb.cells
+            if checker.nbgrader(c).get("solution")
+        }
         for item in items:
             cell = by_answer[item["answer"]]
             cell.source = item["text"]
@@ -92,13 +105,27 @@ def write_submissions(rounds, folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Grade every round through the command line, as an instructor would; return each entry's verdict."""
+    """Grade every round through the command line, as an instructor would; return each entry's
+    verdict."""
     rounds = plan(checker.load_catalog().MISTAKES, ROUNDS)
     tmp = tmp_path_factory.mktemp("mistakes")
     write_submissions(rounds, tmp / "submitted")
     workdir = tmp / "work"
-    assert grade.main(["--submitted", str(tmp / "submitted"), "--workdir", str(workdir), "--quiet",
-                       "--no-feedback", "--cell-timeout", str(CELL_TIMEOUT_S)]) == 0
+    assert (
+        grade.main(
+            [
+                "--submitted",
+                str(tmp / "submitted"),
+                "--workdir",
+                str(workdir),
+                "--quiet",
+                "--no-feedback",
+                "--cell-timeout",
+                str(CELL_TIMEOUT_S),
+            ]
+        )
+        == 0
+    )
 
     from nbgrader.api import Gradebook
 
@@ -106,10 +133,15 @@ def graded(tmp_path_factory):
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gradebook:
         for (student, assignment), items in rounds.items():
             for item in items:
-                scores = [gradebook.find_grade(test, assignment, assignment, student)
-                          for test in exercise_tests(assignment, item["answer"])]
-                verdicts[item["kind"], item["id"]] = (sum(g.score for g in scores),
-                                                      sum(g.max_score for g in scores), student)
+                scores = [
+                    gradebook.find_grade(test, assignment, assignment, student)
+                    for test in exercise_tests(assignment, item["answer"])
+                ]
+                verdicts[item["kind"], item["id"]] = (
+                    sum(g.score for g in scores),
+                    sum(g.max_score for g in scores),
+                    student,
+                )
     return verdicts
 
 
@@ -117,15 +149,23 @@ def test_the_catalog_keeps_its_rules():
     catalog = checker.load_catalog()
     assert not checker.static_problems(catalog)
     assert len(catalog.MISTAKES) >= 30
-    assert all(exercise_tests(e.assignment, e.answer) for e in catalog.MISTAKES), "every entry's exercise has tests"
+    assert all(exercise_tests(e.assignment, e.answer) for e in catalog.MISTAKES), (
+        "every entry's exercise has tests"
+    )
 
 
 def test_mistakes_lose_points_on_their_exercise(graded):
     mistakes = sorted(i for kind, i in graded if kind == "mistake")
     assert len(mistakes) >= 25, f"only {len(mistakes)} mistakes graded"
-    kept = [(m, graded["mistake", m]) for m in mistakes if graded["mistake", m][0] == graded["mistake", m][1]]
+    kept = [
+        (m, graded["mistake", m])
+        for m in mistakes
+        if graded["mistake", m][0] == graded["mistake", m][1]
+    ]
     caught = 1 - len(kept) / len(mistakes)
-    assert caught >= MISTAKE_BAR, f"{caught:.0%} of the mistakes lose points; full marks despite the mistake: {kept}"
+    assert caught >= MISTAKE_BAR, (
+        f"{caught:.0%} of the mistakes lose points; full marks despite the mistake: {kept}"
+    )
 
 
 def test_correct_fixes_keep_every_point(graded):

@@ -1,9 +1,9 @@
 """Call a few hundred aten operators on simulated tensors; the process must survive every one.
 
-Run by tests/simdevice/test_simdevice.py in a subprocess: ``python tests/simdevice/simdevice_fuzz.py SEED COUNT``.
-Arguments are made from each operator's schema (small float tensors on
-``sim:1``, ints 1, floats 0.5, ...). Any Python exception is fine; a crash is
-not. Prints one line per operator before calling it, so a crash names it.
+Run by tests/simdevice/test_simdevice.py in a subprocess: ``python tests/simdevice/simdevice_fuzz.py
+SEED COUNT``. Arguments are made from each operator's schema (small float tensors on ``sim:1``, ints
+1, floats 0.5, ...). Any Python exception is fine; a crash is not. Prints one line per operator
+before calling it, so a crash names it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ def two_devices():
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_enable_returns_indexed_devices_and_is_idempotent():
@@ -76,30 +78,72 @@ def test_an_index_past_the_count_names_how_many_there_are():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda d: torch.ones(2, 3, device=d) + torch.ones(2, 3), "but found at least two devices, {d} and cpu!"),
-        (lambda d: torch.ones(2, 3) * torch.ones(2, 3, device=d), "but found at least two devices, {d} and cpu!"),
-        (lambda d: torch.nn.Linear(3, 2).to(d)(torch.ones(4, 3)),
-         "but got mat1 is on cpu, different from other tensors on {d} "
-         "(when checking argument in method wrapper_SIM_addmm)"),
-        (lambda d: torch.ones(2, 3, device=d) @ torch.ones(3, 2),
-         "but got mat2 is on cpu, different from other tensors on {d} "
-         "(when checking argument in method wrapper_SIM_mm)"),
-        (lambda d: torch.nn.Embedding(5, 2).to(d)(torch.tensor([1, 2])),
-         "but got index is on cpu, different from other tensors on {d} "
-         "(when checking argument in method wrapper_SIM__index_select)"),
-        (lambda d: torch.ones(4, 2, device=d).index_select(0, torch.tensor([0])),
-         "but got index is on cpu, different from other tensors on {d} "
-         "(when checking argument in method wrapper_SIM__index_select)"),
-        (lambda d: F.cross_entropy(torch.randn(2, 3, device=d), torch.tensor([0, 1])),
-         "but got target is on cpu, different from other tensors on {d} "
-         "(when checking argument in method wrapper_SIM_nll_loss_forward)"),
-        (lambda d: torch.cat([torch.ones(2, device=d), torch.ones(2)]),
-         "but got tensors is on cpu, different from other tensors on {d} "
-         "(when checking argument in method wrapper_SIM_cat)"),
-        (lambda d: torch.ones(2, device="sim:0") + torch.ones(2, device="sim:1"),
-         "but found at least two devices, sim:0 and sim:1!"),
+        (
+            lambda d: torch.ones(2, 3, device=d) + torch.ones(2, 3),
+            "but found at least two devices, {d} and cpu!",
+        ),
+        (
+            lambda d: torch.ones(2, 3) * torch.ones(2, 3, device=d),
+            "but found at least two devices, {d} and cpu!",
+        ),
+        (
+            lambda d: torch.nn.Linear(3, 2).to(d)(torch.ones(4, 3)),
+            (
+                "but got mat1 is on cpu, different from other tensors on {d} "
+                "(when checking argument in method wrapper_SIM_addmm)"
+            ),
+        ),
+        (
+            lambda d: torch.ones(2, 3, device=d) @ torch.ones(3, 2),
+            (
+                "but got mat2 is on cpu, different from other tensors on {d} "
+                "(when checking argument in method wrapper_SIM_mm)"
+            ),
+        ),
+        (
+            lambda d: torch.nn.Embedding(5, 2).to(d)(torch.tensor([1, 2])),
+            (
+                "but got index is on cpu, different from other tensors on {d} "
+                "(when checking argument in method wrapper_SIM__index_select)"
+            ),
+        ),
+        (
+            lambda d: torch.ones(4, 2, device=d).index_select(0, torch.tensor([0])),
+            (
+                "but got index is on cpu, different from other tensors on {d} "
+                "(when checking argument in method wrapper_SIM__index_select)"
+            ),
+        ),
+        (
+            lambda d: F.cross_entropy(torch.randn(2, 3, device=d), torch.tensor([0, 1])),
+            (
+                "but got target is on cpu, different from other tensors on {d} "
+                "(when checking argument in method wrapper_SIM_nll_loss_forward)"
+            ),
+        ),
+        (
+            lambda d: torch.cat([torch.ones(2, device=d), torch.ones(2)]),
+            (
+                "but got tensors is on cpu, different from other tensors on {d} "
+                "(when checking argument in method wrapper_SIM_cat)"
+            ),
+        ),
+        (
+            lambda d: torch.ones(2, device="sim:0") + torch.ones(2, device="sim:1"),
+            "but found at least two devices, sim:0 and sim:1!",
+        ),
     ],
-    ids=["add", "mul-cpu-first", "linear", "matmul", "embedding", "index_select", "cross_entropy", "cat", "two-sims"],
+    ids=[
+        "add",
+        "mul-cpu-first",
+        "linear",
+        "matmul",
+        "embedding",
+        "index_select",
+        "cross_entropy",
+        "cat",
+        "two-sims",
+    ],
 )
 def test_mixing_devices_raises_pytorchs_own_message(call, message):
     d = "sim:1"
@@ -110,14 +154,18 @@ def test_mixing_devices_raises_pytorchs_own_message(call, message):
 
 def test_what_cuda_allows_is_allowed():
     x = torch.arange(6.0, device="sim:1").reshape(2, 3)
-    assert torch.equal((x * torch.tensor(2.0)).cpu(), torch.arange(6.0).reshape(2, 3) * 2)  # 0-dim CPU tensor
-    assert torch.equal(x[torch.tensor([1])].cpu(), torch.tensor([[3.0, 4.0, 5.0]]))  # CPU index tensor
+    # 0-dim CPU tensor
+    assert torch.equal((x * torch.tensor(2.0)).cpu(), torch.arange(6.0).reshape(2, 3) * 2)
+    # CPU index tensor
+    assert torch.equal(x[torch.tensor([1])].cpu(), torch.tensor([[3.0, 4.0, 5.0]]))
     assert x.sum().item() == 15.0
 
 
 def _train(device, optimizer, steps=4):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).to(
+        device
+    )
     opt = optimizer(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1)
     losses = []
@@ -132,13 +180,18 @@ def _train(device, optimizer, steps=4):
     return losses, model
 
 
-@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW], ids=lambda o: o.__name__)
+@pytest.mark.parametrize(
+    "optimizer", [torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW], ids=lambda o: o.__name__
+)
 @pytest.mark.parametrize("device", ["sim:0", "sim:1"])
 def test_training_on_any_index_matches_the_cpu(device, optimizer):
     cpu_losses, cpu_model = _train("cpu", optimizer)
     losses, model = _train(device, optimizer)
     assert losses == cpu_losses
-    assert all(p.device == torch.device(device) and p.grad.device == torch.device(device) for p in model.parameters())
+    assert all(
+        p.device == torch.device(device) and p.grad.device == torch.device(device)
+        for p in model.parameters()
+    )
     for a, b in zip(model.parameters(), cpu_model.parameters()):
         assert torch.equal(a.detach().cpu(), b.detach())
 
@@ -147,12 +200,16 @@ def test_state_dict_round_trip_and_deepcopy():
     _, model = _train("sim:1", torch.optim.SGD, steps=1)
     state = model.state_dict()
     assert {v.device for v in state.values()} == {torch.device("sim", 1)}
-    other = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).to("sim:0")
+    other = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).to(
+        "sim:0"
+    )
     other.load_state_dict(state)
     assert other[0].weight.device == torch.device("sim", 0)
     assert torch.equal(other[0].weight.detach().cpu(), state["0.weight"].cpu())
     clone = copy.deepcopy(other)
-    assert clone[2].bias.device == torch.device("sim", 0) and isinstance(clone[2].bias, torch.nn.Parameter)
+    assert clone[2].bias.device == torch.device("sim", 0) and isinstance(
+        clone[2].bias, torch.nn.Parameter
+    )
 
 
 @pytest.fixture(scope="module")
@@ -176,12 +233,25 @@ def saved_on_sim1():
         (lambda: torch.device("sim", 0), "sim:0"),
         (lambda: {"sim:1": "sim:0"}, "sim:0"),
     ],
-    ids=["none", "cpu-str", "cpu-device", "dict", "callable", "sim0-str", "sim0-device", "dict-to-sim0"],
+    ids=[
+        "none",
+        "cpu-str",
+        "cpu-device",
+        "dict",
+        "callable",
+        "sim0-str",
+        "sim0-device",
+        "dict-to-sim0",
+    ],
 )
-def test_a_checkpoint_saved_on_sim1_loads_with_every_map_location(saved_on_sim1, map_location, device):
+def test_a_checkpoint_saved_on_sim1_loads_with_every_map_location(
+    saved_on_sim1, map_location, device
+):
     data, values = saved_on_sim1
     for weights_only in (True, False):
-        loaded = torch.load(io.BytesIO(data), map_location=map_location(), weights_only=weights_only)
+        loaded = torch.load(
+            io.BytesIO(data), map_location=map_location(), weights_only=weights_only
+        )
         for key, value in loaded.items():
             assert value.device == torch.device(device)
             assert torch.equal(value.cpu(), values[key])
@@ -192,10 +262,19 @@ def test_a_cpu_checkpoint_loads_onto_a_simulated_device():
     torch.save({"w": torch.arange(3.0)}, buffer)
     for map_location in ("sim:1", {"cpu": "sim:1"}, torch.device("sim:1")):
         loaded = torch.load(io.BytesIO(buffer.getvalue()), map_location=map_location)
-        assert loaded["w"].device == torch.device("sim", 1) and loaded["w"].tolist() == [0.0, 1.0, 2.0]
-    with pytest.raises(RuntimeError, match=re.escape("Attempting to deserialize object on SIM device 5 but "
-                                                     "torch.sim.device_count() is 2. Please use torch.load with "
-                                                     "map_location")):
+        assert loaded["w"].device == torch.device("sim", 1) and loaded["w"].tolist() == [
+            0.0,
+            1.0,
+            2.0,
+        ]
+    with pytest.raises(
+        RuntimeError,
+        match=re.escape(
+            "Attempting to deserialize object on SIM device 5 but "
+            "torch.sim.device_count() is 2. Please use torch.load with "
+            "map_location"
+        ),
+    ):
         torch.load(io.BytesIO(buffer.getvalue()), map_location="sim:5")
 
 
@@ -210,8 +289,10 @@ def test_a_sim_checkpoint_in_a_process_without_the_device(saved_on_sim1, tmp_pat
             print("ERROR", e)
         print("CPU", torch.load({str(path)!r}, map_location="cpu")["weight"].device)
     """)
-    assert ("ERROR Attempting to deserialize object on a simulated 'sim' device, but it is not turned on"
-            in result.stdout)
+    assert (
+        "ERROR Attempting to deserialize object on a simulated 'sim' device, but it is not"
+        " turned on" in result.stdout
+    )
     assert "map_location=torch.device('cpu')" in result.stdout
     assert "CPU cpu" in result.stdout, result.stderr
 
@@ -235,13 +316,20 @@ def test_another_privateuse1_backend_is_refused_and_nothing_changes():
 def test_nothing_happens_on_import():
     result = _run("""
         import torch, simdevice as sim
-        print(sim.is_enabled(), torch._C._get_privateuse1_backend_name(), torch.accelerator.current_accelerator())
+
+        print(
+            sim.is_enabled(),
+            torch._C._get_privateuse1_backend_name(),
+            torch.accelerator.current_accelerator(),
+        )
     """)
     assert result.stdout.split() == ["False", "privateuseone", "None"], result.stderr
 
 
 def test_autocast_and_gradscaler():
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).to("sim:1")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).to(
+        "sim:1"
+    )
     x = torch.randn(3, 4, device="sim:1")
     for dtype in (torch.bfloat16, torch.float16):
         with torch.autocast("sim", dtype=dtype):
@@ -286,7 +374,10 @@ def test_memory_counters_and_budget():
     sim.set_memory_budget(device, base + 8192)
     try:
         keep = torch.zeros(1024, device=device)
-        with pytest.raises(torch.OutOfMemoryError, match=r"SIM out of memory. Tried to allocate 8.00 KiB. sim:1 has"):
+        with pytest.raises(
+            torch.OutOfMemoryError,
+            match=r"SIM out of memory. Tried to allocate 8.00 KiB. sim:1 has",
+        ):
             torch.zeros(2048, device=device)
         with pytest.raises(torch.OutOfMemoryError):
             torch.ones(3000).to(device)
@@ -300,7 +391,8 @@ def test_memory_counters_and_budget():
 
 
 def test_each_thread_has_a_current_device_that_a_bare_sim_names():
-    """torch.accelerator.set_device_index / device_index work as on CUDA: ``sim`` means the current device."""
+    """torch.accelerator.set_device_index / device_index work as on CUDA: ``sim`` means the current
+    device."""
     import threading
 
     assert torch.accelerator.current_device_index() == 0
@@ -309,10 +401,15 @@ def test_each_thread_has_a_current_device_that_a_bare_sim_names():
         assert torch.accelerator.current_device_index() == torch.sim.current_device() == 1
         one = torch.device("sim", 1)
         made = [
-            torch.empty(2, device="sim"), torch.randn(2, device=torch.device("sim")), torch.arange(3, device="sim"),
-            torch.ones(2).to("sim"), torch.ones(2).to(device="sim", dtype=torch.float16),
-            torch.ones(2, device="sim:0").to("sim"), torch.tensor([1.0], device="sim"),
-            torch.as_tensor([1.0], device="sim"), torch.ones(2).new_tensor([1.0], device="sim"),
+            torch.empty(2, device="sim"),
+            torch.randn(2, device=torch.device("sim")),
+            torch.arange(3, device="sim"),
+            torch.ones(2).to("sim"),
+            torch.ones(2).to(device="sim", dtype=torch.float16),
+            torch.ones(2, device="sim:0").to("sim"),
+            torch.tensor([1.0], device="sim"),
+            torch.as_tensor([1.0], device="sim"),
+            torch.ones(2).new_tensor([1.0], device="sim"),
             torch.nn.Linear(2, 2).to("sim").weight,
         ]
         with torch.device("sim"):
@@ -321,15 +418,20 @@ def test_each_thread_has_a_current_device_that_a_bare_sim_names():
         try:
             made += [torch.tensor(0), torch.as_tensor([1.0])]
             assert torch.get_default_device() == one
-            assert torch.ones(2, device="cpu").new_tensor([1.0]).device.type == "cpu"  # new_* follow their tensor
+            # new_* follow their tensor
+            assert torch.ones(2, device="cpu").new_tensor([1.0]).device.type == "cpu"
         finally:
             torch.set_default_device(None)
         assert [t.device for t in made] == [one] * len(made)
-        with torch.device("meta"):  # other default devices still reach torch.tensor (BatchNorm's counter)
+        # other default devices still reach torch.tensor (BatchNorm's counter)
+        with torch.device("meta"):
             assert torch.nn.BatchNorm1d(2).num_batches_tracked.device.type == "meta"
         assert sim.memory_allocated() == sim.memory_allocated("sim:1")
         with torch.accelerator.device_index(0):
-            assert torch.accelerator.current_device_index() == 0 and torch.zeros(1, device="sim").device.index == 0
+            assert (
+                torch.accelerator.current_device_index() == 0
+                and torch.zeros(1, device="sim").device.index == 0
+            )
         assert torch.accelerator.current_device_index() == 1
         seen = []
         other = threading.Thread(target=lambda: seen.append(torch.zeros(1, device="sim").device))
@@ -349,23 +451,32 @@ def test_each_thread_has_a_current_device_that_a_bare_sim_names():
 
 
 def test_torch_accelerator_synchronize_and_memory_calls_answer_for_the_device():
-    """Code written for any accelerator (torch.accelerator, 2.9+ memory calls) runs on the simulated one."""
+    """Code written for any accelerator (torch.accelerator, 2.9+ memory calls) runs on the simulated
+    one."""
     torch.accelerator.synchronize()
     torch.accelerator.synchronize("sim:1")
     torch.accelerator.synchronize(1)
     with pytest.raises(Exception, match="sim"):
         torch.accelerator.synchronize("sim:5")
-    assert torch.accelerator.memory_allocated() == sim.memory_allocated("sim:0")  # the current device
+    # the current device
+    assert torch.accelerator.memory_allocated() == sim.memory_allocated("sim:0")
     base = torch.accelerator.memory_allocated("sim:1")
     assert base == sim.memory_allocated("sim:1")
     x = torch.zeros(1024, device="sim:1")
-    assert torch.accelerator.memory_allocated("sim:1") == torch.accelerator.memory_allocated(1) == base + 4096
-    assert torch.accelerator.memory_reserved(1) == base + 4096  # no caching allocator: reserved = allocated
+    assert (
+        torch.accelerator.memory_allocated("sim:1")
+        == torch.accelerator.memory_allocated(1)
+        == base + 4096
+    )
+    # no caching allocator: reserved = allocated
+    assert torch.accelerator.memory_reserved(1) == base + 4096
     assert torch.accelerator.memory_stats(1)["allocated_bytes.all.current"] == base + 4096
     del x
     assert torch.accelerator.max_memory_allocated(1) >= base + 4096
     torch.accelerator.reset_peak_memory_stats(1)
-    assert torch.accelerator.max_memory_allocated(1) == torch.accelerator.memory_allocated(1) == base
+    assert (
+        torch.accelerator.max_memory_allocated(1) == torch.accelerator.memory_allocated(1) == base
+    )
     torch.accelerator.empty_cache()
     sim.set_memory_budget("sim:1", base + 8192)
     try:
@@ -383,18 +494,25 @@ def test_unsupported_calls_raise_errors_that_name_what_failed():
 
 
 def test_an_operator_without_a_cpu_kernel_raises_an_error_that_names_it():
-    with pytest.raises(NotImplementedError, match=r"the simulated device cannot run aten._fused_dropout.default: .* "
-                                                  r"\(a limit of the simulated device"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"the simulated device cannot run aten._fused_dropout.default: .* "
+        r"\(a limit of the simulated device",
+    ):
         torch._fused_dropout(torch.ones(4, device="sim:1"), 0.5)  # CUDA's dropout kernel
-    with pytest.raises(NotImplementedError, match=r"cannot run aten._to_sparse.default: its result would be a "
-                                                  r"torch.sparse_coo tensor"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"cannot run aten._to_sparse.default: its result would be a "
+        r"torch.sparse_coo tensor",
+    ):
         torch.ones(2, device="sim:0").to_sparse()
 
 
 def test_storages_on_the_device_are_refused_not_crashed():
     with pytest.raises(RuntimeError, match="simulated device holds no storages of its own"):
         torch.UntypedStorage(3, device="sim:0")
-    storage = torch.ones(2, device="sim:0").untyped_storage()  # a storage without data, as for any wrapper subclass
+    # a storage without data, as for any wrapper subclass
+    storage = torch.ones(2, device="sim:0").untyped_storage()
     with pytest.raises(RuntimeError, match="invalid python storage"):
         storage.cpu()
 
@@ -402,13 +520,21 @@ def test_storages_on_the_device_are_refused_not_crashed():
 def test_every_layer_the_course_uses_trains_on_sim1_as_on_the_cpu():
     def build():
         torch.manual_seed(0)
-        return torch.nn.ModuleDict({
-            "conv": torch.nn.Conv2d(1, 2, 3),
-            "flat": torch.nn.Flatten(),
-            "embed": torch.nn.Embedding(10, 4),
-            "mlp": torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
-                                       torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 3)),
-        })
+        return torch.nn.ModuleDict(
+            {
+                "conv": torch.nn.Conv2d(1, 2, 3),
+                "flat": torch.nn.Flatten(),
+                "embed": torch.nn.Embedding(10, 4),
+                "mlp": torch.nn.Sequential(
+                    torch.nn.Linear(12, 8),
+                    torch.nn.BatchNorm1d(8),
+                    torch.nn.ReLU(),
+                    torch.nn.LayerNorm(8),
+                    torch.nn.Tanh(),
+                    torch.nn.Linear(8, 3),
+                ),
+            }
+        )
 
     def step(device):
         model = build().to(device)
@@ -418,7 +544,9 @@ def test_every_layer_the_course_uses_trains_on_sim1_as_on_the_cpu():
         tokens = torch.randint(0, 10, (4,), generator=g).to(device)
         target = torch.randint(0, 3, (4,), generator=g).to(device)
         for _ in range(2):
-            features = torch.cat([model["flat"](model["conv"](image)), model["embed"](tokens)], dim=1)
+            features = torch.cat(
+                [model["flat"](model["conv"](image)), model["embed"](tokens)], dim=1
+            )
             loss = F.cross_entropy(model["mlp"](features), target)
             opt.zero_grad()
             loss.backward()
@@ -436,9 +564,13 @@ def test_every_layer_the_course_uses_trains_on_sim1_as_on_the_cpu():
 def test_the_process_survives_hundreds_of_random_operators():
     result = subprocess.run(
         [sys.executable, "-X", "faulthandler", "tests/simdevice/simdevice_fuzz.py", "0", "400"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert result.returncode == 0, f"crashed after: {result.stdout.splitlines()[-1:]}\n{result.stderr[-2000:]}"
+    assert result.returncode == 0, (
+        f"crashed after: {result.stdout.splitlines()[-1:]}\n{result.stderr[-2000:]}"
+    )
     last = result.stdout.splitlines()[-1]
     assert last.startswith("survived") and int(last.split()[1]) >= 300, last
 
@@ -452,7 +584,9 @@ def test_pinned_memory_and_the_dataloader_work_with_the_device_on():
     assert pinned.pin_memory() is pinned
     moved = pinned.to("sim:1", non_blocking=True)
     assert moved.device == torch.device("sim", 1) and moved.tolist() == batch.tolist()
-    data, _ = next(iter(DataLoader(TensorDataset(batch, torch.tensor([0, 1])), batch_size=2, pin_memory=True)))
+    data, _ = next(
+        iter(DataLoader(TensorDataset(batch, torch.tensor([0, 1])), batch_size=2, pin_memory=True))
+    )
     assert data.is_pinned()
     with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
         moved.pin_memory()
@@ -465,7 +599,9 @@ def test_module_dtype_conversions_keep_the_values_in_step():
     assert model.weight is weight and weight.dtype == torch.float64
     out = model(torch.ones(1, 3, dtype=torch.float64, device="sim:1"))
     assert out.dtype == torch.float64
-    with pytest.raises(NotImplementedError, match="cannot run aten.resize_.default here: it would grow the tensor"):
+    with pytest.raises(
+        NotImplementedError, match="cannot run aten.resize_.default here: it would grow the tensor"
+    ):
         torch.ones(3, device="sim:0").resize_(5)
 
 
@@ -473,7 +609,9 @@ def test_collectives_run_in_gloo_on_the_values(tmp_path):
     import torch.distributed as dist
 
     assert dist.get_default_backend_for_device("sim:1") == "gloo"
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     model = None
     try:
         tensor = torch.arange(3.0, device="sim:1")
@@ -483,15 +621,18 @@ def test_collectives_run_in_gloo_on_the_values(tmp_path):
         dist.broadcast(tensor, src=0)
         assert tensor.device == torch.device("sim:1") and tensor.tolist() == [0.0, 1.0, 2.0]
         assert type(gathered[0]) is SimTensor and gathered[0].tolist() == [0.0, 2.0, 4.0]
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2).to("sim:1"), device_ids=[1])
+        model = torch.nn.parallel.DistributedDataParallel(
+            torch.nn.Linear(3, 2).to("sim:1"), device_ids=[1]
+        )
         model(torch.ones(4, 3, device="sim:1")).sum().backward()
         assert model.module.weight.grad.device == torch.device("sim:1")
         assert model.module.weight.grad.tolist() == [[4.0] * 3] * 2
     finally:
-        # The model goes first, while the process group is still registered: otherwise DDP's reducer, freed when
-        # this function returns, drops the group's last reference and destroys it holding the GIL, and a gloo
-        # thread that needs the GIL to free a finished collective's tensors (these are Python subclasses) never
-        # gets it. Seen once as a hang here (both threads' stacks read with gdb; pytorch/pytorch#56297).
+        # The model goes first, while the process group is still registered: otherwise DDP's
+        # reducer, freed when this function returns, drops the group's last reference and destroys
+        # it holding the GIL, and a gloo thread that needs the GIL to free a finished collective's
+        # tensors (these are Python subclasses) never gets it. Seen once as a hang here (both
+        # threads' stacks read with gdb; pytorch/pytorch#56297).
         model = None
         gc.collect()
         dist.destroy_process_group()
@@ -515,7 +656,8 @@ def test_sync_batchnorm_kernels_match_batchnorm_over_the_whole_batch():
     counts = torch.tensor([3.0 * 3, 5.0 * 3], device="sim:1")
     running_mean, running_var = torch.zeros(4, device="sim:1"), torch.ones(4, device="sim:1")
     mean, invstd = torch.batch_norm_gather_stats_with_counts(
-        parts[0], means, invstds, running_mean, running_var, 0.1, 1e-5, counts)
+        parts[0], means, invstds, running_mean, running_var, 0.1, 1e-5, counts
+    )
     w, b = weight.to("sim:1"), bias.to("sim:1")
     out = torch.cat([torch.batch_norm_elemt(part, w, b, mean, invstd, 1e-5) for part in parts])
     assert out.device == torch.device("sim:1")
@@ -525,15 +667,24 @@ def test_sync_batchnorm_kernels_match_batchnorm_over_the_whole_batch():
     # backward: gradient sums are all-reduced across ranks before the elementwise part
     grad_out = torch.randn(8, 4, 3)
     expected.backward(grad_out)
-    reduced = [torch.batch_norm_backward_reduce(g.to("sim:1"), part, mean, invstd, w, True, True, True)
-               for g, part in zip((grad_out[:3], grad_out[3:]), parts)]
+    reduced = [
+        torch.batch_norm_backward_reduce(g.to("sim:1"), part, mean, invstd, w, True, True, True)
+        for g, part in zip((grad_out[:3], grad_out[3:]), parts)
+    ]
     sum_dy, sum_dy_xmu = sum(r[0] for r in reduced), sum(r[1] for r in reduced)
     count = torch.tensor([9, 15], dtype=torch.int32, device="sim:1")
-    grad_in = torch.cat([torch.batch_norm_backward_elemt(g.to("sim:1"), part, mean, invstd, w,
-                                                         sum_dy, sum_dy_xmu, count)
-                         for g, part in zip((grad_out[:3], grad_out[3:]), parts)])
+    grad_in = torch.cat(
+        [
+            torch.batch_norm_backward_elemt(
+                g.to("sim:1"), part, mean, invstd, w, sum_dy, sum_dy_xmu, count
+            )
+            for g, part in zip((grad_out[:3], grad_out[3:]), parts)
+        ]
+    )
     x_grad = x.clone().requires_grad_()
-    torch.nn.functional.batch_norm(x_grad, None, None, weight, bias, True, 0.1, 1e-5).backward(grad_out)
+    torch.nn.functional.batch_norm(x_grad, None, None, weight, bias, True, 0.1, 1e-5).backward(
+        grad_out
+    )
     torch.testing.assert_close(grad_in.cpu(), x_grad.grad)
     torch.testing.assert_close(sum(r[2] for r in reduced).cpu(), reference.weight.grad)
     torch.testing.assert_close(sum(r[3] for r in reduced).cpu(), reference.bias.grad)
@@ -558,7 +709,8 @@ def test_asynchronous_launches_return_at_once_and_waiting_calls_wait_for_the_dev
         assert launched < 0.2 <= 0.4 <= waited + 0.001, (launched, waited)
         z = x @ x @ x
         start = time.perf_counter()
-        assert torch.equal(z.cpu(), expected)  # a copy to the host waits; values are what they always are
+        # a copy to the host waits; values are what they always are
+        assert torch.equal(z.cpu(), expected)
         assert time.perf_counter() - start >= 0.099
         pending = [x @ x for _ in range(4)]
         start = time.perf_counter()

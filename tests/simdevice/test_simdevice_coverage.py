@@ -1,5 +1,5 @@
-"""What real training code runs, on the simulated device: recurrent layers, in-place views, the encoder's
-nested path, and a clear error for what it cannot run.
+"""What real training code runs, on the simulated device: recurrent layers, in-place views, the
+encoder's nested path, and a clear error for what it cannot run.
 
 Values are compared with the CPU's from the same seed, bit for bit: the
 simulated device computes with PyTorch's CPU kernels, so any difference is a
@@ -70,15 +70,22 @@ def test_recurrent_cells_give_the_cpus_values_and_gradients(kind):
 
 
 def test_a_recurrent_layer_with_its_input_left_on_the_cpu_raises_cudas_message():
-    with pytest.raises(RuntimeError, match="found input tensor at cpu and parameter tensor at sim:0"):
+    with pytest.raises(
+        RuntimeError, match="found input tensor at cpu and parameter tensor at sim:0"
+    ):
         torch.nn.LSTM(3, 3).to("sim:0")(torch.randn(2, 1, 3))
 
 
 def test_in_place_view_operators_change_the_shape_as_on_the_cpu():
     def run(device):
         x = torch.arange(24.0).reshape(2, 3, 4).to(device)
-        steps = [lambda t: t.transpose_(0, 2), lambda t: t.unsqueeze_(1), lambda t: t.squeeze_(1),
-                 lambda t: t.t_() if t.dim() == 2 else t.squeeze_(), lambda t: t.as_strided_((3, 4), (4, 1), 2)]
+        steps = [
+            lambda t: t.transpose_(0, 2),
+            lambda t: t.unsqueeze_(1),
+            lambda t: t.squeeze_(1),
+            lambda t: t.t_() if t.dim() == 2 else t.squeeze_(),
+            lambda t: t.as_strided_((3, 4), (4, 1), 2),
+        ]
         seen = []
         for step in steps:
             assert step(x) is x  # in place: the same tensor back
@@ -89,20 +96,27 @@ def test_in_place_view_operators_change_the_shape_as_on_the_cpu():
     cpu_seen, cpu_resized = run("cpu")
     seen, resized = run("sim:1")
     assert resized == cpu_resized == (3, 4)
-    for (shape, stride, offset, values), (cpu_shape, cpu_stride, cpu_offset, cpu_values) in zip(seen, cpu_seen):
+    for (shape, stride, offset, values), (cpu_shape, cpu_stride, cpu_offset, cpu_values) in zip(
+        seen, cpu_seen
+    ):
         assert (shape, stride, offset) == (cpu_shape, cpu_stride, cpu_offset)
         assert torch.equal(values, cpu_values)
 
 
 def test_stft_gives_the_cpus_values():
-    signal, window = torch.randn(400, generator=torch.Generator().manual_seed(0)), torch.hann_window(64)
+    signal, window = (
+        torch.randn(400, generator=torch.Generator().manual_seed(0)),
+        torch.hann_window(64),
+    )
     expected = torch.stft(signal, 64, window=window, return_complex=True)
     got = torch.stft(signal.to("sim:0"), 64, window=window.to("sim:0"), return_complex=True)
     assert got.device == torch.device("sim", 0) and torch.equal(got.cpu(), expected)
 
 
 def test_a_transformer_encoder_in_inference_with_a_padding_mask_gives_the_cpus_values():
-    """The encoder's nested-tensor fast path (``torch._nested_tensor_from_mask``) on the simulated device."""
+    """The encoder's nested-tensor fast path (``torch._nested_tensor_from_mask``) on the simulated
+    device."""
+
     def run(device):
         torch.manual_seed(0)
         layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
@@ -121,19 +135,30 @@ def test_a_transformer_encoder_in_inference_with_a_padding_mask_gives_the_cpus_v
 
 def test_what_the_device_cannot_do_raises_an_error_naming_the_operation_and_the_device():
     x = torch.ones(3, device="sim:0")
-    with pytest.raises(RuntimeError, match=r"data_ptr\(\) of a tensor on sim:0: .*a limit of the simulated device"):
+    with pytest.raises(
+        RuntimeError, match=r"data_ptr\(\) of a tensor on sim:0: .*a limit of the simulated device"
+    ):
         x.data_ptr()
-    with pytest.raises(NotImplementedError, match=r"cannot run aten.resize_.default here: .*a limit of the simulated"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"cannot run aten.resize_.default here: .*a limit of the simulated",
+    ):
         x.resize_(100)
     assert x.shape == (3,) and x.tolist() == [1.0, 1.0, 1.0]  # left as it was
-    with pytest.raises(NotImplementedError, match=r"cannot run aten._to_sparse.default: .* \(a limit of the simulated"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"cannot run aten._to_sparse.default: .* \(a limit of the simulated",
+    ):
         x.to_sparse()
-    assert torch.ones(10, device="sim:0")[2:4].untyped_storage().nbytes() == 40  # a view's storage is its base's
+    # a view's storage is its base's
+    assert torch.ones(10, device="sim:0")[2:4].untyped_storage().nbytes() == 40
 
 
 def _train_compiled(device, backend):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).to(
+        device
+    )
     compiled = torch.compile(model, backend=backend)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1)).to(device)
@@ -149,8 +174,8 @@ def _train_compiled(device, backend):
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_torch_compile_runs_with_the_values_of_the_cpu(backend):
-    """The documented limit (``simdevice``'s docstring): graphs break at each operator on the simulated
-    device, and the values are the eager ones, equal to the CPU's."""
+    """The documented limit (``simdevice``'s docstring): graphs break at each operator on the
+    simulated device, and the values are the eager ones, equal to the CPU's."""
     import warnings
 
     torch._dynamo.reset()
@@ -163,10 +188,16 @@ def test_torch_compile_runs_with_the_values_of_the_cpu(backend):
 
 
 def test_attention_gives_the_cpus_values_and_gradients():
-    """``scaled_dot_product_attention`` picks its kernel by device: the CPU's fused one, also on ``sim``."""
+    """``scaled_dot_product_attention`` picks its kernel by device: the CPU's fused one, also on
+    ``sim``."""
+
     def run(device):
-        q, k, v = (torch.randn(2, 2, 5, 4, generator=torch.Generator().manual_seed(i)).to(device).requires_grad_()
-                   for i in range(3))
+        q, k, v = (
+            torch.randn(2, 2, 5, 4, generator=torch.Generator().manual_seed(i))
+            .to(device)
+            .requires_grad_()
+            for i in range(3)
+        )
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         out.pow(2).sum().backward()
         return [t.detach().cpu() for t in (out, q.grad, k.grad, v.grad)]

@@ -1,7 +1,8 @@
-"""Every op of PyTorch's own OpInfo database gives the CPU's values on the simulated device, or is refused in its
-own words, over its first float32 samples (benchmarks/simdevice_ops.py runs the same sweep with more samples and
-writes the figure to docs/benchmarks.md); and, for a subset of ops, one tensor left on the CPU raises or runs as
-CUDA's same-device rules predict (benchmarks/simdevice_mismatch.py runs the whole database)."""
+"""Every op of PyTorch's own OpInfo database gives the CPU's values on the simulated device, or is
+refused in its own words, over its first float32 samples (benchmarks/simdevice_ops.py runs the same
+sweep with more samples and writes the figure to docs/benchmarks.md); and, for a subset of ops, one
+tensor left on the CPU raises or runs as CUDA's same-device rules predict
+(benchmarks/simdevice_mismatch.py runs the whole database)."""
 
 from __future__ import annotations
 
@@ -69,10 +70,26 @@ def test_the_sweep_tells_a_wrong_value_and_a_foreign_error_from_agreement(sweep)
 
 
 MISMATCH = Path(__file__).resolve().parents[2] / "benchmarks" / "simdevice_mismatch.py"
-# One op or more for each rule of the mismatch sweep's predictor: TensorIterator with and without a CPU scalar,
-# addcmul's and lerp's kernels, where, the generated wrappers' check, indexing, masked_fill, cat.
-MISMATCH_OPS = ("add", "mul", "atan2", "eq", "addcmul", "addcdiv", "lerp", "where", "clamp", "matmul", "index_select",
-                "index_put", "masked_fill", "cat", "nn.functional.mse_loss")
+# One op or more for each rule of the mismatch sweep's predictor: TensorIterator with and without a
+# CPU scalar, addcmul's and lerp's kernels, where, the generated wrappers' check, indexing,
+# masked_fill, cat.
+MISMATCH_OPS = (
+    "add",
+    "mul",
+    "atan2",
+    "eq",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "where",
+    "clamp",
+    "matmul",
+    "index_select",
+    "index_put",
+    "masked_fill",
+    "cat",
+    "nn.functional.mse_loss",
+)
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +106,11 @@ def mismatch_ops(mismatch):
     return {op.name: op for op in mismatch.op_database() if op.name in MISMATCH_OPS}
 
 
-def test_one_tensor_left_on_the_cpu_raises_or_runs_as_cudas_rules_predict_for_a_subset(mismatch, mismatch_ops):
-    """The fast part of benchmarks/simdevice_mismatch.py: every variant of the first sample of ops that reach each
-    rule (the script runs the whole database)."""
+def test_one_tensor_left_on_the_cpu_raises_or_runs_as_cudas_rules_predict_for_a_subset(
+    mismatch, mismatch_ops
+):
+    """The fast part of benchmarks/simdevice_mismatch.py: every variant of the first sample of ops
+    that reach each rule (the script runs the whole database)."""
     assert sorted(mismatch_ops) == sorted(MISMATCH_OPS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -100,10 +119,16 @@ def test_one_tensor_left_on_the_cpu_raises_or_runs_as_cudas_rules_predict_for_a_
     assert sum(o.variants for o in outcomes) >= 50
 
 
-def test_the_mismatch_sweep_catches_an_outcome_its_rules_do_not_predict(mismatch, mismatch_ops, monkeypatch):
-    """The predictor can fail: told that add takes no CPU scalar, it expects an error where the device runs add."""
+def test_the_mismatch_sweep_catches_an_outcome_its_rules_do_not_predict(
+    mismatch, mismatch_ops, monkeypatch
+):
+    """The predictor can fail: told that add takes no CPU scalar, it expects an error where the
+    device runs add."""
     monkeypatch.setattr(mismatch, "ALLOW", mismatch.ALLOW - {"add"})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         outcome = mismatch.run_op(mismatch_ops["add"], 1)
-    assert outcome.kind == "differs" and "ran; the rules predict Expected all tensors" in outcome.detail
+    assert (
+        outcome.kind == "differs"
+        and "ran; the rules predict Expected all tensors" in outcome.detail
+    )

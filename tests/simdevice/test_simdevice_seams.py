@@ -23,9 +23,18 @@ def test_the_python_privateuse1_backend_is_there_with_the_arguments_used():
     setup = getattr(backend_registration, "_setup_privateuseone_for_python_backend", None)
     assert setup is not None, "torch no longer has _setup_privateuseone_for_python_backend"
     params = list(inspect.signature(setup).parameters)
-    assert params == ["rename", "backend_module", "hook", "device_guard"], f"its arguments changed: {params}"
-    for name in ("DeviceGuard", "PrivateUse1Hooks", "register_python_privateuseone_hook",
-                 "register_python_privateuseone_device_guard"):
+    assert params == [
+        "rename",
+        "backend_module",
+        "hook",
+        "device_guard",
+    ], f"its arguments changed: {params}"
+    for name in (
+        "DeviceGuard",
+        "PrivateUse1Hooks",
+        "register_python_privateuseone_hook",
+        "register_python_privateuseone_device_guard",
+    ):
         assert hasattr(torch._C._acc, name), f"torch._C._acc.{name} is gone"
 
 
@@ -34,17 +43,24 @@ def test_the_tensor_and_dispatch_hooks_used_are_there():
     assert hasattr(torch._C, "_disabled_torch_function_impl")
     assert hasattr(torch.library, "fallthrough_kernel")
     assert hasattr(torch._C.DispatchKey, "AutocastPrivateUse1")
-    assert hasattr(torch.ops.aten.embedding.default, "_op_dk"), "OpOverload._op_dk is gone (used to run composites)"
+    assert hasattr(torch.ops.aten.embedding.default, "_op_dk"), (
+        "OpOverload._op_dk is gone (used to run composites)"
+    )
     assert "tensor_contents" in inspect.signature(torch._tensor_str._str).parameters
     assert list(inspect.signature(torch._tensor_str._tensor_str).parameters) == ["self", "indent"]
 
 
 def test_checkpoint_loading_still_goes_through_rebuild_tensor_and_the_package_registry():
     source = inspect.getsource(torch._utils._rebuild_tensor_v2)
-    assert "_rebuild_tensor(storage, storage_offset, size, stride)" in source, \
+    assert "_rebuild_tensor(storage, storage_offset, size, stride)" in source, (
         "_rebuild_tensor_v2 no longer calls _rebuild_tensor: loading onto sim must be rewired"
+    )
     assert list(inspect.signature(torch._utils._rebuild_tensor).parameters) == [
-        "storage", "storage_offset", "size", "stride"]
+        "storage",
+        "storage_offset",
+        "size",
+        "stride",
+    ]
     assert hasattr(torch.serialization, "register_package")
     assert "location_tag(storage)" in inspect.getsource(torch.serialization._save)
 
@@ -61,15 +77,18 @@ def test_the_error_templates_are_pytorchs_own():
     """The two same-device messages the simulated device writes are in libtorch, word for word."""
     library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        for piece in (b"Expected all tensors to be on the same device, but got ",
-                      b", different from other tensors on ",
-                      b" (when checking argument in method ",
-                      b"Expected all tensors to be on the same device, but found at least two devices, "):
+        for piece in (
+            b"Expected all tensors to be on the same device, but got ",
+            b", different from other tensors on ",
+            b" (when checking argument in method ",
+            b"Expected all tensors to be on the same device, but found at least two devices, ",
+        ):
             assert data.find(piece) != -1, f"{piece!r} is not in libtorch_cpu.so any more"
 
 
 def test_a_python_device_guard_keeps_the_current_device_at_0():
-    """Why the simulated device keeps its own current device and fills in the index of a bare ``sim``."""
+    """Why the simulated device keeps its own current device and fills in the index of a bare
+    ``sim``."""
     import subprocess
     import sys
     import textwrap
@@ -84,6 +103,6 @@ def test_a_python_device_guard_keeps_the_current_device_at_0():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["0"], (
-        "a Python PrivateUse1 guard now keeps the index it is given: the simulated device could leave the current "
-        f"device to PyTorch (printed {done.stdout!r})"
+        "a Python PrivateUse1 guard now keeps the index it is given: the simulated device could"
+        f" leave the current device to PyTorch (printed {done.stdout!r})"
     )

@@ -1,4 +1,5 @@
-"""Training code shaped like public example repositories', run on the CPU and on each simulated device.
+"""Training code shaped like public example repositories', run on the CPU and on each simulated
+device.
 
 Each workload is a tiny version, written for this test, of the model and
 training loop of a public repository (named above it): its layers, loss,
@@ -34,11 +35,23 @@ def _data(*shape, seed=1, high=None):
     return torch.randint(0, high, shape, generator=g) if high else torch.randn(*shape, generator=g)
 
 
-# pytorch/examples, mnist/main.py: a CNN with dropout and max-pooling, log_softmax + nll_loss, Adadelta, StepLR.
+# pytorch/examples, mnist/main.py: a CNN with dropout and max-pooling, log_softmax + nll_loss,
+# Adadelta, StepLR.
 def mnist_cnn(device):
-    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 8, 3), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Dropout(0.25), nn.Flatten(), nn.Linear(8 * 4 * 4, 16), nn.ReLU(), nn.Dropout(0.5),
-                          nn.Linear(16, 10), nn.LogSoftmax(dim=1)).to(device)
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3),
+        nn.ReLU(),
+        nn.Conv2d(4, 8, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout(0.25),
+        nn.Flatten(),
+        nn.Linear(8 * 4 * 4, 16),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(16, 10),
+        nn.LogSoftmax(dim=1),
+    ).to(device)
     opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
     x, y = _data(8, 1, 12, 12), _data(8, high=10)
@@ -54,8 +67,9 @@ def mnist_cnn(device):
     return losses, model
 
 
-# pytorch/examples, word_language_model/model.py and main.py: an LSTM language model whose decoder shares the
-# encoder's weight, hidden state detached between batches, gradients clipped, and a hand-written SGD update.
+# pytorch/examples, word_language_model/model.py and main.py: an LSTM language model whose decoder
+# shares the encoder's weight, hidden state detached between batches, gradients clipped, and a
+# hand-written SGD update.
 class _LanguageModel(nn.Module):
     def __init__(self, tokens=20, size=8):
         super().__init__()
@@ -76,7 +90,10 @@ def word_language_model(device):
     hidden = tuple(torch.zeros(2, 2, 8, device=device) for _ in range(2))
     losses, lr = [], 5.0
     for start in range(0, 40, 10):
-        tokens, targets = corpus[start:start + 10].to(device), corpus[start + 1:start + 11].to(device)
+        tokens, targets = (
+            corpus[start : start + 10].to(device),
+            corpus[start + 1 : start + 11].to(device),
+        )
         hidden = tuple(h.detach() for h in hidden)
         model.zero_grad()
         output, hidden = model(tokens, hidden)
@@ -111,8 +128,9 @@ def vae(device):
     for _ in range(3):
         data = x.to(device)
         recon, mu, logvar = model(data)
-        loss = F.binary_cross_entropy(recon, data, reduction="sum") \
-            - 0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+        loss = F.binary_cross_entropy(recon, data, reduction="sum") - 0.5 * torch.sum(
+            1 + logvar - mu.pow(2) - logvar.exp()
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -120,13 +138,24 @@ def vae(device):
     return losses, model
 
 
-# pytorch/examples, dcgan/main.py: transposed-convolution generator and convolutional discriminator with batch
-# norm, BCELoss on real and fake labels, two Adam optimizers with beta1 = 0.5, the generator's step after D's.
+# pytorch/examples, dcgan/main.py: transposed-convolution generator and convolutional discriminator
+# with batch norm, BCELoss on real and fake labels, two Adam optimizers with beta1 = 0.5, the
+# generator's step after D's.
 def dcgan(device):
-    netG = nn.Sequential(nn.ConvTranspose2d(4, 8, 4, 1, 0, bias=False), nn.BatchNorm2d(8), nn.ReLU(True),
-                         nn.ConvTranspose2d(8, 1, 4, 2, 1, bias=False), nn.Tanh()).to(device)
-    netD = nn.Sequential(nn.Conv2d(1, 8, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True),
-                         nn.Conv2d(8, 1, 4, 1, 0, bias=False), nn.Flatten(0), nn.Sigmoid()).to(device)
+    netG = nn.Sequential(
+        nn.ConvTranspose2d(4, 8, 4, 1, 0, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(True),
+        nn.ConvTranspose2d(8, 1, 4, 2, 1, bias=False),
+        nn.Tanh(),
+    ).to(device)
+    netD = nn.Sequential(
+        nn.Conv2d(1, 8, 4, 2, 1, bias=False),
+        nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(8, 1, 4, 1, 0, bias=False),
+        nn.Flatten(0),
+        nn.Sigmoid(),
+    ).to(device)
     optD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
     optG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
     criterion = nn.BCELoss()
@@ -152,21 +181,29 @@ def dcgan(device):
     return losses, nn.ModuleList([netG, netD])
 
 
-# karpathy/nanoGPT, model.py and train.py: causal self-attention through scaled_dot_product_attention, pre-norm
-# blocks with GELU, tied token embedding and head, AdamW with and without weight decay by parameter dimension.
+# karpathy/nanoGPT, model.py and train.py: causal self-attention through
+# scaled_dot_product_attention, pre-norm blocks with GELU, tied token embedding and head, AdamW with
+# and without weight decay by parameter dimension.
 class _Block(nn.Module):
     def __init__(self, width, heads):
         super().__init__()
         self.heads = heads
         self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.c_attn, self.c_proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, T, C)
+        y = (
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            .transpose(1, 2)
+            .contiguous()
+            .view(B, T, C)
+        )
         x = x + self.c_proj(y)
         return x + self.mlp(self.ln_2(x))
 
@@ -192,8 +229,10 @@ class _GPT(nn.Module):
 def nanogpt(device):
     model = _GPT().to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95))
     data = _data(4, 7, high=16)
     losses = []
@@ -208,8 +247,8 @@ def nanogpt(device):
     return losses, model
 
 
-# pytorch/examples, time_sequence_prediction/train.py: two stacked LSTM cells unrolled over a sine wave, trained
-# with LBFGS and a closure.
+# pytorch/examples, time_sequence_prediction/train.py: two stacked LSTM cells unrolled over a sine
+# wave, trained with LBFGS and a closure.
 class _Sequence(nn.Module):
     def __init__(self):
         super().__init__()
@@ -228,7 +267,9 @@ class _Sequence(nn.Module):
 
 def time_sequence_prediction(device):
     model = _Sequence().double().to(device)
-    wave = torch.sin(torch.arange(7, dtype=torch.float64).view(1, -1) / 2 + torch.arange(2.0).view(-1, 1))
+    wave = torch.sin(
+        torch.arange(7, dtype=torch.float64).view(1, -1) / 2 + torch.arange(2.0).view(-1, 1)
+    )
     inputs, targets = wave[:, :-1].to(device), wave[:, 1:].to(device)
     opt = torch.optim.LBFGS(model.parameters(), lr=0.8, max_iter=3)
     losses = []
@@ -245,8 +286,8 @@ def time_sequence_prediction(device):
     return losses, model
 
 
-# pytorch/tutorials, intermediate_source/seq2seq_translation_tutorial.py: a GRU encoder and an attention GRU
-# decoder trained with teacher forcing, two SGD optimizers and NLLLoss.
+# pytorch/tutorials, intermediate_source/seq2seq_translation_tutorial.py: a GRU encoder and an
+# attention GRU decoder trained with teacher forcing, two SGD optimizers and NLLLoss.
 class _AttnDecoder(nn.Module):
     def __init__(self, size=8, vocab=12, length=5):
         super().__init__()
@@ -267,13 +308,18 @@ def seq2seq_translation(device):
     embedding, encoder = nn.Embedding(12, 8).to(device), nn.GRU(8, 8).to(device)
     decoder = _AttnDecoder().to(device)
     params = [*embedding.parameters(), *encoder.parameters()]
-    enc_opt, dec_opt = torch.optim.SGD(params, lr=0.01), torch.optim.SGD(decoder.parameters(), lr=0.01)
+    enc_opt, dec_opt = (
+        torch.optim.SGD(params, lr=0.01),
+        torch.optim.SGD(decoder.parameters(), lr=0.01),
+    )
     source, target = _data(5, high=12), _data(4, seed=2, high=12)
     losses = []
     for _ in range(2):
         enc_opt.zero_grad()
         dec_opt.zero_grad()
-        outputs, hidden = encoder(embedding(source.to(device)).view(5, 1, 8), torch.zeros(1, 1, 8, device=device))
+        outputs, hidden = encoder(
+            embedding(source.to(device)).view(5, 1, 8), torch.zeros(1, 1, 8, device=device)
+        )
         token, loss = torch.tensor([[0]], device=device), 0
         for wanted in target.to(device):
             log_probs, hidden = decoder(token, hidden, outputs[:, 0])
@@ -286,10 +332,17 @@ def seq2seq_translation(device):
     return losses, nn.ModuleList([embedding, encoder, decoder])
 
 
-# pytorch/examples, super_resolution/model.py: ESPCN, convolutions ending in a PixelShuffle upscaler, MSE, Adam.
+# pytorch/examples, super_resolution/model.py: ESPCN, convolutions ending in a PixelShuffle
+# upscaler, MSE, Adam.
 def super_resolution(device):
-    model = nn.Sequential(nn.Conv2d(1, 8, 5, padding=2), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
-                          nn.Conv2d(8, 4, 3, padding=1), nn.PixelShuffle(2)).to(device)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 5, padding=2),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 4, 3, padding=1),
+        nn.PixelShuffle(2),
+    ).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     low, high = _data(2, 1, 6, 6), _data(2, 1, 12, 12, seed=2)
     losses = []
@@ -302,22 +355,32 @@ def super_resolution(device):
     return losses, model
 
 
-# pytorch/examples, fast_neural_style/neural_style/transformer_net.py: reflection padding, instance norm,
-# a residual block and upsampling by interpolation, trained on a content loss with Adam.
+# pytorch/examples, fast_neural_style/neural_style/transformer_net.py: reflection padding, instance
+# norm, a residual block and upsampling by interpolation, trained on a content loss with Adam.
 class _Residual(nn.Module):
     def __init__(self, channels):
         super().__init__()
-        self.conv = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(channels, channels, 3),
-                                  nn.InstanceNorm2d(channels, affine=True))
+        self.conv = nn.Sequential(
+            nn.ReflectionPad2d(1),
+            nn.Conv2d(channels, channels, 3),
+            nn.InstanceNorm2d(channels, affine=True),
+        )
 
     def forward(self, x):
         return x + self.conv(x)
 
 
 def fast_neural_style(device):
-    model = nn.Sequential(nn.ReflectionPad2d(2), nn.Conv2d(3, 8, 5, stride=2), nn.InstanceNorm2d(8, affine=True),
-                          nn.ReLU(), _Residual(8), nn.Upsample(scale_factor=2, mode="nearest"),
-                          nn.ReflectionPad2d(1), nn.Conv2d(8, 3, 3)).to(device)
+    model = nn.Sequential(
+        nn.ReflectionPad2d(2),
+        nn.Conv2d(3, 8, 5, stride=2),
+        nn.InstanceNorm2d(8, affine=True),
+        nn.ReLU(),
+        _Residual(8),
+        nn.Upsample(scale_factor=2, mode="nearest"),
+        nn.ReflectionPad2d(1),
+        nn.Conv2d(8, 3, 3),
+    ).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     images = _data(2, 3, 8, 8)
     losses = []
@@ -331,10 +394,12 @@ def fast_neural_style(device):
     return losses, model
 
 
-# pytorch/examples, reinforcement_learning/reinforce.py: a policy network, actions sampled from a Categorical,
-# discounted and normalized returns, the policy-gradient loss, Adam.
+# pytorch/examples, reinforcement_learning/reinforce.py: a policy network, actions sampled from a
+# Categorical, discounted and normalized returns, the policy-gradient loss, Adam.
 def reinforce(device):
-    policy = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.6), nn.ReLU(), nn.Linear(16, 2), nn.Softmax(dim=1))
+    policy = nn.Sequential(
+        nn.Linear(4, 16), nn.Dropout(0.6), nn.ReLU(), nn.Linear(16, 2), nn.Softmax(dim=1)
+    )
     policy.to(device)
     opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
     states = _data(6, 4)
@@ -361,14 +426,18 @@ def reinforce(device):
     return losses, policy
 
 
-# pytorch/tutorials, beginner_source/text_sentiment_ngrams_tutorial.py: EmbeddingBag over offsets, a linear
-# classifier, SGD with StepLR and gradient clipping.
+# pytorch/tutorials, beginner_source/text_sentiment_ngrams_tutorial.py: EmbeddingBag over offsets, a
+# linear classifier, SGD with StepLR and gradient clipping.
 def text_classification(device):
     embedding, fc = nn.EmbeddingBag(30, 8), nn.Linear(8, 4)
     model = nn.ModuleList([embedding, fc]).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=5.0)
     scheduler = torch.optim.lr_scheduler.StepLR(opt, 1.0, gamma=0.1)
-    text, offsets, labels = _data(20, high=30), torch.tensor([0, 4, 9, 15]), _data(4, seed=2, high=4)
+    text, offsets, labels = (
+        _data(20, high=30),
+        torch.tensor([0, 4, 9, 15]),
+        _data(4, seed=2, high=4),
+    )
     losses = []
     for _ in range(3):
         opt.zero_grad()
@@ -382,14 +451,20 @@ def text_classification(device):
     return losses, model
 
 
-# pytorch/examples, siamese_network/main.py: twin towers sharing weights, the pair's features concatenated into a
-# sigmoid head, BCELoss, Adadelta.
+# pytorch/examples, siamese_network/main.py: twin towers sharing weights, the pair's features
+# concatenated into a sigmoid head, BCELoss, Adadelta.
 def siamese_network(device):
-    tower = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    tower = nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+    )
     head = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 1), nn.Sigmoid())
     model = nn.ModuleList([tower, head]).to(device)
     opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
-    left, right, same = _data(4, 1, 6, 6), _data(4, 1, 6, 6, seed=2), _data(4, seed=3, high=2).float()
+    left, right, same = (
+        _data(4, 1, 6, 6),
+        _data(4, 1, 6, 6, seed=2),
+        _data(4, seed=3, high=2).float(),
+    )
     losses = []
     for _ in range(3):
         opt.zero_grad()
@@ -401,8 +476,20 @@ def siamese_network(device):
     return losses, model
 
 
-WORKLOADS = [mnist_cnn, word_language_model, vae, dcgan, nanogpt, time_sequence_prediction, seq2seq_translation,
-             super_resolution, fast_neural_style, reinforce, text_classification, siamese_network]
+WORKLOADS = [
+    mnist_cnn,
+    word_language_model,
+    vae,
+    dcgan,
+    nanogpt,
+    time_sequence_prediction,
+    seq2seq_translation,
+    super_resolution,
+    fast_neural_style,
+    reinforce,
+    text_classification,
+    siamese_network,
+]
 
 
 def _run(workload, device):
@@ -427,33 +514,43 @@ SAME = "Expected all tensors to be on the same device, "
 
 
 def test_the_batch_left_on_the_cpu_names_the_layer_input_as_cuda_does():
-    """CUDA: ``... but got mat1 is on cpu, different from other tensors on cuda:0 (when checking argument in method
-    wrapper_CUDA_addmm)``, the generated device check of ``addmm`` (``native_functions.yaml`` via torchgen)."""
+    """CUDA: ``... but got mat1 is on cpu, different from other tensors on cuda:0 (when checking
+    argument in method wrapper_CUDA_addmm)``, the generated device check of ``addmm``
+    (``native_functions.yaml`` via torchgen)."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(16, 10)).to("sim:1")
     with pytest.raises(RuntimeError) as info:
         model(_data(8, 1, 4, 4))
-    assert str(info.value) == (f"{SAME}but got mat1 is on cpu, different from other tensors on sim:1 "
-                               "(when checking argument in method wrapper_SIM_addmm)")
+    assert (
+        str(info.value) == f"{SAME}but got mat1 is on cpu, different from other tensors on sim:1 "
+        "(when checking argument in method wrapper_SIM_addmm)"
+    )
 
 
 def test_the_images_left_on_the_cpu_give_the_convolution_type_error_cuda_gives():
-    """CUDA: ``Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same or input
-    should be a MKLDNN tensor and weight is a dense tensor`` for a batch the CPU gives to oneDNN
-    (``check_input_same_type_as_parameters`` in ``aten/src/ATen/native/Convolution.cpp``)."""
+    """CUDA: ``Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the
+    same or input should be a MKLDNN tensor and weight is a dense tensor`` for a batch the CPU gives
+    to oneDNN (``check_input_same_type_as_parameters`` in
+    ``aten/src/ATen/native/Convolution.cpp``)."""
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU()).to("sim:0")
     with pytest.raises(RuntimeError) as info:
         model(_data(16, 1, 12, 12))
-    assert str(info.value) == ("Input type (torch.FloatTensor) and weight type (torch.sim.FloatTensor) should be the "
-                               "same or input should be a MKLDNN tensor and weight is a dense tensor")
+    assert (
+        str(info.value)
+        == "Input type (torch.FloatTensor) and weight type (torch.sim.FloatTensor) should be the "
+        "same or input should be a MKLDNN tensor and weight is a dense tensor"
+    )
 
 
 def test_a_hidden_state_made_on_the_cpu_is_named_as_cuda_names_it():
-    """``init_hidden`` forgetting the device: ``nn.LSTM`` checks it in Python (``check_hidden_size`` and
-    ``check_forward_args`` of ``torch/nn/modules/rnn.py``), on CUDA as ``found input tensor at cuda:0 and hidden
-    tensor at cpu``."""
+    """``init_hidden`` forgetting the device: ``nn.LSTM`` checks it in Python (``check_hidden_size``
+    and ``check_forward_args`` of ``torch/nn/modules/rnn.py``), on CUDA as ``found input tensor at
+    cuda:0 and hidden tensor at cpu``."""
     model = _LanguageModel().to("sim:1")
     hidden = tuple(torch.zeros(2, 2, 8) for _ in range(2))
     with pytest.raises(RuntimeError) as info:
         model(_data(10, 2, high=20).to("sim:1"), hidden)
-    assert str(info.value) == ("Input and hidden tensors are not at the same device, found input tensor at sim:1 "
-                               "and hidden tensor at cpu")
+    assert (
+        str(info.value)
+        == "Input and hidden tensors are not at the same device, found input tensor at sim:1 "
+        "and hidden tensor at cpu"
+    )

@@ -17,7 +17,9 @@ def gradebook_dump(url: str) -> dict[str, list[tuple]]:
         tables = MetaData()
         tables.reflect(engine)
         with engine.connect() as db:
-            return {name: sorted((tuple(row) for row in db.execute(select(table))), key=repr)
-                    for name, table in tables.tables.items()}
+            return {
+                name: sorted((tuple(row) for row in db.execute(select(table))), key=repr)
+                for name, table in tables.tables.items()
+            }
     finally:
         engine.dispose()

@@ -1,4 +1,5 @@
-"""Servers of the tests' own: a free local port, a process's last lines, and a PostgreSQL cluster."""
+"""Servers of the tests' own: a free local port, a process's last lines, and a PostgreSQL
+cluster."""
 
 from __future__ import annotations
 
@@ -31,16 +32,20 @@ def tail(path: Path, lines: int = 30) -> str:
 def postgres_binaries() -> Path:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     if not found:
-        missing("PostgreSQL is not installed: `make postgres` installs Debian's postgresql package "
-                "(make test does it first).")
+        missing(
+            "PostgreSQL is not installed: `make postgres` installs Debian's postgresql package "
+            "(make test does it first)."
+        )
     return Path(found[-1]).parent
 
 
 def postgres_cluster(binaries: Path, home: Path):
-    """Initialise a cluster in ``home`` and run its server; yields its URL and port, stops it afterwards.
+    """Initialise a cluster in ``home`` and run its server; yields its URL and port, stops it
+    afterwards.
 
     The server is a child of this process (no ``pg_ctl``, which detaches it) and gets SIGINT, a fast
-    shutdown, when this process ends, however it ends: a test run that is killed leaves no server behind.
+    shutdown, when this process ends, however it ends: a test run that is killed leaves no server
+    behind.
     """
     data, sockets, log = home / "data", home / "sockets", home / "server.log"
     sockets.mkdir()
@@ -57,36 +62,80 @@ def postgres_cluster(binaries: Path, home: Path):
 
     def run(*command: str) -> None:
         done = subprocess.run([*as_user, *command], capture_output=True, text=True, cwd=home)
-        assert done.returncode == 0, f"{command[0]} failed:\n{done.stdout}\n{done.stderr}\n" + \
-            (log.read_text() if log.exists() else "")
+        assert done.returncode == 0, f"{command[0]} failed:\n{done.stdout}\n{done.stderr}\n" + (
+            log.read_text() if log.exists() else ""
+        )
 
     port = free_port()
-    run(str(binaries / "initdb"), "-D", str(data), "-U", "grader", f"--pwfile={home / 'pw'}",
-        "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync")
+    run(
+        str(binaries / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        "grader",
+        f"--pwfile={home / 'pw'}",
+        "--auth-local=trust",
+        "--auth-host=scram-sha-256",
+        "--no-sync",
+    )
     with open(log, "w") as handle:
         if user:
             os.chown(log, user.pw_uid, user.pw_gid)
         server = subprocess.Popen(
-            sandbox.tethered([str(binaries / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
-                              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], signal.SIGINT,
-                             uid=user.pw_uid if user else None, gid=user.pw_gid if user else None),
-            cwd=home, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+            sandbox.tethered(
+                [
+                    str(binaries / "postgres"),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(port),
+                    "-k",
+                    str(sockets),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                ],
+                signal.SIGINT,
+                uid=user.pw_uid if user else None,
+                gid=user.pw_gid if user else None,
+            ),
+            cwd=home,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         import psycopg
 
         deadline = time.monotonic() + 60
         while True:
-            assert server.poll() is None, f"postgres exited with {server.returncode}:\n{log.read_text()}"
+            assert server.poll() is None, (
+                f"postgres exited with {server.returncode}:\n{log.read_text()}"
+            )
             try:
-                admin = psycopg.connect(host="127.0.0.1", port=port, user="grader", password=PASSWORD,
-                                        dbname="postgres", autocommit=True, connect_timeout=5)
+                admin = psycopg.connect(
+                    host="127.0.0.1",
+                    port=port,
+                    user="grader",
+                    password=PASSWORD,
+                    dbname="postgres",
+                    autocommit=True,
+                    connect_timeout=5,
+                )
                 break
             except psycopg.OperationalError:
-                assert time.monotonic() < deadline, f"postgres did not answer within 60 s:\n{log.read_text()}"
+                assert time.monotonic() < deadline, (
+                    f"postgres did not answer within 60 s:\n{log.read_text()}"
+                )
                 time.sleep(0.2)
         with admin:
             admin.execute("CREATE DATABASE gradebook")
-        yield {"url": f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook", "port": port, "pid": server.pid}
+        yield {
+            "url": f"postgresql://grader:{PASSWORD}@127.0.0.1:{port}/gradebook",
+            "port": port,
+            "pid": server.pid,
+        }
     finally:
         server.send_signal(signal.SIGINT)  # fast shutdown: ends the sessions, writes nothing more
         try:

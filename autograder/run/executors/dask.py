@@ -1,9 +1,11 @@
-"""Jobs on a Dask cluster: each job's folder travels to a worker, runs there in the same sandbox, and comes back.
+"""Jobs on a Dask cluster: each job's folder travels to a worker, runs there in the same sandbox,
+and comes back.
 
-On the worker, :func:`run_bundle` unpacks the job, makes it runnable there (:func:`autograder.run.jobfile.relocate`)
-and starts the runner as a process of its own (student code never runs in the worker's process).
-:class:`DaskExecutor` writes the results into the job's folder once, when its future completes, so a job Dask
-runs again after its worker died is not counted twice.
+On the worker, :func:`run_bundle` unpacks the job, makes it runnable there
+(:func:`autograder.run.jobfile.relocate`) and starts the runner as a process of its own (student
+code never runs in the worker's process). :class:`DaskExecutor` writes the results into the job's
+folder once, when its future completes, so a job Dask runs again after its worker died is not
+counted twice.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from pathlib import Path
 
 from autograder.run import sandbox
 from autograder.run.executors.base import ClusterError, Executor
-from autograder.run.executors.cluster import CONNECT_TIMEOUT_S, RAN_ON, apart, check_scheduler, one_line, unanswered
+from autograder.run.executors.cluster import (
+    CONNECT_TIMEOUT_S,
+    RAN_ON,
+    apart,
+    check_scheduler,
+    one_line,
+    unanswered,
+)
 from autograder.run.executors.pool import new_zygote, no_zygote
 from autograder.run.jobfile import relocate
 from autograder.run.process import Runners, execute
@@ -34,19 +43,23 @@ from autograder.settings import Settings
 WORKERLESS_S = 120  # jobs waiting, and no worker that can run them: the cluster cannot grade
 INPUTS = ("job.json", "in.ipynb", "verdict.json")  # what the grader wrote, besides the working copy
 JOB_PREFIX = "grade-job-"  # a worker's temporary folder for one job
-OWNER = "owner"  # in that folder: its worker process (id, start time, pid namespace), for a later job's sweep
+# in that folder: its worker process (id, start time, pid namespace), for a later job's sweep
+OWNER = "owner"
 
 
 class SandboxUnavailable(RuntimeError):
-    """On a worker: it cannot build the sandbox's namespaces; the job does not run there (unless ``--no-sandbox``)."""
+    """On a worker: it cannot build the sandbox's namespaces; the job does not run there (unless
+    ``--no-sandbox``)."""
 
 
-_WORKER_ZYGOTE: list[Zygote] = []  # a Dask worker's, made at its first job that can use one, kept for its life
+# a Dask worker's, made at its first job that can use one, kept for its life
+_WORKER_ZYGOTE: list[Zygote] = []
 _WORKER_ZYGOTE_LOCK = threading.Lock()
 
 
 def worker_zygote(settings: Settings) -> Zygote | None:
-    """On a Dask worker: the zygote its jobs' runners are forked from, or None where they start fresh."""
+    """On a Dask worker: the zygote its jobs' runners are forked from, or None where they start
+    fresh."""
     if no_zygote(settings):
         return None
     with _WORKER_ZYGOTE_LOCK:
@@ -74,7 +87,10 @@ def unpack(data: bytes, folder: Path) -> None:
 # What a Dask worker runs for a job: a builtin (eval) of this expression, so that the task itself
 # unpickles on any worker; on one without the course, the import fails in the task and the job's
 # future carries the ModuleNotFoundError, instead of the worker dying as it unpickles the task.
-ON_WORKER = "__import__('autograder.run.executors.dask', fromlist=['run_bundle']).run_bundle(bundle, settings, stop)"
+ON_WORKER = (
+    "__import__('autograder.run.executors.dask', fromlist=['run_bundle']).run_bundle(bundle,"
+    " settings, stop)"
+)
 
 
 def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
@@ -88,9 +104,12 @@ def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
     """
     settings = Settings.from_dict(settings)
     isolation = sandbox.isolation_of(settings)
-    if settings.sandbox and not isolation.namespaces:  # a worker runs students' code only as the local pool would
-        raise SandboxUnavailable(f"worker {_worker_name()} cannot build the grading sandbox: {isolation.reason} "
-                                 "(grade with --no-sandbox to accept a worker without it)")
+    # a worker runs students' code only as the local pool would
+    if settings.sandbox and not isolation.namespaces:
+        raise SandboxUnavailable(
+            f"worker {_worker_name()} cannot build the grading sandbox: {isolation.reason} "
+            "(grade with --no-sandbox to accept a worker without it)"
+        )
     sweep_orphans(Path(tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix=JOB_PREFIX) as place:
         root = Path(place)
@@ -110,9 +129,9 @@ def run_bundle(bundle: bytes, settings: dict, stop: str | None = None) -> bytes:
 
 
 def _identity(pid: int) -> str | None:
-    """A process's id, start time and pid namespace (a later process given the same id is not taken for it);
-    None where there is no such process, or only its exit status is left (a zombie). Without ``/proc``
-    (macOS), its id alone."""
+    """A process's id, start time and pid namespace (a later process given the same id is not taken
+    for it); None where there is no such process, or only its exit status is left (a zombie).
+    Without ``/proc`` (macOS), its id alone."""
     if not Path("/proc/self/stat").exists():
         try:
             os.kill(pid, 0)
@@ -126,17 +145,17 @@ def _identity(pid: int) -> str | None:
         namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     return None if fields[0] in "ZX" else f"{pid} {fields[19]} {namespace}"
 
 
 def sweep_orphans(folder: Path) -> list[Path]:
     """Remove the job folders in ``folder`` whose worker process has ended; return them.
 
-    A worker ended mid-job (SIGKILL, the out-of-memory killer, a Slurm preemption) cannot remove its job's
-    temporary folder; the next job a worker of this machine starts removes it. A folder whose owner is
-    unknown (being made, or of an older grader) or ran in another pid namespace (a container that shares
-    this folder) is left.
+    A worker ended mid-job (SIGKILL, the out-of-memory killer, a Slurm preemption) cannot remove its
+    job's temporary folder; the next job a worker of this machine starts removes it. A folder whose
+    owner is unknown (being made, or of an older grader) or ran in another pid namespace (a
+    container that shares this folder) is left.
     """
     removed, mine = [], (_identity(os.getpid()) or "").split()
     for place in folder.glob(f"{JOB_PREFIX}*"):
@@ -175,7 +194,8 @@ def _ended_when_set(stop: str | None, runners: Runners):
     threading.Thread(target=listen, name="grading-stop", daemon=True).start()
     try:
         yield
-    finally:  # not waited for: it sees this within its 1 s wait, and a job's end must not wait for that
+    # not waited for: it sees this within its 1 s wait, and a job's end must not wait for that
+    finally:
         finished.set()
 
 
@@ -192,32 +212,50 @@ def _worker_name() -> str:
 class DaskExecutor(Executor):
     """Jobs on a Dask cluster: an existing scheduler's address, or ``local`` workers started here.
 
-    A job the cluster could not run (its worker lacks the course, its workers
-    kept dying, or no worker that can take it joined the scheduler for
-    ``workerless_s`` seconds while jobs waited) completes with a
-    :class:`ClusterError` that says why: the grader stops and grades nothing
-    more, rather than scoring a student for the cluster's failure. With ``gpu=True`` each job asks for the
-    resource ``GPU=1``, which workers started with ``python -m autograder worker ADDRESS --gpu K`` offer.
+    A job the cluster could not run (its worker lacks the course, its workers kept dying, or no
+    worker that can take it joined the scheduler for ``workerless_s`` seconds while jobs waited)
+    completes with a :class:`ClusterError` that says why: the grader stops and grades nothing more,
+    rather than scoring a student for the cluster's failure. With ``gpu=True`` each job asks for the
+    resource ``GPU=1``, which workers started with ``python -m autograder worker ADDRESS --gpu K``
+    offer.
     """
 
-    def __init__(self, settings: Settings, address: str | None = None, local: int = 0, gpu: bool = False,
-                 workerless_s: float = WORKERLESS_S):
+    def __init__(
+        self,
+        settings: Settings,
+        address: str | None = None,
+        local: int = 0,
+        gpu: bool = False,
+        workerless_s: float = WORKERLESS_S,
+    ):
         try:
             from distributed import Client, LocalCluster
         except ImportError as error:
-            raise ClusterError(f"Dask is not installed ({error}): pip install distributed") from None
+            raise ClusterError(
+                f"Dask is not installed ({error}): pip install distributed"
+            ) from None
         self.settings, self.gpu, self.cluster = settings, gpu, None
         self.local_cores = local
         self.run_id = secrets.token_hex(4)
-        self.stop_event = f"grade-stop-{self.run_id}"  # set by stop(): the workers end the jobs they run
+        # set by stop(): the workers end the jobs they run
+        self.stop_event = f"grade-stop-{self.run_id}"
         try:
             if local:
-                self.cluster = apart(lambda: LocalCluster(n_workers=local, threads_per_worker=1, processes=True,
-                                                          dashboard_address=None, silence_logs=40))
+                self.cluster = apart(
+                    lambda: LocalCluster(
+                        n_workers=local,
+                        threads_per_worker=1,
+                        processes=True,
+                        dashboard_address=None,
+                        silence_logs=40,
+                    )
+                )
                 address = self.cluster.scheduler_address
             else:
                 check_scheduler(address)
-            self.client = apart(lambda: Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False))
+            self.client = apart(
+                lambda: Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            )
         except ClusterError:
             raise
         except Exception as error:  # noqa: BLE001 - refused, timed out, or something that is not a Dask scheduler
@@ -225,8 +263,10 @@ class DaskExecutor(Executor):
                 self.cluster.close()
             raise unanswered(address, error) from None
         workers = len(self._able_workers())
-        self.description = (f"a Dask cluster at {address} ({workers} worker(s){' with GPU=1' if gpu else ''} "
-                            f"when grading began{', jobs need GPU=1' if gpu else ''})")
+        self.description = (
+            f"a Dask cluster at {address} ({workers} worker(s){' with GPU=1' if gpu else ''} "
+            f"when grading began{', jobs need GPU=1' if gpu else ''})"
+        )
         self.address, self.workerless_s = address, workerless_s
         self.lock = threading.Lock()
         self.pending: dict = {}  # remote future -> the Future the grader waits on
@@ -237,17 +277,30 @@ class DaskExecutor(Executor):
     def _able_workers(self) -> list[str]:
         """The workers that can run a job now (with ``gpu``, those that offer the resource GPU)."""
         workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
-        return [address for address, worker in workers.items()
-                if not self.gpu or worker.get("resources", {}).get("GPU", 0) >= 1]
+        return [
+            address
+            for address, worker in workers.items()
+            if not self.gpu or worker.get("resources", {}).get("GPU", 0) >= 1
+        ]
 
     def submit(self, job_file: Path) -> Future:
         folder = job_file.parent
         done: Future = Future()
         key = f"grade-{self.run_id}-" + "-".join(folder.parts[-3:])
-        arguments = {"bundle": pack(folder), "settings": dataclasses.asdict(self.settings), "stop": self.stop_event}
+        arguments = {
+            "bundle": pack(folder),
+            "settings": dataclasses.asdict(self.settings),
+            "stop": self.stop_event,
+        }
         with self.lock:
-            remote = self.client.submit(eval, ON_WORKER, arguments, key=key, pure=False,
-                                        resources={"GPU": 1} if self.gpu else None)
+            remote = self.client.submit(
+                eval,
+                ON_WORKER,
+                arguments,
+                key=key,
+                pure=False,
+                resources={"GPU": 1} if self.gpu else None,
+            )
             self.pending[remote] = done
 
         def arrived(remote_future) -> None:
@@ -258,12 +311,22 @@ class DaskExecutor(Executor):
             try:
                 if remote_future.cancelled():
                     raise ClusterError(f"job {key} was cancelled")
-                unpack(remote_future.result(), folder)  # once per job: only the future that finished writes
+                # once per job: only the future that finished writes
+                unpack(remote_future.result(), folder)
             except BaseException as error:  # noqa: BLE001 - the cluster could not run it: the grader stops, it scores nothing
-                reason = error if isinstance(error, ClusterError) else ClusterError(
-                    f"the Dask cluster at {self.address} could not run job {key}: "
-                    f"{type(error).__name__}: {one_line(error)}"
-                    + (" (is the course installed on every worker?)" if isinstance(error, ImportError) else ""))
+                reason = (
+                    error
+                    if isinstance(error, ClusterError)
+                    else ClusterError(
+                        f"the Dask cluster at {self.address} could not run job {key}: "
+                        f"{type(error).__name__}: {one_line(error)}"
+                        + (
+                            " (is the course installed on every worker?)"
+                            if isinstance(error, ImportError)
+                            else ""
+                        )
+                    )
+                )
                 with contextlib.suppress(OSError):  # a stopped run may have removed the folder
                     (folder / "runner.log").write_text(f"{reason}\n")
             if not self.settings.keep_work:
@@ -277,7 +340,8 @@ class DaskExecutor(Executor):
         return done
 
     def _watch(self) -> None:
-        """Fail every waiting job once no worker that can run them has been there for ``workerless_s``."""
+        """Fail every waiting job once no worker that can run them has been there for
+        ``workerless_s``."""
         since = None
         while not self.closed.wait(1.0):
             with self.lock:
@@ -294,16 +358,22 @@ class DaskExecutor(Executor):
                 continue
             with self.lock:
                 failed, self.pending = self.pending, {}
-            need = ("with the resource GPU=1 (python -m autograder worker ADDRESS --gpu K) "
-                    if self.gpu else "")
-            reason = ClusterError(f"no Dask worker {need}has been connected to the scheduler at {self.address} "
-                                  f"for {self.workerless_s:g} s while {len(failed)} job(s) waited")
+            need = (
+                "with the resource GPU=1 (python -m autograder worker ADDRESS --gpu K) "
+                if self.gpu
+                else ""
+            )
+            reason = ClusterError(
+                f"no Dask worker {need}has been connected to the scheduler at {self.address} "
+                f"for {self.workerless_s:g} s while {len(failed)} job(s) waited"
+            )
             self.client.cancel(list(failed), force=True)
             for done in failed.values():
                 done.set_exception(reason)
 
     def stop(self) -> None:
-        """Cancel the jobs not begun, and have the workers end those they run (as the local pool does)."""
+        """Cancel the jobs not begun, and have the workers end those they run (as the local pool
+        does)."""
         from distributed import Event
 
         with self.lock:

@@ -1,4 +1,5 @@
-"""The local pool: ``--jobs`` runners at a time on this machine, the next ones' kernels started ahead (warm)."""
+"""The local pool: ``--jobs`` runners at a time on this machine, the next ones' kernels started
+ahead (warm)."""
 
 from __future__ import annotations
 
@@ -23,17 +24,20 @@ from autograder.settings import Settings
 
 
 class LocalPool(Executor):
-    """``jobs`` runners at a time on this machine, and with ``settings.warm`` as many more started ahead.
+    """``jobs`` runners at a time on this machine, and with ``settings.warm`` as many more started
+    ahead.
 
     A warm runner is the runner of a job next in line: its kernel is started in the job's sandbox,
-    torch imported and the guard installed while the jobs before it run, so that a job taken from the
-    line begins at its first cell. Its limits per notebook count from there. A stopped run ends the
-    warm runners with the others, their jobs not begun.
+    torch imported and the guard installed while the jobs before it run, so that a job taken from
+    the line begins at its first cell. Its limits per notebook count from there. A stopped run ends
+    the warm runners with the others, their jobs not begun.
     """
 
     def __init__(self, settings: Settings, runners=RUNNERS):
         self.settings, self.runners = settings, runners
-        self.zygote = None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote(settings)
+        self.zygote = (
+            None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote(settings)
+        )
         if self.zygote is not None:
             self.zygote.start()  # its imports (torch's 2 s) run while the grader sets the run up
         self.jobs = self.local_cores = max(1, settings.jobs or usable_cores())
@@ -42,13 +46,17 @@ class LocalPool(Executor):
         self.warm: dict[Path, subprocess.Popen] = {}
         self.changed = threading.Condition()
         self.closing = False
-        self.slots = [threading.Thread(target=self._slot, name=f"grading-slot-{n}", daemon=True)
-                      for n in range(self.jobs)]
+        self.slots = [
+            threading.Thread(target=self._slot, name=f"grading-slot-{n}", daemon=True)
+            for n in range(self.jobs)
+        ]
         for slot in self.slots:
             slot.start()
-        self.description = (f"this machine, {self.jobs} at a time" + (", kernels started ahead" if self.ahead else "")
-                            + (", runners and kernels forked from a zygote" if self.zygote else ""))
-
+        self.description = (
+            f"this machine, {self.jobs} at a time"
+            + (", kernels started ahead" if self.ahead else "")
+            + (", runners and kernels forked from a zygote" if self.zygote else "")
+        )
 
     def submit(self, job_file: Path) -> Future:
         future: Future = Future()
@@ -70,13 +78,16 @@ class LocalPool(Executor):
                 process = self.warm.pop(job_file, None)
                 taken = future.set_running_or_notify_cancel()  # False: cancelled while in line
                 if taken:
-                    for waiting, _ in list(self.line)[:self.ahead]:
+                    for waiting, _ in list(self.line)[: self.ahead]:
                         if len(self.warm) >= self.ahead:
                             break
                         if waiting not in self.warm:
                             try:
-                                started = launch(waiting, self.runners, warm=True, zygote=self.zygote)
-                            except OSError:  # it starts when its turn comes, and says then what fails
+                                started = launch(
+                                    waiting, self.runners, warm=True, zygote=self.zygote
+                                )
+                            # it starts when its turn comes, and says then what fails
+                            except OSError:
                                 started = None
                             if started is not None:
                                 self.warm[waiting] = started
@@ -84,8 +95,12 @@ class LocalPool(Executor):
                 finish(process, job_file, self.settings, self.runners, go=False)
                 continue
             try:
-                finish(process or launch(job_file, self.runners, zygote=self.zygote), job_file, self.settings,
-                       self.runners)
+                finish(
+                    process or launch(job_file, self.runners, zygote=self.zygote),
+                    job_file,
+                    self.settings,
+                    self.runners,
+                )
             except BaseException as error:  # noqa: BLE001 - the future carries it
                 future.set_exception(error)
             else:
@@ -116,7 +131,8 @@ class LocalPool(Executor):
 
 
 def no_zygote(settings: Settings) -> str:
-    """Why runners and kernels start fresh here; "" where a zygote forks them (:mod:`autograder.run.zygote`)."""
+    """Why runners and kernels start fresh here; "" where a zygote forks them
+    (:mod:`autograder.run.zygote`)."""
     if not settings.zygote:
         return "--no-zygote"
     if not sandbox.isolation_of(settings).namespaces:
@@ -125,10 +141,13 @@ def no_zygote(settings: Settings) -> str:
 
 
 def new_zygote(settings: Settings) -> Zygote:
-    """A zygote with the kernel's environment as it is when its first runner starts (a runner's, started
-    fresh then, would have that environment), importing what the course's kernels import."""
-    return Zygote(lambda: kernel_env("/tmp/home", tool_env()), HOME,
-                  profile_named(settings.profile or "").kernel.packages)
+    """A zygote with the kernel's environment as it is when its first runner starts (a runner's,
+    started fresh then, would have that environment), importing what the course's kernels import."""
+    return Zygote(
+        lambda: kernel_env("/tmp/home", tool_env()),
+        HOME,
+        profile_named(settings.profile or "").kernel.packages,
+    )
 
 
 _EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's LocalPool
@@ -137,10 +156,10 @@ _EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's L
 def start_zygote_early(settings: Settings) -> None:
     """Start the zygote of this run's local pool now, for the pool to take when it is made.
 
-    Its imports (torch's) then run beside the grader's own set-up (which
-    imports torch too, to name the devices a run checks) instead of after it, so the first runner
-    forks sooner. Nothing for a Dask cluster, whose workers have their own, or where no zygote is used;
-    a zygote no pool takes (the run stopped first) ends when the grader does.
+    Its imports (torch's) then run beside the grader's own set-up (which imports torch too, to name
+    the devices a run checks) instead of after it, so the first runner forks sooner. Nothing for a
+    Dask cluster, whose workers have their own, or where no zygote is used; a zygote no pool takes
+    (the run stopped first) ends when the grader does.
     """
     if settings.on_cluster or no_zygote(settings) or _EARLY:
         return

@@ -32,15 +32,16 @@ from autograder.run.watch import RUN_MARKER, processes_of
 ROOT = Path(__file__).resolve().parents[3]
 ASSIGNMENT = "00_environment"
 
-WAITING_ANSWER = '''\
+WAITING_ANSWER = """\
 import os, subprocess, time
 _child = subprocess.Popen(["sleep", "300"])  # a process of the student's own
 while not os.path.exists("go.txt"):
     time.sleep(0.2)
-'''
+"""
 
 
-SEEN: set[int] = set()  # every process of this file's runs seen alive: their runners' cgroups are this file's
+# every process of this file's runs seen alive: their runners' cgroups are this file's
+SEEN: set[int] = set()
 
 
 def _graded(workdir: Path) -> dict:
@@ -62,7 +63,9 @@ def submitted(tmp_path_factory) -> Path:
     shutil.copytree(source, folder / "ada" / ASSIGNMENT)
     shutil.copytree(source, folder / "zed" / ASSIGNMENT)
     nb = nbformat.read(source / f"{ASSIGNMENT}.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices")
+    cell = next(
+        c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "list_devices"
+    )
     cell.source = WAITING_ANSWER + cell.source
     (folder / "slow" / ASSIGNMENT).mkdir(parents=True)
     nbformat.write(nb, folder / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
@@ -71,7 +74,8 @@ def submitted(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def temporary() -> Path:
-    """The runs' temporary folder (``TMPDIR``), where each makes its folder of sockets: this file's runs only.
+    """The runs' temporary folder (``TMPDIR``), where each makes its folder of sockets: this file's
+    runs only.
 
     Outside pytest's own folders, which only this user may enter: the sandboxed kernels reach their
     sockets there."""
@@ -82,11 +86,33 @@ def temporary() -> Path:
 
 
 def start(submitted: Path, workdir: Path, mark: str, temporary: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted), "--workdir", str(workdir),
-               "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120"]
-    # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to the whole process group.
-    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "TMPDIR": str(temporary)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "autograder",
+        "grade",
+        "--submitted",
+        str(submitted),
+        "--workdir",
+        str(workdir),
+        "--jobs",
+        "1",
+        "--no-feedback",
+        "--quiet",
+        "--cell-timeout",
+        "120",
+    ]
+    # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to the whole process
+    # group.
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, RUN_MARKER: mark, "TMPDIR": str(temporary)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def wait_until_slow_waits(run: subprocess.Popen, mark: str) -> None:
@@ -104,16 +130,21 @@ def gone_within(mark: str, seconds: float) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name
+)
 def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, tmp_path, signum):
     workdir, mark = tmp_path / "work", f"stopped-{signum.name}-{os.getpid()}"
     run = start(submitted, workdir, mark, temporary)
     try:
         wait_until_slow_waits(run, mark)
-        assert any("/zed/" in line and line.endswith("--warm") for line in live_marked(mark)), live_marked(mark)
+        assert any("/zed/" in line and line.endswith("--warm") for line in live_marked(mark)), (
+            live_marked(mark)
+        )
         ada_log = workdir / "jobs" / "ada" / ASSIGNMENT / ASSIGNMENT / "runner.log"
         assert ada_log.is_file(), "ada is graded first"
-        if signum == signal.SIGKILL:  # once the grader has noted ada as graded (slow's kernel, started ahead, may
+        # once the grader has noted ada as graded (slow's kernel, started ahead, may
+        if signum == signal.SIGKILL:
             # reach its sleep while nbgrader still grades her)
             deadline = time.monotonic() + 60
             while f"ada/{ASSIGNMENT}" not in _graded(workdir):
@@ -127,14 +158,19 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
             out, err = run.communicate(timeout=5)  # stops within 5 s
             assert run.returncode == 128 + signum, (run.returncode, err)
             assert err.splitlines()[0].startswith(f"grading was stopped by {signum.name}"), err
-            assert (f"Graded (in the gradebook): ada/{ASSIGNMENT}" in err
-                    and f"Not graded: slow/{ASSIGNMENT}" in err), err
+            assert (
+                f"Graded (in the gradebook): ada/{ASSIGNMENT}" in err
+                and f"Not graded: slow/{ASSIGNMENT}" in err
+            ), err
             assert f"zed/{ASSIGNMENT}" in err.split("Not graded:")[1], err
-            assert not (workdir / "jobs" / "slow").exists(), "the unfinished job's folder is removed"
+            assert not (workdir / "jobs" / "slow").exists(), (
+                "the unfinished job's folder is removed"
+            )
             assert not (workdir / "jobs" / "zed").exists(), "the job not begun keeps no folder"
         left = gone_within(mark, 5)
         assert left == [], f"still running after {signum.name} to the grader: {left}"
-        if signum == signal.SIGKILL:  # killed outright: ada's line in state.json's journal says she is graded
+        # killed outright: ada's line in state.json's journal says she is graded
+        if signum == signal.SIGKILL:
             assert f"ada/{ASSIGNMENT}" not in json.loads((workdir / STATE).read_text())["graded"]
             assert f"ada/{ASSIGNMENT}" in read_state(workdir).graded
     finally:
@@ -143,7 +179,8 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
         run.communicate(timeout=30)  # what the run left holding its output must not hang the test
     if signum != signal.SIGINT:
         return
-    # Again, with go.txt beside slow's notebook: only slow and zed are graded, once; ada keeps her score.
+    # Again, with go.txt beside slow's notebook: only slow and zed are graded, once; ada keeps her
+    # score.
     ada_runs = ada_log.stat().st_mtime_ns
     (submitted / "slow" / ASSIGNMENT / "go.txt").write_text("go")
     try:
@@ -153,35 +190,46 @@ def test_a_stopped_run_leaves_no_process_and_then_resumes(submitted, temporary, 
         (submitted / "slow" / ASSIGNMENT / "go.txt").unlink()
     assert again.returncode == 0, err
     assert ada_log.stat().st_mtime_ns == ada_runs, "ada was graded a second time"
-    rows = {row["student"]: row for row in csv.DictReader((workdir / "scores.csv").open())
-            if row["assignment"] == ASSIGNMENT}
-    assert float(rows["ada"]["score"]) == float(rows["ada"]["max_score"]) - 2, rows["ada"]  # 2 to grade by hand
+    rows = {
+        row["student"]: row
+        for row in csv.DictReader((workdir / "scores.csv").open())
+        if row["assignment"] == ASSIGNMENT
+    }
+    # 2 to grade by hand
+    assert float(rows["ada"]["score"]) == float(rows["ada"]["max_score"]) - 2, rows["ada"]
     assert "earlier run" in rows["ada"]["note"], rows["ada"]
     assert rows["slow"]["score"] not in ("", None), rows["slow"]
     assert float(rows["zed"]["score"]) == float(rows["zed"]["max_score"]) - 2, rows["zed"]
     assert live_marked(mark) == []
-    # Runners killed outright (the SIGKILL and SIGTERM cases) left their sandboxes' cgroups: a run sweeps them.
+    # Runners killed outright (the SIGKILL and SIGTERM cases) left their sandboxes' cgroups: a run
+    # sweeps them.
     assert stale_cgroups() == [], "a cgroup of a runner that is gone is still there"
-    # So is the folder of sockets of the grader killed outright (the SIGKILL case); the others removed their own.
+    # So is the folder of sockets of the grader killed outright (the SIGKILL case); the others
+    # removed their own.
     assert list(temporary.glob("grade-*")) == [], "a folder of a run that is gone is still there"
 
 
 def stale_cgroups() -> list[str]:
     """The cgroups of this file's sandboxes whose runner is gone.
 
-    Only this file's runners: a test running beside it (``make test`` runs two files at once) may kill
-    workers whose runners' cgroups wait for that test's own run to sweep them.
+    Only this file's runners: a test running beside it (``make test`` runs two files at once) may
+    kill workers whose runners' cgroups wait for that test's own run to sweep them.
     """
     found = cgroups.find()
     runners = {str(pid) for pid in SEEN}
-    return [str(folder) for parent in set(found.parents.values()) for folder in Path(parent).glob(cgroups.PREFIX + "*")
-            if (runner := folder.name[len(cgroups.PREFIX):].split("-")[0]) in runners
-            and not Path(f"/proc/{runner}").exists()]
+    return [
+        str(folder)
+        for parent in set(found.parents.values())
+        for folder in Path(parent).glob(cgroups.PREFIX + "*")
+        if (runner := folder.name[len(cgroups.PREFIX) :].split("-")[0]) in runners
+        and not Path(f"/proc/{runner}").exists()
+    ]
 
 
 def _ctrl_c_in_autograde(tmp_path, monkeypatch, **settings):
-    """ada and zed hand in the solution; a Ctrl-C comes as nbgrader's autograde of the first begins. The grader
-    is called as a library (gpu-check and slurm-check do, without grade.main's handlers). Returns the stop."""
+    """ada and zed hand in the solution; a Ctrl-C comes as nbgrader's autograde of the first begins.
+    The grader is called as a library (gpu-check and slurm-check do, without grade.main's handlers).
+    Returns the stop."""
     from nbgrader.converters import Autograde
 
     from autograder.batch import GradingStopped, grade
@@ -195,20 +243,26 @@ def _ctrl_c_in_autograde(tmp_path, monkeypatch, **settings):
 
     monkeypatch.setattr(Autograde, "start", start_after_a_ctrl_c)
     for student in ("ada", "zed"):
-        shutil.copytree(SUBMITTED / "ada" / ASSIGNMENT, tmp_path / "submitted" / student / ASSIGNMENT)
+        shutil.copytree(
+            SUBMITTED / "ada" / ASSIGNMENT, tmp_path / "submitted" / student / ASSIGNMENT
+        )
     with pytest.raises(GradingStopped) as stopped:
-        grade(tmp_path / "submitted", tmp_path / "work",
-              Settings(jobs=1, progress=False, warm=False, assignments=(ASSIGNMENT,), **settings))
+        grade(
+            tmp_path / "submitted",
+            tmp_path / "work",
+            Settings(jobs=1, progress=False, warm=False, assignments=(ASSIGNMENT,), **settings),
+        )
     return stopped.value
 
 
 def test_a_ctrl_c_during_nbgraders_autograde_waits_for_it_then_stops_the_run(tmp_path, monkeypatch):
     """nbgrader's apps catch every exception, KeyboardInterrupt too (a bare ``except`` in
-    ``nbgrader.utils.capture_log``): a Ctrl-C landing inside its autograde was recorded as ada's error
-    ("not graded: KeyboardInterrupt"), and the run went on to zed. Seen on a GPU machine, where a time
-    limit's SIGINT reached the grader during autograde. Now the signal waits for nbgrader's return: ada
-    is graded, and the run stops before zed."""
-    before = signal.getsignal(signal.SIGINT)  # Python's own, or what an earlier test of this process left
+    ``nbgrader.utils.capture_log``): a Ctrl-C landing inside its autograde was recorded as ada's
+    error ("not graded: KeyboardInterrupt"), and the run went on to zed. Seen on a GPU machine,
+    where a time limit's SIGINT reached the grader during autograde. Now the signal waits for
+    nbgrader's return: ada is graded, and the run stops before zed."""
+    # Python's own, or what an earlier test of this process left
+    before = signal.getsignal(signal.SIGINT)
     stopped = _ctrl_c_in_autograde(tmp_path, monkeypatch, feedback=False)
     assert stopped.signum == signal.SIGINT
     assert stopped.graded == [("ada", ASSIGNMENT)], "ada's autograde ran to its end"
@@ -216,14 +270,18 @@ def test_a_ctrl_c_during_nbgraders_autograde_waits_for_it_then_stops_the_run(tmp
     assert signal.getsignal(signal.SIGINT) is before, "the handlers are given back"
 
 
-def test_a_ctrl_c_waits_for_the_pages_being_made_apart_of_what_nbgrader_graded(tmp_path, monkeypatch):
-    """The pages made by a process of their own (a cluster's grader): ada's autograde ends and her page is handed
-    on when the Ctrl-C comes. The run waits for the page, as it waits for nbgrader: ada is graded, with her page,
-    and the run stops before zed."""
+def test_a_ctrl_c_waits_for_the_pages_being_made_apart_of_what_nbgrader_graded(
+    tmp_path, monkeypatch
+):
+    """The pages made by a process of their own (a cluster's grader): ada's autograde ends and her
+    page is handed on when the Ctrl-C comes. The run waits for the page, as it waits for nbgrader:
+    ada is graded, with her page, and the run stops before zed."""
     import json
 
     stopped = _ctrl_c_in_autograde(tmp_path, monkeypatch, feedback_apart=True)
     assert stopped.graded == [("ada", ASSIGNMENT)], "ada's page was made before the run stopped"
     assert stopped.not_graded == [("zed", ASSIGNMENT)]
     assert (tmp_path / "work" / "feedback" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.html").is_file()
-    assert list(json.loads((tmp_path / "work" / "state.json").read_text())["graded"]) == [f"ada/{ASSIGNMENT}"]
+    assert list(json.loads((tmp_path / "work" / "state.json").read_text())["graded"]) == [
+        f"ada/{ASSIGNMENT}"
+    ]

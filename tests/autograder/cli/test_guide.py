@@ -1,4 +1,5 @@
-"""What grade prints after its table: only what was chosen, who the demo students are, what to open next."""
+"""What grade prints after its table: only what was chosen, who the demo students are, what to open
+next."""
 
 from autograder.cli.guide import HOW_TO_READ, guide, shown
 from autograder.course.profile import CourseProfile
@@ -9,16 +10,24 @@ from devcourse.instructor.roster import WHO
 
 
 def _results() -> list[Result]:
-    return [Result("ada", "00", 8, 10), Result("ada", "01", 8, 8),
-            Result("mallory", "00", None, 10, note="withheld", withheld=True),
-            Result("mallory", "01", 0, 8),
-            Result("tony", "00", None, 10, note="not submitted"), Result("tony", "02", 3, 7)]
+    return [
+        Result("ada", "00", 8, 10),
+        Result("ada", "01", 8, 8),
+        Result("mallory", "00", None, 10, note="withheld", withheld=True),
+        Result("mallory", "01", 0, 8),
+        Result("tony", "00", None, 10, note="not submitted"),
+        Result("tony", "02", 3, 7),
+    ]
 
 
 def test_the_table_shows_the_assignments_chosen_and_the_students_who_handed_any_in():
     table = shown(_results(), ("00", "01"), ())
-    assert {(r.student, r.assignment) for r in table} == {("ada", "00"), ("ada", "01"), ("mallory", "00"),
-                                                         ("mallory", "01")}
+    assert {(r.student, r.assignment) for r in table} == {
+        ("ada", "00"),
+        ("ada", "01"),
+        ("mallory", "00"),
+        ("mallory", "01"),
+    }
     assert shown(_results(), (), ()) == _results(), "nothing chosen: the whole class, every row"
     assert {r.student for r in shown(_results(), (), ("tony",))} == {"tony"}
 
@@ -41,19 +50,31 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
 
 
 def test_a_course_without_a_profile_of_its_own_is_shown_the_graders_commands(tmp_path, monkeypatch):
-    """A course with no profile, or this course's installed without its checkout: no docs/ folder and no Makefile
-    around, so the lines name commands on PATH instead, and no student is explained."""
+    """A course with no profile, or this course's installed without its checkout: no docs/ folder
+    and no Makefile around, so the lines name commands on PATH instead, and no student is
+    explained."""
     from devcourse.instructor import profile
 
     for course in (CourseProfile(), DeviceCourse()):
-        text = "\n".join(guide(shown(_results(), ("00", "01"), ()), tmp_path, course, demo=False, whole_class=False))
+        text = "\n".join(
+            guide(
+                shown(_results(), ("00", "01"), ()), tmp_path, course, demo=False, whole_class=False
+            )
+        )
         assert ("make " in text) == isinstance(course, DeviceCourse), text
-    monkeypatch.setattr(profile, "ROOT", tmp_path)  # this course's, installed from a wheel: no checkout
+    # this course's, installed from a wheel: no checkout
+    monkeypatch.setattr(profile, "ROOT", tmp_path)
     for course in (CourseProfile(), DeviceCourse()):
-        text = "\n".join(guide(shown(_results(), ("00", "01"), ()), tmp_path, course, demo=True, whole_class=False))
+        text = "\n".join(
+            guide(
+                shown(_results(), ("00", "01"), ()), tmp_path, course, demo=True, whole_class=False
+            )
+        )
         assert "nbgrader formgrader" in text and "autograder --help" in text
         assert "docs/" not in text and "make " not in text
-    assert "ada:" not in "\n".join(guide(_results(), tmp_path, CourseProfile(), demo=True, whole_class=True))
+    assert "ada:" not in "\n".join(
+        guide(_results(), tmp_path, CourseProfile(), demo=True, whole_class=True)
+    )
 
 
 def test_the_feedback_page_named_first_is_of_a_submission_that_lost_some_points(tmp_path):
@@ -62,16 +83,20 @@ def test_the_feedback_page_named_first_is_of_a_submission_that_lost_some_points(
         page.parent.mkdir(parents=True)
         page.write_text("<html></html>")
     text = "\n".join(guide(_results(), tmp_path, CourseProfile(), demo=False, whole_class=True))
-    assert f"open {tmp_path / 'feedback' / 'tony' / '02' / '02.html'}" in text, "3 of 7: passed and failed tests"
+    assert f"open {tmp_path / 'feedback' / 'tony' / '02' / '02.html'}" in text, (
+        "3 of 7: passed and failed tests"
+    )
 
 
 def test_every_demo_student_is_explained():
     assert sorted(WHO) == sorted(p.name for p in DEMO_CLASS.iterdir() if p.is_dir())
 
 
-def test_the_header_names_a_machine_the_checks_ask_for_that_this_one_cannot_stand_for(monkeypatch, tmp_path):
-    """On a CUDA machine the simulated Mac cannot be turned on: the run says so before it starts (and report.txt
-    keeps it), instead of passing those checks over in silence."""
+def test_the_header_names_a_machine_the_checks_ask_for_that_this_one_cannot_stand_for(
+    monkeypatch, tmp_path
+):
+    """On a CUDA machine the simulated Mac cannot be turned on: the run says so before it starts
+    (and report.txt keeps it), instead of passing those checks over in silence."""
     import argparse
 
     import torch
@@ -82,7 +107,9 @@ def test_the_header_names_a_machine_the_checks_ask_for_that_this_one_cannot_stan
     args = argparse.Namespace(submitted=DEMO_CLASS, course=None)
     settings = Settings(jobs=1, profile="devcourse.instructor.profile.DeviceCourse")
     here = grade._header(args, settings, f"sqlite:///{tmp_path}/gradebook.db")
-    assert not any(line.startswith("Not checked on this machine") for line in here), "a CPU machine stands for a Mac"
+    assert not any(line.startswith("Not checked on this machine") for line in here), (
+        "a CPU machine stands for a Mac"
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     on_cuda = grade._header(args, settings, f"sqlite:///{tmp_path}/gradebook.db")

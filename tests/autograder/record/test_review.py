@@ -1,4 +1,5 @@
-"""A withheld score shows as "withheld", and one command releases it (graded as it ran) or confirms it (0).
+"""A withheld score shows as "withheld", and one command releases it (graded as it ran) or confirms
+it (0).
 
 Two students hand in the instructor's solution of 00_environment plus a cell of their own that
 walks the garbage collector's objects, which the scan flags; the run withholds both scores.
@@ -24,7 +25,9 @@ WRITTEN = "reply_to_a_classmate"  # Exercise 4, graded by hand
 
 def _scores(workdir: Path) -> dict[str, dict]:
     with (workdir / "scores.csv").open(newline="") as handle:
-        return {row["student"]: row for row in csv.DictReader(handle) if row["assignment"] == ASSIGNMENT}
+        return {
+            row["student"]: row for row in csv.DictReader(handle) if row["assignment"] == ASSIGNMENT
+        }
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +39,9 @@ def graded(tmp_path_factory):
     for student in ("rosa", "vic"):
         (submitted / student / ASSIGNMENT).mkdir(parents=True)
         nbformat.write(nb, submitted / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    code = grade.main(["--submitted", str(submitted), "--workdir", str(workdir),
-                       "--no-feedback", "--quiet"])
+    code = grade.main(
+        ["--submitted", str(submitted), "--workdir", str(workdir), "--no-feedback", "--quiet"]
+    )
     assert code == 0
     return workdir
 
@@ -46,22 +50,31 @@ def test_a_withheld_score_shows_as_withheld_with_the_command_to_review_it(graded
     rows = _scores(graded)
     for student in ("rosa", "vic"):
         assert rows[student]["score"] == "withheld", rows[student]
-        assert "get_objects" in rows[student]["note"] and "python -m autograder review" in rows[student]["note"]
+        assert (
+            "get_objects" in rows[student]["note"]
+            and "python -m autograder review" in rows[student]["note"]
+        )
     assert "withheld/10" in (graded / "report.txt").read_text()
-    for student in ("rosa", "vic"):  # formgrader lists it as needing manual grading, the finding as a comment
+    # formgrader lists it as needing manual grading, the finding as a comment
+    for student in ("rosa", "vic"):
         flags, comments = _formgrader_view(graded, student)
         assert flags and all(flags.values()), flags
-        assert any("withheld by the grader for review" in c and "get_objects" in c for c in comments), comments
+        assert any(
+            "withheld by the grader for review" in c and "get_objects" in c for c in comments
+        ), comments
 
 
 def _formgrader_view(workdir: Path, student: str) -> tuple[dict[str, bool], list[str]]:
-    """What formgrader shows of a student's notebook: each grade's needs-manual-grade flag, the manual comments."""
+    """What formgrader shows of a student's notebook: each grade's needs-manual-grade flag, the
+    manual comments."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gradebook:
         notebook = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
-        return ({g.name: g.needs_manual_grade for g in notebook.grades},
-                [c.manual_comment for c in notebook.comments if c.manual_comment])
+        return (
+            {g.name: g.needs_manual_grade for g in notebook.grades},
+            [c.manual_comment for c in notebook.comments if c.manual_comment],
+        )
 
 
 def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
@@ -73,10 +86,17 @@ def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
     assert rows["vic"]["score"] == "0" and "confirmed" in rows["vic"]["note"], rows["vic"]
     for student, decision in (("rosa", "released"), ("vic", "confirmed")):
         flags, comments = _formgrader_view(graded, student)
-        written = flags.pop(WRITTEN)  # ada's reply to Exercise 4, which nobody has graded by hand yet
-        assert written, "the decision took the written answer off formgrader's list of what to grade by hand"
-        assert flags and not any(flags.values()), "a decided score is still listed as needing manual grading"
-        assert any(decision in c for c in comments) and not any("for review" in c for c in comments), comments
+        # ada's reply to Exercise 4, which nobody has graded by hand yet
+        written = flags.pop(WRITTEN)
+        assert written, (
+            "the decision took the written answer off formgrader's list of what to grade by hand"
+        )
+        assert flags and not any(flags.values()), (
+            "a decided score is still listed as needing manual grading"
+        )
+        assert any(decision in c for c in comments) and not any(
+            "for review" in c for c in comments
+        ), comments
     # decided once: a second decision, or one about a score that was never withheld, is refused
     assert review_cli.main(["rosa/" + ASSIGNMENT, "--confirm", "--workdir", str(graded)]) == 2
     assert "no withheld score" in capsys.readouterr().err
@@ -85,7 +105,9 @@ def test_release_grades_it_as_it_ran_and_confirm_keeps_zero(graded, capsys):
 def test_release_without_the_job_folder_says_to_grade_again(tmp_path):
     workdir = tmp_path / "work"
     workdir.mkdir()
-    (workdir / "state.json").write_text('{"withheld": {"ann/00_environment": {"00_environment": ["x"]}}}')
+    (workdir / "state.json").write_text(
+        '{"withheld": {"ann/00_environment": {"00_environment": ["x"]}}}'
+    )
     with pytest.raises(review.ReviewError, match="grade it again"):
         review.release(workdir, "ann", ASSIGNMENT, "sqlite:///" + str(workdir / "gradebook.db"))
     shutil.rmtree(workdir)

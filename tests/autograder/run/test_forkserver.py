@@ -1,4 +1,5 @@
-"""A process the fork server forks ends as Python ends a program: its threads joined, its atexit handlers run once."""
+"""A process the fork server forks ends as Python ends a program: its threads joined, its atexit
+handlers run once."""
 
 import os
 import sys
@@ -8,7 +9,9 @@ import pytest
 
 from autograder.run import forkclient, forkserver
 
-pytestmark = pytest.mark.skipif(forkserver.usable() != "", reason=f"no fork server here: {forkserver.usable()}")
+pytestmark = pytest.mark.skipif(
+    forkserver.usable() != "", reason=f"no fork server here: {forkserver.usable()}"
+)
 
 PRELOADED = """
 import atexit, os
@@ -34,8 +37,11 @@ sys.exit(3)
 @pytest.fixture()
 def server(tmp_path):
     (tmp_path / "registers.py").write_text(PRELOADED)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-               ENDS=str(tmp_path / "ends"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        ENDS=str(tmp_path / "ends"),
+    )
     handle = forkclient.ForkServer(env, preload=["registers", "devcourse.warmstart"], name="test")
     yield handle, env
     handle.close()
@@ -47,9 +53,15 @@ def _run(server, tmp_path, *args):
     null = os.open(os.devnull, os.O_RDONLY)
     log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        process = handle.fork("devcourse.warmstart:run_script",
-                              {"command": [sys.executable, str(tmp_path / "script.py"), *args], "env": env,
-                               "cwd": str(tmp_path)}, [null, log, log])
+        process = handle.fork(
+            "devcourse.warmstart:run_script",
+            {
+                "command": [sys.executable, str(tmp_path / "script.py"), *args],
+                "env": env,
+                "cwd": str(tmp_path),
+            },
+            [null, log, log],
+        )
     finally:
         os.close(null)
         os.close(log)
@@ -59,7 +71,11 @@ def _run(server, tmp_path, *args):
 def test_a_childs_atexit_handlers_run_once_after_its_threads(server, tmp_path):
     code, pid = _run(server, tmp_path)
     assert code == 3, (tmp_path / "log").read_text()
-    assert (tmp_path / "ends").read_text().splitlines() == [f"thread {pid}", f"script {pid}", f"preloaded {pid}"]
+    assert (tmp_path / "ends").read_text().splitlines() == [
+        f"thread {pid}",
+        f"script {pid}",
+        f"preloaded {pid}",
+    ]
     assert (tmp_path / "log").read_text() == ""
 
 
@@ -71,6 +87,16 @@ def test_a_process_the_child_forks_ends_as_python_ends_it_too(server, tmp_path):
     assert grandchild != str(pid)
     mine = [line for line in lines if line.endswith(f" {pid}")]
     theirs = [line for line in lines if line.endswith(f" {grandchild}")]
-    assert mine == [f"grandchild ended 5 {pid}", f"thread {pid}", f"script {pid}", f"preloaded {pid}"], lines
-    # the thread belongs to the process that started it; the handlers each process registered run in it, once
-    assert theirs == [f"grandchild {grandchild}", f"script {grandchild}", f"preloaded {grandchild}"], lines
+    assert mine == [
+        f"grandchild ended 5 {pid}",
+        f"thread {pid}",
+        f"script {pid}",
+        f"preloaded {pid}",
+    ], lines
+    # the thread belongs to the process that started it; the handlers each process registered run in
+    # it, once
+    assert theirs == [
+        f"grandchild {grandchild}",
+        f"script {grandchild}",
+        f"preloaded {grandchild}",
+    ], lines

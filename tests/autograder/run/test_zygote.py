@@ -1,11 +1,10 @@
 """Kernels forked from the zygote against kernels started fresh (autograder/run/zygote.py).
 
-One class is graded forked (the default), and one of its students again with
-``--no-zygote``: a cell the students added reports what their kernel sees of
-itself, and the two ways must agree on all of it but what the module's
-docstring says differs; the random generators of two forked kernels must not. Then the zygote is killed in
-the middle of a run: the job it took with it runs again, started fresh, and
-every submission gets its score.
+One class is graded forked (the default), and one of its students again with ``--no-zygote``: a cell
+the students added reports what their kernel sees of itself, and the two ways must agree on all of
+it but what the module's docstring says differs; the random generators of two forked kernels must
+not. Then the zygote is killed in the middle of a run: the job it took with it runs again, started
+fresh, and every submission gets its score.
 """
 
 import json
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 ASSIGNMENT = "00_environment"
 pytestmark = pytest.mark.skipif(zygote.usable() != "", reason=f"no zygote here: {zygote.usable()}")
 
-REPORT = r'''
+REPORT = r"""
 import json, os, random, re, signal, sys
 import multiprocessing, numpy, torch
 _work = os.getcwd()
@@ -46,19 +45,22 @@ def _environ_at_start():
     except OSError as error:  # a kernel that changed its user cannot read it
         return type(error).__name__
 _state = {
-    "sys.path": sys.path, "sys.argv": sys.argv, "sys.orig_argv": sys.orig_argv, "executable": sys.executable,
+    "sys.path": sys.path, "sys.argv": sys.argv, "sys.orig_argv": sys.orig_argv,
+    "executable": sys.executable,
     "cmdline": [arg for arg in open("/proc/self/cmdline", "rb").read().decode().split("\0") if arg],
     "environ": dict(os.environ), "cwd": _work,
     "environ at start": _environ_at_start(),
-    # The same filters; those ipykernel's shell adds as it starts come after torch's in a forked kernel, before
-    # them in a fresh one (they match other warnings than torch's and numpy's, so the order changes nothing).
+    # The same filters; those ipykernel's shell adds as it starts come after torch's in a forked
+    # kernel, before them in a fresh one (they match other warnings than torch's and numpy's, so
+    # the order changes nothing).
     "warnings": sorted([action, getattr(category, "__name__", ""), str(message), str(module_), line]
-                       for action, message, category, module_, line in __import__("warnings").filters),
+                       for action, message, category, module_, line
+                       in __import__("warnings").filters),
     "modules": sorted(sys.modules), "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()],
     "pids": [os.getpid(), os.getppid()],
     "signals": {s.name: re.sub(r" at 0x[0-9a-f]+", "", repr(signal.getsignal(s)))
-                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ,
-                          signal.SIGCHLD, signal.SIGUSR1, signal.SIGQUIT)},
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE,
+                          signal.SIGXFSZ, signal.SIGCHLD, signal.SIGUSR1, signal.SIGQUIT)},
     "dont_write_bytecode": sys.dont_write_bytecode, "flags": repr(sys.flags),
     "grader modules": sorted(m for m in sys.modules if m.split(".")[0] == "autograder"),
     "stdin": [os.path.basename(_fd(0)), os.read(0, 1).decode()],
@@ -68,16 +70,19 @@ _state = {
     "main": type(sys.modules["__main__"]).__name__ + " " + sys.modules["__main__"].__name__,
     "torch threads": torch.get_num_threads(), "cuda initialised": torch.cuda.is_initialized(),
 }
-_random = {"random": random.random(), "numpy": float(numpy.random.rand()), "torch": torch.initial_seed(),
+_random = {"random": random.random(), "numpy": float(numpy.random.rand()),
+           "torch": torch.initial_seed(),
            "authkey": multiprocessing.current_process().authkey.hex()}
-print("STATE " + json.dumps(_state).replace(_work, "WORK").replace(os.path.dirname(_work), "JOB").replace(_ipc, "IPC"))
+_said = json.dumps(_state).replace(_work, "WORK").replace(os.path.dirname(_work), "JOB")
+print("STATE " + _said.replace(_ipc, "IPC"))
 print("RANDOM " + json.dumps(_random))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def submitted(tmp_path_factory) -> Path:
-    """Two students who hand in the solution of 00 and a cell of their own that reports on their kernel."""
+    """Two students who hand in the solution of 00 and a cell of their own that reports on their
+    kernel."""
     folder = tmp_path_factory.mktemp("zygote") / "submitted"
     source = SUBMITTED / "ada" / ASSIGNMENT
     nb = nbformat.read(source / f"{ASSIGNMENT}.ipynb", as_version=4)
@@ -88,16 +93,42 @@ def submitted(tmp_path_factory) -> Path:
     return folder
 
 
-def grade(submitted: Path, workdir: Path, *flags: str, mark: str = "zygote-test") -> subprocess.Popen:
-    command = [sys.executable, "-m", "autograder", "grade", "--submitted", str(submitted), "--workdir", str(workdir),
-               "--jobs", "1", "--no-feedback", "--quiet", "--cell-timeout", "120", *flags]
-    # OMP_NUM_THREADS as an HPC module might set it: a grading kernel runs one thread whatever the grader has
-    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, RUN_MARKER: mark, "OMP_NUM_THREADS": "2"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_the_background)
+def grade(
+    submitted: Path, workdir: Path, *flags: str, mark: str = "zygote-test"
+) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "autograder",
+        "grade",
+        "--submitted",
+        str(submitted),
+        "--workdir",
+        str(workdir),
+        "--jobs",
+        "1",
+        "--no-feedback",
+        "--quiet",
+        "--cell-timeout",
+        "120",
+        *flags,
+    ]
+    # OMP_NUM_THREADS as an HPC module might set it: a grading kernel runs one thread whatever the
+    # grader has
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, RUN_MARKER: mark, "OMP_NUM_THREADS": "2"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_in_the_background,
+    )
 
 
 def _as_in_the_background() -> None:
-    """Signals as a grader started with ``nohup ... &`` from a script has them: hang-up and quit ignored.
+    """Signals as a grader started with ``nohup ... &`` from a script has them: hang-up and quit
+    ignored.
 
     A process started fresh inherits an ignored signal, so a forked kernel must too.
     """
@@ -106,7 +137,9 @@ def _as_in_the_background() -> None:
 
 
 def reports(workdir: Path, student: str) -> tuple[dict, dict]:
-    nb = nbformat.read(workdir / "executed" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    nb = nbformat.read(
+        workdir / "executed" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4
+    )
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
     found = dict(re.findall(r"^(STATE|RANDOM) (.*)$", text, re.M))
     assert set(found) == {"STATE", "RANDOM"}, nb.cells[-1].outputs
@@ -135,11 +168,15 @@ def test_a_forked_kernel_sees_what_a_fresh_one_sees(both_ways):
     fresh, _ = reports(both_ways["fresh"], "ann")
     for student in ("ann", "bob"):  # the first kernel the zygote forked, and a later one
         forked, _ = reports(both_ways["forked"], student)
-        differ = {key: (forked.get(key), fresh.get(key)) for key in set(forked) | set(fresh)
-                  if forked.get(key) != fresh.get(key)}
+        differ = {
+            key: (forked.get(key), fresh.get(key))
+            for key in set(forked) | set(fresh)
+            if forked.get(key) != fresh.get(key)
+        }
         assert differ == {}, differ
         assert forked["grader modules"] == [] and forked["cuda initialised"] is False
-        assert forked["torch threads"] == 1  # kernel.KERNEL_THREADS, as in the fresh kernel (compared above)
+        # kernel.KERNEL_THREADS, as in the fresh kernel (compared above)
+        assert forked["torch threads"] == 1
         assert forked["cmdline"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
 
 
@@ -151,9 +188,13 @@ def test_forked_kernels_do_not_share_their_random_state(both_ways):
 
 def test_both_ways_give_the_same_scores(both_ways):
     forked, fresh = scores(both_ways["forked"]), scores(both_ways["fresh"])
-    assert forked[("ann", ASSIGNMENT)] == forked[("bob", ASSIGNMENT)] == fresh[("ann", ASSIGNMENT)], (forked, fresh)
+    assert (
+        forked[("ann", ASSIGNMENT)] == forked[("bob", ASSIGNMENT)] == fresh[("ann", ASSIGNMENT)]
+    ), (forked, fresh)
     assert fresh[("ann", ASSIGNMENT)] not in ("", "0", "0.0"), fresh
-    log = (both_ways["forked"] / "jobs" / "ann" / ASSIGNMENT / ASSIGNMENT / "runner.log").read_text()
+    log = (
+        both_ways["forked"] / "jobs" / "ann" / ASSIGNMENT / ASSIGNMENT / "runner.log"
+    ).read_text()
     assert "started fresh" not in log
 
 
@@ -175,29 +216,38 @@ def test_a_zygote_killed_mid_run_loses_no_submission(submitted, tmp_path):
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, out + err
     graded = scores(tmp_path / "work")
-    assert graded[("ann", ASSIGNMENT)] == graded[("bob", ASSIGNMENT)] not in ("", "0", "0.0"), graded
+    assert graded[("ann", ASSIGNMENT)] == graded[("bob", ASSIGNMENT)] not in ("", "0", "0.0"), (
+        graded
+    )
     logs = [path.read_text() for path in (tmp_path / "work" / "jobs").rglob("runner.log")]
-    assert any(log.startswith("this job runs again, in a runner started fresh") for log in logs), logs
+    assert any(log.startswith("this job runs again, in a runner started fresh") for log in logs), (
+        logs
+    )
     assert processes_of(mark) == {}
 
 
 def test_the_count_of_a_submissions_memory_leaves_out_the_sandboxs_own_processes(tmp_path):
-    """tree_usage(root, uncounted=1): a root holding 300 MiB and its child holding 100 MiB count as 100."""
+    """tree_usage(root, uncounted=1): a root holding 300 MiB and its child holding 100 MiB count as
+    100."""
     script = tmp_path / "hold.py"
     script.write_text(
-        "import subprocess, sys, time\n"
-        "held = bytearray(int(sys.argv[1]) << 20)\n"
-        "child = subprocess.Popen([sys.executable, __file__, sys.argv[2], '0']) if sys.argv[2] != '0' else None\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n")
-    root = subprocess.Popen([sys.executable, str(script), "300", "100"], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+        "import subprocess, sys, time\nheld = bytearray(int(sys.argv[1]) << 20)\nchild ="
+        " subprocess.Popen([sys.executable, __file__, sys.argv[2], '0']) if sys.argv[2] != '0' else"
+        " None\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    root = subprocess.Popen(
+        [sys.executable, str(script), "300", "100"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert root.stdout.readline() == "ready\n"
         deadline = time.monotonic() + 30
         # the root says ready before its child has filled its 100 MiB: wait for both
-        while (tree_usage(root.pid)[0] < 390 or tree_usage(root.pid, uncounted=1)[0] < 95) \
-                and time.monotonic() < deadline:
+        while (
+            tree_usage(root.pid)[0] < 390 or tree_usage(root.pid, uncounted=1)[0] < 95
+        ) and time.monotonic() < deadline:
             time.sleep(0.1)
         everything, tasks = tree_usage(root.pid)
         children_only, same_tasks = tree_usage(root.pid, uncounted=1)
@@ -208,9 +258,9 @@ def test_the_count_of_a_submissions_memory_leaves_out_the_sandboxs_own_processes
 
 
 def test_the_count_finds_the_children_a_thread_started_and_the_grandchildren(tmp_path, monkeypatch):
-    """tree_usage walks a process's children from its threads' /proc lists; it finds the same processes as
-    the scan of every process's parent that it falls back to: a child started by a second thread, and its
-    child, each holding 50 MiB."""
+    """tree_usage walks a process's children from its threads' /proc lists; it finds the same
+    processes as the scan of every process's parent that it falls back to: a child started by a
+    second thread, and its child, each holding 50 MiB."""
     script = tmp_path / "tree.py"
     script.write_text(
         "import subprocess, sys, threading, time\n"
@@ -223,9 +273,14 @@ def test_the_count_finds_the_children_a_thread_started_and_the_grandchildren(tmp
         "    threading.Thread(target=start).start()\n"
         "elif sys.argv[1] == 'child':\n"
         "    subprocess.Popen([sys.executable, __file__, 'leaf'])\n"
-        "time.sleep(60)\n")
-    root = subprocess.Popen([sys.executable, str(script), "root"], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+        "time.sleep(60)\n"
+    )
+    root = subprocess.Popen(
+        [sys.executable, str(script), "root"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert root.stdout.readline() == "ready\n"
         deadline = time.monotonic() + 30
@@ -245,7 +300,10 @@ def test_a_zygote_that_cannot_import_says_why(tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "numpy.py").write_text("raise ImportError('numpy is broken here')\n")
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{broken}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": f"{broken}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
     handle = zygote.Zygote(env, ROOT, DeviceCourse.kernel.packages)
     try:
         with pytest.raises(zygote.ZygoteUnavailable, match="numpy is broken here"):
@@ -258,8 +316,8 @@ def test_a_zygote_that_cannot_import_says_why(tmp_path):
 
 
 def test_a_local_pool_starts_its_zygote_at_once_and_one_closed_early_ends_it():
-    """The zygote's imports (torch's 2 s) run while the grader sets the run up; a run that stops before its
-    first job (a student chosen who is not there) does not wait for them."""
+    """The zygote's imports (torch's 2 s) run while the grader sets the run up; a run that stops
+    before its first job (a student chosen who is not there) does not wait for them."""
     from autograder.run.executors import LocalPool
     from autograder.settings import Settings
 

@@ -29,7 +29,9 @@ def test_student_version_stubs_answers_and_keeps_hidden_tests(tmp_path):
     build.student_version(paths.solution_path("00_environment"), stub)
     cells = nbformat.read(stub, as_version=4).cells
     answers = [c for c in cells if c.metadata.get("nbgrader", {}).get("solution")]
-    assert answers and all("raise NotImplementedError()" in c.source for c in answers if c.cell_type == "code")
+    assert answers and all(
+        "raise NotImplementedError()" in c.source for c in answers if c.cell_type == "code"
+    )
     written = [c for c in answers if c.cell_type == "markdown"]  # Exercise 4, graded by hand
     assert written and all(c.source == "YOUR ANSWER HERE" for c in written)
     assert not any("BEGIN SOLUTION" in c.source for c in cells)
@@ -58,43 +60,73 @@ def test_times_runs_and_validates_a_notebook_and_names_the_machine():
 
 
 def test_times_exits_1_when_a_notebook_is_over_a_limit(monkeypatch, capsys):
-    seconds = {"00_environment": (5.0, 8.0), "01_device_placement": (61.0, 8.0), "02_cross_device_errors": (9.0, 31.0)}
+    seconds = {
+        "00_environment": (5.0, 8.0),
+        "01_device_placement": (61.0, 8.0),
+        "02_cross_device_errors": (9.0, 31.0),
+    }
     monkeypatch.setattr(build, "timings", seconds.get)
     assert cli.build(["times", "00_environment"]) == 0
     assert cli.build(["times", *seconds]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].endswith("run over") and lines[-1].endswith("Validate over") and "over" not in lines[-3]
+    assert (
+        lines[-2].endswith("run over")
+        and lines[-1].endswith("Validate over")
+        and "over" not in lines[-3]
+    )
 
 
-def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_them(tmp_path, monkeypatch):
-    """08's memory picture, written when the solution runs, neither reaches a work folder nor changes its key.
+def test_the_graders_copy_of_the_solutions_leaves_out_what_a_run_writes_beside_them(
+    tmp_path, monkeypatch
+):
+    """08's memory picture, written when the solution runs, neither reaches a work folder nor
+    changes its key.
 
-    A new work folder's ``source/`` is what the canary's references are keyed on (``autograder.judge.reference``): a
-    picture left by running the solution made every new work folder key 08 anew and run its canary again.
+    A new work folder's ``source/`` is what the canary's references are keyed on
+    (``autograder.judge.reference``): a picture left by running the solution made every new work
+    folder key 08 anew and run its canary again.
     """
     from autograder.batch import workdir
     from autograder.prepare.submission import fingerprint
 
     solutions = tmp_path / "solutions"
-    shutil.copytree(paths.SOLUTIONS / "08_portable_models_and_memory", solutions / "08_portable_models_and_memory",
-                    ignore=shutil.ignore_patterns("memory_timeline.png"))
+    shutil.copytree(
+        paths.SOLUTIONS / "08_portable_models_and_memory",
+        solutions / "08_portable_models_and_memory",
+        ignore=shutil.ignore_patterns("memory_timeline.png"),
+    )
     clean = tmp_path / "clean"
     build.copy_solutions(clean, solutions)
-    for stray in ("08_portable_models_and_memory/memory_timeline.png", ".ipynb_checkpoints/x-checkpoint.ipynb",
-                  "08_portable_models_and_memory/__pycache__/m.cpython-311.pyc"):
+    for stray in (
+        "08_portable_models_and_memory/memory_timeline.png",
+        ".ipynb_checkpoints/x-checkpoint.ipynb",
+        "08_portable_models_and_memory/__pycache__/m.cpython-311.pyc",
+    ):
         (solutions / stray).parent.mkdir(parents=True, exist_ok=True)
         (solutions / stray).write_bytes(b"written by a run")
-    (solutions / "08_portable_models_and_memory" / "data.csv").write_text("a,b\n")  # a file the notebook reads
+    # a file the notebook reads
+    (solutions / "08_portable_models_and_memory" / "data.csv").write_text("a,b\n")
     copied = tmp_path / "copied"
     build.copy_solutions(copied, solutions)
     assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == [
-        "08_portable_models_and_memory/08_portable_models_and_memory.ipynb", "08_portable_models_and_memory/data.csv"]
+        "08_portable_models_and_memory/08_portable_models_and_memory.ipynb",
+        "08_portable_models_and_memory/data.csv",
+    ]
     (copied / "08_portable_models_and_memory" / "data.csv").unlink()
     assert fingerprint(copied, recursive=True) == fingerprint(clean, recursive=True)
 
     made = []
-    monkeypatch.setattr(workdir, "copy_source", lambda source, target, ignore: made.append((source, target, ignore))
-                        or target.mkdir())
-    workdir.open_workdir(tmp_path / "work", None)  # run from the course's checkout, as the tests are
-    assert made == [(paths.SOLUTIONS, tmp_path / "work" / "source", list(build.course_config().CourseDirectory.ignore))
-                    ], "a new work folder copies the solutions another way"
+    monkeypatch.setattr(
+        workdir,
+        "copy_source",
+        lambda source, target, ignore: made.append((source, target, ignore)) or target.mkdir(),
+    )
+    # run from the course's checkout, as the tests are
+    workdir.open_workdir(tmp_path / "work", None)
+    assert made == [
+        (
+            paths.SOLUTIONS,
+            tmp_path / "work" / "source",
+            list(build.course_config().CourseDirectory.ignore),
+        )
+    ], "a new work folder copies the solutions another way"
