@@ -88,15 +88,12 @@ class GradingDevice:
         return str(self.device) if self.machine is None else self.machine.describe(self.device)
 
 
-def _named(machines: Sequence[str], mac: bool) -> list[Machine]:
-    """The machines a check names (``mac=True`` is ``machines=("mac",)``), each once, in order."""
-    names = [*machines, *(("mac",) if mac else ())]
-    return [machine(name) for name in dict.fromkeys(names)]
+def _named(machines: Sequence[str]) -> list[Machine]:
+    """The machines a check names, each once, in order."""
+    return [machine(name) for name in dict.fromkeys(machines)]
 
 
-def device_matrix(
-    kind: Kind = "tensor", mac: bool = False, machines: Sequence[str] = ()
-) -> list[GradingDevice]:
+def device_matrix(kind: Kind = "tensor", machines: Sequence[str] = ()) -> list[GradingDevice]:
     """The devices a check of this ``kind`` runs on, CPU first, then those of the ``machines`` it
     names.
 
@@ -108,7 +105,7 @@ def device_matrix(
 
     On a CPU-only machine: ``[cpu, sim:0, sim:1]``. With N GPUs: ``cpu`` and every ``cuda:N``.
     ``machines`` adds one entry per machine of :data:`devcourse.machines.MACHINES` (``"laptop"``,
-    ``"two-gpus"``, ``"mac"``, ``"mac-without-mps"``; ``mac=True`` is ``"mac"``), where this machine
+    ``"two-gpus"``, ``"mac"``, ``"mac-without-mps"``), where this machine
     can stand for it: a simulated Mac (:mod:`devcourse.mac`: MPS's device names, one device, no
     float64, MPS's out-of-memory errors) is handed ``sim:0``, where its values live, the others the
     CPU. A machine with CUDA cannot stand for a Mac (the simulated device that holds its values is
@@ -118,7 +115,7 @@ def device_matrix(
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
-    named = _named(machines, mac)
+    named = _named(machines)
     devices = [GradingDevice(torch.device("cpu"))]
     if torch.cuda.is_available():
         devices += [
@@ -129,15 +126,14 @@ def device_matrix(
     return devices + [GradingDevice(m.device(), m) for m in named if not m.can_stand_here()]
 
 
-def not_checked_here(mac: bool = False, machines: Sequence[str] = ()) -> list[str]:
+def not_checked_here(machines: Sequence[str] = ()) -> list[str]:
     """The machines a check names that this machine cannot stand for, each with why."""
-    return [why for why in (m.can_stand_here() for m in _named(machines, mac)) if why]
+    return [why for why in (m.can_stand_here() for m in _named(machines)) if why]
 
 
 def check_on_devices(
     check: Callable[[torch.device], object],
     kind: Kind = "tensor",
-    mac: bool = False,
     machines: Sequence[str] = (),
 ) -> list[GradingDevice]:
     """Call ``check(device)`` once for each device of the matrix, with the ``machines`` it names.
@@ -152,8 +148,8 @@ def check_on_devices(
     """
     checked = []
     name = getattr(check, "__name__", repr(check))
-    _say_not_checked(name, not_checked_here(mac, machines))
-    for entry in device_matrix(kind, mac=mac, machines=machines):
+    _say_not_checked(name, not_checked_here(machines))
+    for entry in device_matrix(kind, machines=machines):
         _run_check(check, name, entry)
         checked.append(entry)
     return checked

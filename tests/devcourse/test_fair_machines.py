@@ -1,7 +1,7 @@
 """The machines a check can stand for, and the errors it can raise, as PyTorch has them.
 
-* a Mac (``devcourse.mac``, ``device_matrix(mac=True)``): MPS's device names, one device, no
-  float64, MPS's out-of-memory errors, each text as PyTorch's source writes it;
+* a Mac (``devcourse.mac``, ``device_matrix(machines=("mac",))``): MPS's device names, one
+  device, no float64, MPS's out-of-memory errors, each text as PyTorch's source writes it;
 * every backend's out-of-memory error and errors that only sound like one (``devcourse.memory``);
 * another index of the same device type (``other_index``); machines with fewer GPUs than a
   checkpoint was saved with, and none (``simulated_cuda``'s generators);
@@ -82,11 +82,14 @@ def test_a_mac_runs_out_of_memory_in_mps_own_words():
 
 @needs_no_cuda
 def test_the_matrix_ends_with_the_mac_where_asked():
-    plain, with_mac = grading.device_matrix("module"), grading.device_matrix("module", mac=True)
+    plain, with_mac = (
+        grading.device_matrix("module"),
+        grading.device_matrix("module", machines=("mac",)),
+    )
     assert with_mac[:-1] == plain and with_mac[-1].stand_in == "mac" and "Mac" in str(with_mac[-1])
     seen = []
     grading.check_on_devices(
-        lambda device: seen.append(torch.backends.mps.is_available()), mac=True
+        lambda device: seen.append(torch.backends.mps.is_available()), machines=("mac",)
     )
     assert seen == [False] * len(plain) + [True]
 
