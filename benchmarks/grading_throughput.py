@@ -37,8 +37,11 @@ Targets on 2 cores: run 5 grades at least 3 times as fast as run 1, and the
 overhead per notebook (run 6 over run 2) is at most 0.3 s. Where run 4's time went is printed
 from its jobs' status files: starting each kernel (off the notebook's time
 when it was started ahead, see ``--no-warm``) and running the notebooks,
-the instructor's solutions (the canary) included. Also checks that plain nbgrader and make
-grade give every submission the same score. Exits 1 if a target is missed.
+the instructor's solutions (the canary) included. Where the cores' time went in runs 3 and 5
+is printed too (:mod:`autograder.record.profile`): the notebooks' and the canary's processor
+time, kernel starts, jobs waiting, and cores left idle before the first job, between jobs and
+after the last one began. Also checks that plain nbgrader and make grade give every submission
+the same score. Exits 1 if a target is missed.
 
 It also prints the most a grader could gain on this machine: run 2's
 processor time (the kernels' and every process they started, user and
@@ -81,6 +84,7 @@ from nbclient import NotebookClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devcourse.instructor.build import copy_solutions
 from autograder.course.config import course_config, tool_env
+from autograder.record.profile import profile
 from devcourse.instructor.paths import DEMO_CLASS, ROOT, SOLUTIONS
 from page import WRITE_PAGE_HELP, write_row
 
@@ -177,6 +181,9 @@ def plain_nbgrader(submitted: Path, workdir: Path) -> float:
     return time.perf_counter() - started
 
 
+WALL: dict[Path, tuple[float, float]] = {}  # a make grade run's work folder -> its start and end
+
+
 def make_grade(
     submitted: Path, workdir: Path, jobs: int, warm: bool = True, kept: bool = False
 ) -> float:
@@ -191,7 +198,7 @@ def make_grade(
     earlier run on the same machine with the same solutions and packages, does
     (:mod:`autograder.judge.reference`).
     """
-    started = time.perf_counter()
+    started, WALL[workdir] = time.perf_counter(), (time.time(), 0.0)
     _quietly(
         [
             sys.executable,
@@ -212,6 +219,7 @@ def make_grade(
         ],
         ROOT,
     )
+    WALL[workdir] = (WALL[workdir][0], time.time())
     return time.perf_counter() - started
 
 
@@ -371,6 +379,9 @@ def main() -> int:
         canary = canary_jobs(run4)
         canary_s = total("cells_s", canary) + total("probes_s", canary)
         print(f"   run 6: the probes (each test's second pass) {probes_s:.1f} s")
+        for number, folder in (("3", "ours"), ("5", "ours5")):
+            found = profile(tmp / folder, *WALL[tmp / folder], cores=args.jobs)
+            print(f"   run {number}, where the cores' time went: " + "\n   ".join(found.lines()))
         plain_result, our_result = plain_scores(tmp / "plain"), our_scores(tmp / "ours")
         for later in ("ours5", "ours6"):
             if our_scores(tmp / later) != our_result:

@@ -28,6 +28,12 @@ class Status:
     probes_again: str = ""
     cgroup: str = ""  # why it ran without a cgroup of its own, where it did
     disk_full: int = 0  # the disk limit in MiB, when the submission filled it
+    # When its runner began, its first cell began and it ended (seconds since the epoch), and the
+    # processor time its kernels took from the first cell (what its limits count): its profile.
+    began_at: float = 0.0
+    cells_at: float = 0.0
+    ended_at: float = 0.0
+    cpu_s: float = 0.0
 
     @classmethod
     def read(cls, path: Path) -> Status:

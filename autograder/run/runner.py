@@ -56,7 +56,7 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
 
     nb = nbformat.read(job.notebook_in, as_version=4)
     spec = sandbox.Spec(**job.sandbox)
-    status = Status(warm=go is not None)
+    status = Status(warm=go is not None, began_at=time.time())
     started = time.monotonic()
     now: dict = {"session": None, "ending": False, "before_go": go is not None}
 
@@ -93,6 +93,7 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
                 started = time.monotonic()
                 watchdog.start()
             first.count_from_here()
+            status.cells_at = time.time()
             began = time.monotonic()
             status.cell = first.cells(nb.cells)
             status.cells_s = round(time.monotonic() - began, 2)
@@ -112,6 +113,9 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
     finally:
         watchdog.cancel()
     status.seconds = round(time.monotonic() - started, 2)
+    status.ended_at = time.time()
+    if now["session"] is not None:  # the last session's count holds the first's
+        status.cpu_s = round(now["session"].notebook_cpu_s, 2)
     nbformat.write(shown if shown is not None else nb, job.notebook_out)
     Path(job.observations_out).write_text(json.dumps(observations))
     status.write(Path(job.status_out))
