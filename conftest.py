@@ -51,6 +51,7 @@ LONGEST_FIRST = [
     "tests/test_project.py",
     "tests/autograder/record/test_gradebook_postgres.py",
     "tests/autograder/run/test_cluster.py",
+    "tests/test_distributions.py",
 ]
 
 
