@@ -162,8 +162,8 @@ def simulated_mps(available: bool = True, built: bool | None = None) -> Iterator
             patch(replaced(torch.cuda, is_available=lambda: False))
             patch(replaced(torch.cuda, device_count=lambda: 0))
             patch(_accelerator_of_machine("mps", int(available)))
-        # a Mac whose MPS is unavailable (a macOS too old, say)
         elif _machine_accelerator_type() == "mps":
+            # a Mac whose MPS is unavailable (a macOS too old, say)
             patch(_accelerator_of_machine("mps", 0))
         else:
             patch(_accelerator_of_machine(_machine_accelerator_type(), _machine_device_count()))

@@ -196,8 +196,8 @@ class ClassRun:
         if settings.feedback and self.todo and apart:
             try:
                 self.feedback = FeedbackApart(self.workdir, self.db_url, self._feedback_in_line)
-            # no process or thread to be had (a limit): the grader makes the pages
             except (OSError, RuntimeError):
+                # no process or thread to be had (a limit): the grader makes the pages
                 self.feedback = None
 
     # ---- 4. the jobs: each submitted notebook prepared and handed to the executor at once
@@ -227,8 +227,8 @@ class ClassRun:
                 notes.append(f"graded {path.name} as {notebook}.ipynb")
             try:
                 nb = read_submission(path, grade_ids_of(source), others)
-            # graded without an answer: 0 points, and its gradebook entry says so
             except OverLimit as error:
+                # graded without an answer: 0 points, and its gradebook entry says so
                 notes.append(str(error))
                 nb = nbformat.v4.new_notebook(metadata=source.metadata)
             except SubmissionError as error:
@@ -355,8 +355,8 @@ class ClassRun:
         if self.feedback is not None:
             try:
                 self.feedback.deliver(self._record, INTERRUPTS.holding)
-            # asked again: the run ends now, the pairs still waiting not graded
             except KeyboardInterrupt:
+                # asked again: the run ends now, the pairs still waiting not graded
                 pass
             unfinished |= set(self.feedback.close())
         unfinished = sorted(unfinished)

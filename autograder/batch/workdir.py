@@ -66,8 +66,8 @@ def open_workdir(workdir: Path, intake: Path | None) -> WorkState:
     course = fingerprint(source, recursive=True, suffix=".ipynb")
     try:
         state = read_state(workdir)
-    # every submission is graded afresh; the gradebook keeps what it had
     except StateError as error:
+        # every submission is graded afresh; the gradebook keeps what it had
         print(f"{error}: grading every submission as if for the first time", file=sys.stderr)
         state = None
     if not course_dir and (

@@ -121,8 +121,8 @@ def _check(args, options: argparse.ArgumentParser) -> int | None:
                 "nbgrader quickstart, or python -m autograder course init"
             )
         args.workdir = args.course
-    # --submitted alone grades against the course's source, where the grader runs
     elif course_folder() is None:
+        # --submitted alone grades against the course's source, where the grader runs
         options.error(
             "name the course to grade: --course DIR, an nbgrader course directory (nbgrader"
             " quickstart), or run from a course's folder (its nbgrader_config.py and source folder)"

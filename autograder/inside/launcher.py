@@ -186,8 +186,8 @@ def _mounts_below(path: str) -> list[str]:
 def _remount_read_only(path: str) -> None:
     try:
         _run("mount", "-o", "remount,bind,ro", path)
-    # a user namespace must keep the flags the mount came with
     except subprocess.CalledProcessError:
+        # a user namespace must keep the flags the mount came with
         _run("mount", "-o", "remount,bind,ro,nosuid,nodev", path)
 
 

@@ -194,8 +194,8 @@ def _ended_when_set(stop: str | None, runners: Runners):
     threading.Thread(target=listen, name="grading-stop", daemon=True).start()
     try:
         yield
-    # not waited for: it sees this within its 1 s wait, and a job's end must not wait for that
     finally:
+        # not waited for: it sees this within its 1 s wait, and a job's end must not wait for that
         finished.set()
 
 

@@ -86,8 +86,8 @@ class LocalPool(Executor):
                                 started = launch(
                                     waiting, self.runners, warm=True, zygote=self.zygote
                                 )
-                            # it starts when its turn comes, and says then what fails
                             except OSError:
+                                # it starts when its turn comes, and says then what fails
                                 started = None
                             if started is not None:
                                 self.warm[waiting] = started

@@ -334,8 +334,8 @@ def test_the_instructors_walkthrough_runs_from_release_to_export(tmp_path):
         elif "nbgrader collect" in body:
             for name in ANSWERS:
                 assert (course / "submitted" / name / ASSIGNMENT / "timestamp.txt").is_file()
-        # the references made while the students work, before any submission
         elif "--canary all" in body:
+            # the references made while the students work, before any submission
             assert "No submissions to grade. References ready for: " + ASSIGNMENT in output, output
             assert [p.name for p in (course / "reference").iterdir()] == [ASSIGNMENT], (
                 "only the chosen assignment's"
