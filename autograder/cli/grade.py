@@ -23,7 +23,13 @@ from autograder.cli.options import parser
 from autograder.course.config import gradebook_problem, shown_url
 from autograder.course.directory import CourseError, is_course_dir, parse_due
 from autograder.course.paths import course_folder
-from autograder.course.profile import CourseProfile, ProfileError, profile_name_of, profile_named
+from autograder.course.profile import (
+    CourseProfile,
+    DemoClass,
+    ProfileError,
+    profile_name_of,
+    profile_named,
+)
 from autograder.judge.reference import REFERENCES, CanaryFailed
 from autograder.record.gradebook import gradebook_url
 from autograder.record.report import format_table, write_csv, write_histogram
@@ -85,11 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + INTERRUPTS.received
     profile = profile_named(settings.profile)
     demo = profile.demo_class()
-    demo_graded = (
-        demo is not None
-        and args.submitted is not None
-        and args.submitted.resolve() == demo.submitted.resolve()
-    )
+    if demo is not None and (
+        args.submitted is None or args.submitted.resolve() != demo.submitted.resolve()
+    ):
+        demo = None  # other submissions than the demo class's
     _report(
         results,
         args.workdir.resolve(),
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         header,
         time.monotonic() - started,
         profile,
-        demo=demo_graded,
+        demo=demo,
     )
     return 0
 
@@ -256,7 +261,7 @@ def _report(
     header: list[str],
     seconds: float,
     profile: CourseProfile,
-    demo: bool = False,
+    demo: DemoClass | None = None,
 ) -> None:
     # no submissions yet: a run that made the references ahead (--canary all) says so
     if not results:

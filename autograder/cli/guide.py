@@ -32,13 +32,17 @@ def shown(
 
 
 def guide(
-    results: list[Result], workdir: Path, profile: CourseProfile, demo: bool, whole_class: bool
+    results: list[Result],
+    workdir: Path,
+    profile: CourseProfile,
+    demo: DemoClass | None,
+    whole_class: bool,
 ) -> list[str]:
-    """The lines after the table of ``results``: how to read it; with ``demo``, who each of the
-    profile's demo students is; what to open next."""
+    """The lines after the table of ``results``: how to read it; where they are of the ``demo``
+    class, who each of its students is; what to open next."""
     lines = ["", HOW_TO_READ]
     students = sorted({r.student for r in results})
-    who = (profile.demo_class() or DemoClass(workdir)).who if demo else {}
+    who = demo.who if demo is not None else {}
     if who:
         lines += [
             "",
@@ -56,7 +60,7 @@ def guide(
             f"  python -m autograder review {withheld.student}/{withheld.assignment} --release "
             "(or --confirm): the instructor's decision on a withheld score"
         )
-    lines += [f"  {step}" for step in profile.next_steps(demo, whole_class)]
+    lines += [f"  {step}" for step in profile.next_steps(demo is not None, whole_class)]
     return lines
 
 

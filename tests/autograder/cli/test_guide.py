@@ -37,7 +37,9 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
     page.parent.mkdir(parents=True)
     page.write_text("<html></html>")
     table = shown(_results(), ("00", "01"), ())
-    lines = guide(table, tmp_path, DeviceCourse(), demo=True, whole_class=False)
+    lines = guide(
+        table, tmp_path, DeviceCourse(), demo=DeviceCourse().demo_class(), whole_class=False
+    )
     text = "\n".join(lines)
     assert HOW_TO_READ in lines
     assert f"  ada: {WHO['ada']}" in lines and f"  mallory: {WHO['mallory']}" in lines
@@ -45,7 +47,7 @@ def test_the_guide_names_the_demo_students_shown_and_what_to_open_next(tmp_path)
     assert f"open {page}" in text
     assert "python -m autograder review mallory/00 --release" in text
     assert "make grade ALL=1" in text and "formgrader" in text
-    plain = "\n".join(guide(table, tmp_path, DeviceCourse(), demo=False, whole_class=True))
+    plain = "\n".join(guide(table, tmp_path, DeviceCourse(), demo=None, whole_class=True))
     assert "demo class" not in plain and "ALL=1" not in plain and f"open {page}" in plain
 
 
@@ -58,7 +60,7 @@ def test_a_course_without_a_profile_of_its_own_is_shown_the_graders_commands(tmp
     for course in (CourseProfile(), DeviceCourse()):
         text = "\n".join(
             guide(
-                shown(_results(), ("00", "01"), ()), tmp_path, course, demo=False, whole_class=False
+                shown(_results(), ("00", "01"), ()), tmp_path, course, demo=None, whole_class=False
             )
         )
         assert ("make " in text) == isinstance(course, DeviceCourse), text
@@ -67,13 +69,23 @@ def test_a_course_without_a_profile_of_its_own_is_shown_the_graders_commands(tmp
     for course in (CourseProfile(), DeviceCourse()):
         text = "\n".join(
             guide(
-                shown(_results(), ("00", "01"), ()), tmp_path, course, demo=True, whole_class=False
+                shown(_results(), ("00", "01"), ()),
+                tmp_path,
+                course,
+                demo=course.demo_class(),
+                whole_class=False,
             )
         )
         assert "nbgrader formgrader" in text and "autograder --help" in text
         assert "docs/" not in text and "make " not in text
     assert "ada:" not in "\n".join(
-        guide(_results(), tmp_path, CourseProfile(), demo=True, whole_class=True)
+        guide(
+            _results(),
+            tmp_path,
+            CourseProfile(),
+            demo=CourseProfile().demo_class(),
+            whole_class=True,
+        )
     )
 
 
@@ -82,7 +94,7 @@ def test_the_feedback_page_named_first_is_of_a_submission_that_lost_some_points(
         page = tmp_path / "feedback" / student / assignment / f"{assignment}.html"
         page.parent.mkdir(parents=True)
         page.write_text("<html></html>")
-    text = "\n".join(guide(_results(), tmp_path, CourseProfile(), demo=False, whole_class=True))
+    text = "\n".join(guide(_results(), tmp_path, CourseProfile(), demo=None, whole_class=True))
     assert f"open {tmp_path / 'feedback' / 'tony' / '02' / '02.html'}" in text, (
         "3 of 7: passed and failed tests"
     )
