@@ -181,7 +181,26 @@ def plain_nbgrader(submitted: Path, workdir: Path) -> float:
     return time.perf_counter() - started
 
 
-WALL: dict[Path, tuple[float, float]] = {}  # a make grade run's work folder -> its start and end
+def busy_s() -> float | None:
+    """The processor time all this machine's processors have spent on anything but idling since it
+    started, in seconds (Linux's /proc/stat), or None where it cannot be read.
+
+    A grading run's processes are not all counted among this process's children (a kernel's
+    sandbox reaps its own), so a run's processor time is this count's rise while it runs, on a
+    machine otherwise quiet.
+    """
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+# a make grade run's work folder -> its start and end (seconds since the epoch), and the processor
+# time the machine spent while it ran (None where it cannot be read)
+WALL: dict[Path, tuple[float, float]] = {}
+CPU: dict[Path, float | None] = {}
 
 
 def make_grade(
@@ -198,7 +217,7 @@ def make_grade(
     earlier run on the same machine with the same solutions and packages, does
     (:mod:`autograder.judge.reference`).
     """
-    started, WALL[workdir] = time.perf_counter(), (time.time(), 0.0)
+    started, WALL[workdir], busy = time.perf_counter(), (time.time(), 0.0), busy_s()
     _quietly(
         [
             sys.executable,
@@ -219,7 +238,8 @@ def make_grade(
         ],
         ROOT,
     )
-    WALL[workdir] = (WALL[workdir][0], time.time())
+    WALL[workdir], after = (WALL[workdir][0], time.time()), busy_s()
+    CPU[workdir] = after - busy if busy is not None and after is not None else None
     return time.perf_counter() - started
 
 
@@ -380,7 +400,7 @@ def main() -> int:
         canary_s = total("cells_s", canary) + total("probes_s", canary)
         print(f"   run 6: the probes (each test's second pass) {probes_s:.1f} s")
         for number, folder in (("3", "ours"), ("5", "ours5")):
-            found = profile(tmp / folder, *WALL[tmp / folder], cores=args.jobs)
+            found = profile(tmp / folder, *WALL[tmp / folder], args.jobs, CPU[tmp / folder])
             print(f"   run {number}, where the cores' time went: " + "\n   ".join(found.lines()))
         plain_result, our_result = plain_scores(tmp / "plain"), our_scores(tmp / "ours")
         for later in ("ours5", "ours6"):

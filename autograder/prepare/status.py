@@ -34,6 +34,8 @@ class Status:
     cells_at: float = 0.0
     ended_at: float = 0.0
     cpu_s: float = 0.0
+    start_cpu_s: float = 0.0  # the processor time its first kernel took to start, the guard's too
+    runner_cpu_s: float = 0.0  # the runner's own processor time: nbclient, the watch, its writes
 
     @classmethod
     def read(cls, path: Path) -> Status:

@@ -1,5 +1,6 @@
-"""Where the cores' time went in one grading run, from its jobs' status files: the notebooks'
-processor time, kernel starts, jobs waiting, and the cores left idle, with when.
+"""Where the cores' time went in one grading run, from its jobs' status files: who took the
+processor time (the notebooks, the runners, the rest), kernel starts, jobs waiting, and the cores
+left with no job, with when.
 
 ``benchmarks/grading_throughput.py`` prints it beside its ratio; :func:`profile` reads a work
 folder after a run whose wall-clock start and end the caller measured.
@@ -17,14 +18,18 @@ from autograder.record.state import StateError, read_state
 
 @dataclass(frozen=True)
 class Profile:
-    """Core-seconds of one run: ``cores`` x ``wall_s``, split. The first four are the jobs' own;
-    the three idle ones are cores with no job, split by when."""
+    """Core-seconds of one run: ``cores`` x ``wall_s``, split two ways. By whom the processor time
+    was taken (``run_cpu_s``, the run's processes all together, when the caller measured it); and
+    by job: the jobs' own shares, and the cores with no job (three idle shares, split by when)."""
 
     cores: int
     wall_s: float
     jobs: int
     notebooks_s: float  # the students' notebooks' processor time, from their first cell
     canary_s: float  # the instructor's solutions' processor time (the references)
+    kernel_starts_s: float  # the processor time the jobs' kernels took to start, ahead or not
+    runners_s: float  # the runners' own processor time: nbclient, the limits' watch, their writes
+    run_cpu_s: float | None  # every process of the run, kernels and grader included, or None
     starts_s: float  # kernel starts on a job's own time (a kernel not started ahead)
     waiting_s: float  # a job's time on a core that its kernels did not compute: output, sleeps
     idle_first_s: float  # before the first job began: the run's set-up
@@ -40,31 +45,51 @@ class Profile:
         """The profile as the benchmark prints it: each share in core-seconds and of the whole."""
 
         def share(label: str, seconds: float) -> str:
-            return f"  {label}: {seconds:.1f} s ({100 * seconds / max(self.capacity_s, 1e-9):.0f}%)"
+            return (
+                f"    {label}: {seconds:.1f} s ({100 * seconds / max(self.capacity_s, 1e-9):.0f}%)"
+            )
 
-        jobs_s = self.notebooks_s + self.canary_s + self.starts_s + self.waiting_s
+        kernels_s = self.notebooks_s + self.canary_s
+        jobs_s = kernels_s + self.starts_s + self.waiting_s
         idle_s = self.idle_first_s + self.idle_between_s + self.idle_tail_s
+        by_whom = [
+            share("students' notebooks", self.notebooks_s),
+            share("instructor's solutions (the canary)", self.canary_s),
+            share("kernel starts, the guard's installation included", self.kernel_starts_s),
+            share("the runners (nbclient, the limits' watch)", self.runners_s),
+        ]
+        if self.run_cpu_s is not None:
+            rest = self.run_cpu_s - kernels_s - self.kernel_starts_s - self.runners_s
+            by_whom += [
+                share("the rest: the grader (nbgrader's release, autograde, feedback)", rest),
+                share("no process computing", self.capacity_s - self.run_cpu_s),
+            ]
         return [
             f"{self.cores} cores x {self.wall_s:.1f} s = {self.capacity_s:.1f} core-seconds,"
-            f" {self.jobs} jobs:",
-            share("students' notebooks, processor time", self.notebooks_s),
-            share("instructor's solutions (the canary), processor time", self.canary_s),
+            f" {self.jobs} jobs",
+            "  processor time, by whom:",
+            *by_whom,
+            "  the cores' time, by job:",
+            share("the jobs' kernels computing (the notebooks' and the canary's above)", kernels_s),
             share("kernel starts on a job's own time", self.starts_s),
             share("jobs waiting (output, sleeps, limits' checks)", self.waiting_s),
-            share("idle before the first job began (set-up)", self.idle_first_s),
-            share("idle between jobs (fewer jobs than cores)", self.idle_between_s),
-            share("idle after the last job began (the slowest ones)", self.idle_tail_s),
+            share("no job: before the first job began (set-up)", self.idle_first_s),
+            share("no job: between jobs (fewer jobs than cores)", self.idle_between_s),
+            share("no job: after the last job began (the slowest ones)", self.idle_tail_s),
             # negative where more jobs than cores ran at once (kernels started ahead, the canary)
             share("left over", self.capacity_s - jobs_s - idle_s),
-            f"  (the grader's own process, per finished job, within those: {self.grader_s:.1f} s)",
+            f"  (the grader's own process, per finished job: {self.grader_s:.1f} s)",
         ]
 
 
-def profile(workdir: Path, began_at: float, ended_at: float, cores: int) -> Profile:
+def profile(
+    workdir: Path, began_at: float, ended_at: float, cores: int, run_cpu_s: float | None = None
+) -> Profile:
     """The profile of the run in ``workdir`` that began and ended at these wall-clock times
-    (seconds since the epoch) on ``cores`` cores. A job holds a core from its runner's start
-    (from its first cell where its kernel was started ahead) to its end; a status written by an
-    older grader, without times, or by an earlier run, holds none."""
+    (seconds since the epoch) on ``cores`` cores, its processes having taken ``run_cpu_s`` of
+    processor time all together where the caller measured it. A job holds a core from its runner's
+    start (from its first cell where its kernel was started ahead) to its end; a status written by
+    an older grader, without times, or by an earlier run, holds none."""
     timed = []
     for path in sorted(Path(workdir).rglob("status.json")):
         status = Status.read(path)
@@ -86,6 +111,9 @@ def profile(workdir: Path, began_at: float, ended_at: float, cores: int) -> Prof
         jobs=len(timed),
         notebooks_s=sum(s.cpu_s for canary, s in timed if not canary),
         canary_s=sum(s.cpu_s for canary, s in timed if canary),
+        kernel_starts_s=sum(s.start_cpu_s for _, s in timed),
+        runners_s=sum(s.runner_cpu_s for _, s in timed),
+        run_cpu_s=run_cpu_s,
         starts_s=cold_starts,
         waiting_s=max(0.0, held - cpu - cold_starts),
         idle_first_s=first,

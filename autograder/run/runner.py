@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import resource
 import signal
 import sys
 import threading
@@ -92,7 +93,7 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
                 now["before_go"] = False
                 started = time.monotonic()
                 watchdog.start()
-            first.count_from_here()
+            status.start_cpu_s = round(first.count_from_here(), 2)
             status.cells_at = time.time()
             began = time.monotonic()
             status.cell = first.cells(nb.cells)
@@ -116,6 +117,8 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
     status.ended_at = time.time()
     if now["session"] is not None:  # the last session's count holds the first's
         status.cpu_s = round(now["session"].notebook_cpu_s, 2)
+    used = resource.getrusage(resource.RUSAGE_SELF)  # a forked runner's count starts at its fork
+    status.runner_cpu_s = round(used.ru_utime + used.ru_stime, 2)
     nbformat.write(shown if shown is not None else nb, job.notebook_out)
     Path(job.observations_out).write_text(json.dumps(observations))
     status.write(Path(job.status_out))

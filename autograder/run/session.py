@@ -163,10 +163,12 @@ class Session:
         """The notebook's processor time so far, this session's included."""
         return self.cpu_before_s + self.cpu_s
 
-    def count_from_here(self) -> None:
+    def count_from_here(self) -> float:
         """The notebook's processor time counts from now on (what starting the kernel took is left
-        out)."""
-        self.cpu_before_s = -(self._used_cpu_s() or 0.0)
+        out); returns what it took."""
+        used = self._used_cpu_s() or 0.0
+        self.cpu_before_s = -used
+        return used
 
     def _used_cpu_s(self) -> float | None:
         """The processor time of this sandbox so far: its cgroup's count where it keeps one (which

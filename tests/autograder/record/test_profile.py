@@ -25,6 +25,8 @@ def _job(workdir, student, at: tuple, start_s: float, cpu_s: float, warm: bool =
         cells_at=cells,
         ended_at=ended,
         cpu_s=cpu_s,
+        start_cpu_s=0.2,
+        runner_cpu_s=0.5,
     ).write(folder / "status.json")
 
 
@@ -39,7 +41,7 @@ def test_the_profile_splits_the_cores_time_into_the_jobs_shares_and_idle_by_when
     state.last_run = {"jobs": 3, "grader_s": 0.7, "references": []}
     write_state(tmp_path, state)
 
-    found = profile(tmp_path, T0, T0 + 10, cores=2)
+    found = profile(tmp_path, T0, T0 + 10, cores=2, run_cpu_s=16.0)
 
     assert (found.jobs, found.capacity_s) == (3, 20.0)
     assert found.notebooks_s == pytest.approx(10.5) and found.canary_s == pytest.approx(0.4)
@@ -50,9 +52,21 @@ def test_the_profile_splits_the_cores_time_into_the_jobs_shares_and_idle_by_when
     assert found.idle_between_s == pytest.approx(0.5)
     assert found.idle_tail_s == pytest.approx(1.0 + 2.0)
     assert found.grader_s == pytest.approx(0.7)
+    assert found.runners_s == pytest.approx(1.5)
     text = "\n".join(found.lines())
     assert "2 cores x 10.0 s = 20.0 core-seconds, 3 jobs" in text
     assert "left over: 0.0 s (0%)" in text, text
+    # by whom: kernels 10.9 s, their starts 0.6, runners 1.5, the rest 16 - 13; 20 - 16 none
+    assert "kernel starts, the guard's installation included: 0.6 s" in text
+    assert "the rest: the grader (nbgrader's release, autograde, feedback): 3.0 s" in text
+    assert "no process computing: 4.0 s (20%)" in text
+
+
+def test_without_the_runs_processor_time_the_profile_leaves_out_what_it_cannot_split(tmp_path):
+    _job(tmp_path, "ada", (1, 2, 6), start_s=1.0, cpu_s=3.5)
+    text = "\n".join(profile(tmp_path, T0, T0 + 10, cores=2).lines())
+    assert "runners (nbclient, the limits' watch): 0.5 s" in text
+    assert "the rest" not in text and "no process computing" not in text
 
 
 def test_a_status_of_an_older_grader_without_times_leaves_its_cores_idle(tmp_path):
