@@ -12,8 +12,9 @@ another in this one run:
    instructor's tests, hidden ones included), outputs cleared, each executed
    alone in a fresh kernel, one after another: the baseline for the grader's
    overhead;
-3. ``make grade`` (``python -m autograder grade``, one notebook per core,
-   sandboxed where the machine allows it, feedback included);
+3. ``make grade`` (``python -m autograder grade``, one notebook per core and
+   more while a core is idle, sandboxed where the machine allows it, feedback
+   included);
 4. ``make grade --jobs 1``: its wall time over run 2, per notebook, is the
    grader's own cost for one notebook, everything included (its start, the
    sandbox, the guard, the gradebook, the feedback).
@@ -85,6 +86,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devcourse.instructor.build import copy_solutions
 from autograder.course.config import course_config, tool_env
 from autograder.record.profile import profile
+from autograder.run.cgroups import usable_cores
 from devcourse.instructor.paths import DEMO_CLASS, ROOT, SOLUTIONS
 from page import WRITE_PAGE_HELP, write_row
 
@@ -204,7 +206,7 @@ CPU: dict[Path, float | None] = {}
 
 
 def make_grade(
-    submitted: Path, workdir: Path, jobs: int, warm: bool = True, kept: bool = False
+    submitted: Path, workdir: Path, jobs: int | None, warm: bool = True, kept: bool = False
 ) -> float:
     """Runs 3 to 6: the course's grading command, as ``make grade`` runs it, each in a work folder
     of its own.
@@ -228,8 +230,7 @@ def make_grade(
             str(submitted),
             "--workdir",
             str(workdir),
-            "--jobs",
-            str(jobs),
+            *(["--jobs", str(jobs)] if jobs else []),
             "--quiet",
             "--reference-cache",
             str(workdir.parent / "references"),
@@ -322,8 +323,9 @@ def main() -> int:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=os.cpu_count() or 1,
-        help="notebooks make grade runs at once (default: one per core, here %(default)s)",
+        default=None,
+        help="make grade --jobs in runs 3 and 5 (default: none, make grade's own, one per core and"
+        " more while a core is idle)",
     )
     parser.add_argument("--write-page", action="store_true", help=WRITE_PAGE_HELP)
     args = parser.parse_args()
@@ -349,6 +351,7 @@ def main() -> int:
             tmp / "plain" / "autograded" / path.relative_to(tmp / "class") for path in notebooks
         ]
         warm = not args.no_warm
+        jobs_flag = f" --jobs {args.jobs}" if args.jobs else ""
         alone_cpu = []
 
         def alone_run(notebooks, timeout, sockets):
@@ -366,12 +369,12 @@ def main() -> int:
                 lambda: alone_run(graded, timeout, tmp / "sockets"),
             ),
             (
-                f"3. make grade (--jobs {args.jobs})",
+                f"3. make grade{jobs_flag}",
                 lambda: make_grade(tmp / "class", tmp / "ours", args.jobs, warm),
             ),
             ("4. make grade --jobs 1", lambda: make_grade(tmp / "class", tmp / "ours1", 1, warm)),
             (
-                f"5. make grade (--jobs {args.jobs}), references ready",
+                f"5. make grade{jobs_flag}, references ready",
                 lambda: make_grade(tmp / "class", tmp / "ours5", args.jobs, warm, kept=True),
             ),
             (
@@ -400,7 +403,8 @@ def main() -> int:
         canary_s = total("cells_s", canary) + total("probes_s", canary)
         print(f"   run 6: the probes (each test's second pass) {probes_s:.1f} s")
         for number, folder in (("3", "ours"), ("5", "ours5")):
-            found = profile(tmp / folder, *WALL[tmp / folder], args.jobs, CPU[tmp / folder])
+            cores = args.jobs or usable_cores()
+            found = profile(tmp / folder, *WALL[tmp / folder], cores, CPU[tmp / folder])
             print(f"   run {number}, where the cores' time went: " + "\n   ".join(found.lines()))
         plain_result, our_result = plain_scores(tmp / "plain"), our_scores(tmp / "ours")
         for later in ("ours5", "ours6"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.batch.records import Course, Submission
+from autograder.batch.records import Course, Submission, longest_first
 from autograder.batch.stop import INTERRUPTS, ChoiceError, GradingStopped
 from autograder.batch.workdir import SUBMISSION_FILES, discard, has_earlier, submitted_notebook
 from autograder.course.cells import grade_ids_of
@@ -152,9 +152,9 @@ class ClassRun:
     # ---- 3. the references: the instructor's solutions run first, in the same sandbox
     def start_references(self) -> None:
         """The canary's jobs go first; students' follow at once and run beside them (on a cluster,
-        the longest solution notebook would otherwise keep every worker waiting). A pair an earlier
-        run graded keeps what that run left until the canary has passed: a failed canary loses
-        nothing."""
+        the longest solution notebook would otherwise keep every worker waiting), the longest
+        first where references kept say how long. A pair an earlier run graded keeps what that run
+        left until the canary has passed: a failed canary loses nothing."""
         self.canary_names = (
             self.chosen_names
             if self.settings.canary == "all"
@@ -171,7 +171,7 @@ class ClassRun:
         )
         for submission in self.todo:
             submission.before = has_earlier(self.workdir, self.state, submission.pair)
-        self.todo = [s for s in self.todo if not s.before] + [s for s in self.todo if s.before]
+        self.todo = longest_first(self.todo, self.pending.costs)
         # new pairs: at most a stopped run's job folders
         self._clear([s for s in self.todo if not s.before])
 

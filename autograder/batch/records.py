@@ -75,3 +75,12 @@ class Submission:
     remaining: int = 0  # of its jobs, those not judged yet
     # its scores and feedback are in (state.json says so), or an earlier run's are
     graded: bool = False
+
+
+def longest_first(todo: list[Submission], costs: dict[str, float]) -> list[Submission]:
+    """The pairs new to this run, then those an earlier run graded; each part the longest first, as
+    ``costs`` (assignment -> its solutions' processor time, as the references kept say) has them,
+    and in the order given where it says nothing. The last job to begin is then a short one: the
+    cores are not left waiting for a long one at the end."""
+    ordered = sorted(todo, key=lambda s: -costs.get(s.pair.assignment, 0.0))
+    return [s for s in ordered if not s.before] + [s for s in ordered if s.before]

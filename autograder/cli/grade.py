@@ -208,6 +208,8 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
             f"on a Dask cluster of {settings.dask_local} local worker(s)"
             if settings.dask_local
             else f"with {settings.jobs} notebook(s) at a time"
+            if settings.jobs
+            else f"with {cgroups.usable_cores()} notebook(s) at a time, more while a core is idle"
         )
     )
     header = [

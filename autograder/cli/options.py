@@ -109,10 +109,10 @@ def _limits(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=usable_cores(),
+        default=None,
         help=(
-            "notebooks graded at once (default: one per core this process may use, here"
-            " %(default)s)"
+            "notebooks graded at once, at most (default: one per core this process may use, here"
+            f" {usable_cores()}, and more while some of them leave a core idle, waiting)"
         ),
     )
     parser.add_argument(

@@ -166,7 +166,8 @@ def start(
             key = reference_key(name, notebook, workdir / "source" / name, run, machine)
             kept = None if fresh else _kept(workdir, cache, name, notebook, key)
             if kept is not None:
-                pending.found.setdefault(name, {})[notebook] = kept
+                pending.found.setdefault(name, {})[notebook] = kept["records"]
+                pending.costs[name] = pending.costs.get(name, 0.0) + _cost(kept)
                 pending.reused.append(f"{name}/{notebook}")
                 continue
             if pending.cache is not None and key is not None and not fresh:
@@ -191,6 +192,8 @@ class Pending:
     def __init__(self, workdir: Path, cache: Path | None, run: RunContext):
         self.workdir, self.cache, self.run = workdir, cache, run
         self.found: dict[str, dict[str, dict]] = {}
+        # assignment -> the processor time its solutions took, as the references kept say
+        self.costs: dict[str, float] = {}
         self.reused: list[str] = []
         self.waiting: list = []
         self.jobs: list = []
@@ -219,7 +222,7 @@ class Pending:
             if kept is None:
                 again.append((name, notebook, source, key))
             else:
-                self.found.setdefault(name, {})[notebook] = kept
+                self.found.setdefault(name, {})[notebook] = kept["records"]
                 self.reused.append(f"{name}/{notebook}")
         _finish(_submit(again, self.workdir, self.run), self.workdir, self.cache, self.found)
         if self.reused and self.run.settings.progress:
@@ -259,12 +262,25 @@ def _finish(jobs: list, workdir: Path, cache: Path | None, found: dict) -> None:
             )
         records = observations_of(job)
         kept = json.dumps(
-            {"key": key, "assignment": job.assignment, "notebook": job.notebook, "records": records}
+            {
+                "key": key,
+                "assignment": job.assignment,
+                "notebook": job.notebook,
+                "records": records,
+                "cpu_s": job.status.cpu_s,
+            }
         )
         write_whole(_own(workdir, job.assignment, job.notebook), kept)
         if cache is not None and key is not None:
             write_whole(cache / f"{key}.json", kept)
         found.setdefault(job.assignment, {})[job.notebook] = records
+
+
+def _cost(kept: dict) -> float:
+    """The processor time a kept reference's solution took, or 0 where it does not say (an older
+    grader's)."""
+    cost = kept.get("cpu_s")
+    return float(cost) if isinstance(cost, (int, float)) else 0.0
 
 
 def _own(workdir: Path, assignment: str, notebook: str) -> Path:
@@ -283,20 +299,20 @@ def _read(path: Path) -> dict | None:
 def _kept(
     workdir: Path, cache: Path | None, assignment: str, notebook: str, key: str | None
 ) -> dict | None:
-    """The records of a reference kept under ``key``: in the work folder, else in the cache (copied
-    in)."""
+    """The reference kept under ``key`` (its records, and the processor time the solution took where
+    it says): in the work folder, else in the cache (copied in)."""
     if key is None:
         return None
     own = _own(workdir, assignment, notebook)
     kept = _read(own)
     if kept is not None and kept.get("key") == key:
-        return kept["records"]
+        return kept
     shared = _read(cache / f"{key}.json") if cache is not None else None
     if shared is None or shared.get("key") != key:
         return None
     # the work folder keeps the reference it graded with (for review)
     write_whole(own, json.dumps(shared))
-    return shared["records"]
+    return shared
 
 
 class _KeyLock:

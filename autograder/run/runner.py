@@ -117,8 +117,7 @@ def run(job: JobSpec, go=None, launchers: list | None = None) -> Status | None:
     status.ended_at = time.time()
     if now["session"] is not None:  # the last session's count holds the first's
         status.cpu_s = round(now["session"].notebook_cpu_s, 2)
-    used = resource.getrusage(resource.RUSAGE_SELF)  # a forked runner's count starts at its fork
-    status.runner_cpu_s = round(used.ru_utime + used.ru_stime, 2)
+    status.runner_cpu_s = _own_cpu_s()
     nbformat.write(shown if shown is not None else nb, job.notebook_out)
     Path(job.observations_out).write_text(json.dumps(observations))
     status.write(Path(job.status_out))
@@ -144,6 +143,13 @@ def _probes_again(
         if second.cells(cells) is None:
             second.probes(wanted, observations)
     status.probes_again = again.stopped or "done"
+
+
+def _own_cpu_s() -> float:
+    """This runner's processor time so far (a forked runner's counts from its fork), its kernels'
+    apart."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return round(used.ru_utime + used.ru_stime, 2)
 
 
 def _go_from_stdin() -> bool:

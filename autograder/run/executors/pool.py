@@ -1,5 +1,5 @@
 """The local pool: ``--jobs`` runners at a time on this machine, the next ones' kernels started
-ahead (warm)."""
+ahead (warm), and by default one runner per core plus more while cores are left idle."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from autograder.course.profile import profile_named
 from autograder.run import sandbox
 from autograder.run.cgroups import usable_cores
 from autograder.run.executors.base import Executor
+from autograder.run.idle import Filler, IdleCores
 from autograder.run.kernel import kernel_env
 from autograder.run.process import RUNNERS, finish, launch
 from autograder.run.zygote import Zygote
@@ -31,9 +32,14 @@ class LocalPool(Executor):
     torch imported and the guard installed while the jobs before it run, so that a job taken from
     the line begins at its first cell. Its limits per notebook count from there. A stopped run ends
     the warm runners with the others, their jobs not begun.
+
+    Without ``settings.jobs`` (one job per core), a job runs beyond them while a core is left idle
+    (:mod:`autograder.run.idle`): the jobs running wait, for a sleep or for processes they
+    started, and the next one fills the core, up to twice as many jobs in all. ``settings.jobs``
+    is a limit the instructor chose (memory, a shared machine): then there are never more.
     """
 
-    def __init__(self, settings: Settings, runners=RUNNERS):
+    def __init__(self, settings: Settings, runners=RUNNERS, gauge: IdleCores | None = None):
         self.settings, self.runners = settings, runners
         self.zygote = (
             None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote(settings)
@@ -46,10 +52,22 @@ class LocalPool(Executor):
         self.warm: dict[Path, subprocess.Popen] = {}
         self.changed = threading.Condition()
         self.closing = False
+        self.extra = 0 if settings.jobs else self.jobs
+        self.admitted = self.filling = 0  # jobs let beyond one per core: not yet begun, running
+        self.closed = threading.Event()
         self.slots = [
             threading.Thread(target=self._slot, name=f"grading-slot-{n}", daemon=True)
             for n in range(self.jobs)
+        ] + [
+            threading.Thread(target=self._slot, args=(True,), name=f"filler-{n}", daemon=True)
+            for n in range(self.extra)
         ]
+        if self.extra:
+            gauge = gauge or IdleCores()
+            if gauge.readable:
+                self.slots.append(
+                    threading.Thread(target=self._fill, args=(gauge,), name="filler", daemon=True)
+                )
         for slot in self.slots:
             slot.start()
         self.description = (
@@ -64,50 +82,78 @@ class LocalPool(Executor):
             if self.closing:
                 raise RuntimeError("the pool is closed")
             self.line.append((job_file, future))
+            self._warm_ahead()  # a job handed over while every slot is busy starts warm now
             self.changed.notify()
         return future
 
-    def _slot(self) -> None:
+    def _warm_ahead(self) -> None:
+        """Start the runners of the next jobs in line, up to ``ahead`` (with ``changed`` held)."""
+        for waiting, _ in list(self.line)[: self.ahead]:
+            if len(self.warm) >= self.ahead:
+                break
+            if waiting not in self.warm:
+                try:
+                    started = launch(waiting, self.runners, warm=True, zygote=self.zygote)
+                except OSError:  # it starts when its turn comes, and says then what fails
+                    started = None
+                if started is not None:
+                    self.warm[waiting] = started
+
+    def _fill(self, gauge: IdleCores) -> None:
+        """Four times a second: let a job begin beyond one per core when :class:`Filler` says."""
+        filler = Filler(self.extra)
+        while not self.closed.wait(0.25):
+            idle = gauge.sample()
+            with self.changed:
+                if not self.line:  # the slots took the job it let begin
+                    self.admitted = 0
+                if filler.admit(idle, bool(self.line), self.admitted + self.filling):
+                    self.admitted += 1
+                    self.changed.notify_all()
+
+    def _slot(self, filler: bool = False) -> None:
+        """Take the next job in line and run it, until the line is closed and empty. A filler's
+        slot takes one only when :meth:`_fill` let it."""
         while True:
             with self.changed:
-                while not self.line and not self.closing:
+                while not self.closing and not (self.line and (self.admitted or not filler)):
                     self.changed.wait()
-                if not self.line:
+                if not self.line or (filler and not self.admitted):
                     return
+                if filler:
+                    self.admitted -= 1
+                    self.filling += 1
                 job_file, future = self.line.popleft()
                 process = self.warm.pop(job_file, None)
                 taken = future.set_running_or_notify_cancel()  # False: cancelled while in line
                 if taken:
-                    for waiting, _ in list(self.line)[: self.ahead]:
-                        if len(self.warm) >= self.ahead:
-                            break
-                        if waiting not in self.warm:
-                            try:
-                                started = launch(
-                                    waiting, self.runners, warm=True, zygote=self.zygote
-                                )
-                            except OSError:
-                                # it starts when its turn comes, and says then what fails
-                                started = None
-                            if started is not None:
-                                self.warm[waiting] = started
-            if not taken:
-                finish(process, job_file, self.settings, self.runners, go=False)
-                continue
+                    self._warm_ahead()
             try:
-                finish(
-                    process or launch(job_file, self.runners, zygote=self.zygote),
-                    job_file,
-                    self.settings,
-                    self.runners,
-                )
-            except BaseException as error:  # noqa: BLE001 - the future carries it
-                future.set_exception(error)
-            else:
-                future.set_result(None)
+                self._run(job_file, future, process, taken)
+            finally:
+                if filler:
+                    with self.changed:
+                        self.filling -= 1
+
+    def _run(self, job_file: Path, future: Future, process, taken: bool) -> None:
+        if not taken:
+            finish(process, job_file, self.settings, self.runners, go=False)
+            return
+        try:
+            finish(
+                process or launch(job_file, self.runners, zygote=self.zygote),
+                job_file,
+                self.settings,
+                self.runners,
+            )
+        except BaseException as error:  # noqa: BLE001 - the future carries it
+            future.set_exception(error)
+        else:
+            future.set_result(None)
 
     def stop(self) -> None:
         self.runners.stop()
+        self.closed.set()
         with self.changed:
             self.closing = True
             for _, future in self.line:
@@ -121,6 +167,7 @@ class LocalPool(Executor):
             slot.join()
 
     def close(self) -> None:
+        self.closed.set()
         with self.changed:
             self.closing = True
             self.changed.notify_all()

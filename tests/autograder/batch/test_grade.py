@@ -1222,12 +1222,17 @@ def test_tensor_comparisons_in_tests_refuse_a_lying_subclass_and_take_plain_and_
     )
 
 
-def test_the_canary_grades_each_assignment_that_has_submissions_and_its_reference_is_kept(tmp_path):
+def test_the_canary_grades_each_assignment_that_has_submissions_and_its_reference_is_kept(
+    tmp_path, monkeypatch
+):
     """By default the instructor's solution of every assignment being graded runs first, and of no
     other.
 
-    Another work folder sharing the cache reuses both references; an edited solution is run again.
+    Another work folder sharing the cache reuses both references, and hands the pool the longest
+    notebooks first, as the references say; an edited solution is run again.
     """
+    from autograder.run import executors
+
     for assignment in ("00_environment", "02_cross_device_errors"):
         shutil.copytree(
             DEMO_CLASS / "ada" / assignment, tmp_path / "submitted" / "ada" / assignment
@@ -1250,7 +1255,21 @@ def test_the_canary_grades_each_assignment_that_has_submissions_and_its_referenc
         return sorted(p.name for p in canary.iterdir()) if canary.is_dir() else []
 
     assert graded("work") == ["00_environment", "02_cross_device_errors"]
+    kept = {path: json.loads(path.read_text()) for path in (tmp_path / "cache").glob("*.json")}
+    assert len(kept) == 2 and all(reference["cpu_s"] > 0 for reference in kept.values())
+    for path, reference in kept.items():  # 02 the longer, whatever this machine measured
+        reference["cpu_s"] = 100.0 if reference["assignment"] == "02_cross_device_errors" else 1.0
+        path.write_text(json.dumps(reference))
+    order, submit = [], executors.LocalPool.submit
+
+    def submitting(pool, job_file):
+        order.append(job_file.parent.parent.name)
+        return submit(pool, job_file)
+
+    monkeypatch.setattr(executors.LocalPool, "submit", submitting)
     assert graded("again") == []
+    assert order == ["02_cross_device_errors", "00_environment"]
+    monkeypatch.undo()
     solution = (
         tmp_path / "again" / "source" / "02_cross_device_errors" / "02_cross_device_errors.ipynb"
     )
