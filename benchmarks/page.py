@@ -3,7 +3,9 @@
 Each script's row sits between two marker comments, ``<!-- benchmark:NAME -->`` and ``<!--
 /benchmark:NAME -->``, NAME being the script's file name without ``.py``. Given ``--write-page``, a
 script calls ``write_row`` at its end with the result line it printed; the row then holds that line
-and the machine it ran on, and the rest of the page is left as it was.
+and the machine it ran on, and the rest of the page is left as it was. A script whose figures need
+more than a line also writes them whole with ``write_block``, between ``<!-- benchmark-block:NAME
+-->`` and ``<!-- /benchmark-block:NAME -->``, each on a line of its own.
 """
 
 from __future__ import annotations
@@ -58,3 +60,19 @@ def write_row(script: str, result: str, page: Path = PAGE, ran_on: str | None = 
     compares = cells[1] if len(cells) > 1 else ""
     row = f" `benchmarks/{name}.py` | {compares} | {_cell(result)} | {_cell(ran_on or machine())} "
     page.write_text(text[: found.start(1)] + row + text[found.end(1) :])
+
+
+def write_block(script: str, text: str, page: Path = PAGE) -> None:
+    """Replace the lines between the block markers of ``script`` in ``page`` with ``text``
+    (Markdown, naming the machine it ran on); raises MarkerMissing as :func:`write_row` does."""
+    name = Path(script).stem
+    start, end = f"<!-- benchmark-block:{name} -->", f"<!-- /benchmark-block:{name} -->"
+    lines = page.read_text().split("\n")
+    if start not in lines or end not in lines or lines.index(end) < lines.index(start):
+        raise MarkerMissing(
+            f"{page.name} has no block for benchmarks/{name}.py: "
+            f"the markers {start} and {end} must stand on lines of their own, in that order"
+        )
+    first, last = lines.index(start), lines.index(end)
+    body = ["", *text.strip("\n").split("\n"), ""]
+    page.write_text("\n".join([*lines[: first + 1], *body, *lines[last:]]))

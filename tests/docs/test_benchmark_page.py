@@ -66,6 +66,25 @@ def test_a_missing_marker_is_an_error_naming_the_script(tmp_path):
         page.write_row("no_such_script", "nothing", page=copy)
 
 
+def test_a_scripts_block_is_replaced_whole_and_the_rest_of_the_page_is_unchanged(tmp_path):
+    copy = tmp_path / "benchmarks.md"
+    copy.write_text(PAGE.read_text())
+    before = copy.read_text()
+    start = "<!-- benchmark-block:grading_throughput -->"
+    end = "<!-- /benchmark-block:grading_throughput -->"
+    assert before.count(start) == 1 and before.count(end) == 1
+
+    for text in ("| a | b |\n|---|---|\n| 1 | 2 |", "one line"):  # longer, then shorter
+        page.write_block("grading_throughput", text, page=copy)
+        after = copy.read_text()
+        assert after.split(start)[0] == before.split(start)[0]
+        assert after.split(end)[1] == before.split(end)[1]
+        assert after.split(start)[1].split(end)[0] == f"\n\n{text}\n\n"
+    copy.write_text(before.replace(end, ""))
+    with pytest.raises(page.MarkerMissing, match=r"benchmarks/grading_throughput\.py"):
+        page.write_block("grading_throughput", "x", page=copy)
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=[path.stem for path in SCRIPTS])
 def test_every_script_has_its_row_and_writes_it_when_asked(script):
     text = PAGE.read_text()
