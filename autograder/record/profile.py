@@ -20,7 +20,7 @@ from autograder.record.state import StateError, read_state
 class Profile:
     """Core-seconds of one run: ``cores`` x ``wall_s``, split two ways. By whom the processor time
     was taken (``run_cpu_s``, the run's processes all together, when the caller measured it); and
-    by job: the jobs' own shares, and the cores with no job (three idle shares, split by when)."""
+    by whether a job held the cores: held, or with no job (three shares, split by when)."""
 
     cores: int
     wall_s: float
@@ -31,7 +31,9 @@ class Profile:
     runners_s: float  # the runners' own processor time: nbclient, the limits' watch, their writes
     run_cpu_s: float | None  # every process of the run, kernels and grader included, or None
     starts_s: float  # kernel starts on a job's own time (a kernel not started ahead)
-    waiting_s: float  # a job's time on a core that its kernels did not compute: output, sleeps
+    # the jobs' time on a core that their kernels did not compute (output, sleeps), summed over
+    # jobs: more than the cores' time where jobs outnumbered cores
+    waiting_s: float
     idle_first_s: float  # before the first job began: the run's set-up
     idle_between_s: float  # fewer jobs than cores while jobs were still to begin
     idle_tail_s: float  # after the last job began: waiting for the slowest ones
@@ -50,8 +52,8 @@ class Profile:
             )
 
         kernels_s = self.notebooks_s + self.canary_s
-        jobs_s = kernels_s + self.starts_s + self.waiting_s
-        idle_s = self.idle_first_s + self.idle_between_s + self.idle_tail_s
+        # a core counts once however many jobs it had: more than one per core run while others wait
+        held_s = self.capacity_s - self.idle_first_s - self.idle_between_s - self.idle_tail_s
         by_whom = [
             share("students' notebooks", self.notebooks_s),
             share("instructor's solutions (the canary)", self.canary_s),
@@ -69,15 +71,12 @@ class Profile:
             f" {self.jobs} jobs",
             "  processor time, by whom:",
             *by_whom,
-            "  the cores' time, by job:",
-            share("the jobs' kernels computing (the notebooks' and the canary's above)", kernels_s),
-            share("kernel starts on a job's own time", self.starts_s),
-            share("jobs waiting (output, sleeps, limits' checks)", self.waiting_s),
+            "  the cores' time, by whether a job held them:",
+            share("held by a job (computing, starting its kernel, or waiting)", held_s),
+            share("of it, kernel starts on a job's own time", self.starts_s),
             share("no job: before the first job began (set-up)", self.idle_first_s),
             share("no job: between jobs (fewer jobs than cores)", self.idle_between_s),
             share("no job: after the last job began (the slowest ones)", self.idle_tail_s),
-            # negative where more jobs than cores ran at once (kernels started ahead, the canary)
-            share("left over", self.capacity_s - jobs_s - idle_s),
             f"  (the grader's own process, per finished job: {self.grader_s:.1f} s)",
         ]
 
