@@ -83,7 +83,8 @@ class LocalPool(Executor):
                 raise RuntimeError("the pool is closed")
             self.line.append((job_file, future))
             self._warm_ahead()  # a job handed over while every slot is busy starts warm now
-            self.changed.notify()
+            # every slot: one woken alone might be a filler's, not let take it, and wait again
+            self.changed.notify_all()
         return future
 
     def _warm_ahead(self) -> None:
