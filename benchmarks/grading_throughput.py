@@ -87,6 +87,7 @@ from devcourse.instructor.build import copy_solutions
 from autograder.course.config import course_config, tool_env
 from autograder.record.profile import profile
 from autograder.run.cgroups import usable_cores
+from autograder.run.idle import busy_s
 from devcourse.instructor.paths import DEMO_CLASS, ROOT, SOLUTIONS
 from page import WRITE_PAGE_HELP, machine, write_block, write_row
 
@@ -183,24 +184,10 @@ def plain_nbgrader(submitted: Path, workdir: Path) -> float:
     return time.perf_counter() - started
 
 
-def busy_s() -> float | None:
-    """The processor time all this machine's processors have spent on anything but idling since it
-    started, in seconds (Linux's /proc/stat), or None where it cannot be read.
-
-    A grading run's processes are not all counted among this process's children (a kernel's
-    sandbox reaps its own), so a run's processor time is this count's rise while it runs, on a
-    machine otherwise quiet.
-    """
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 # a make grade run's work folder -> its start and end (seconds since the epoch), and the processor
-# time the machine spent while it ran (None where it cannot be read)
+# time the machine spent while it ran (None where it cannot be read): its processes are not all
+# among this process's waited-for children (a kernel's sandbox reaps its own), so the machine's
+# count, on a machine otherwise quiet
 WALL: dict[Path, tuple[float, float]] = {}
 CPU: dict[Path, float | None] = {}
 

@@ -37,6 +37,7 @@ from autograder.record.state import StateError, read_state
 from autograder.run import bytecode, cgroups, sandbox
 from autograder.run.executors import ClusterError, start_zygote_early
 from autograder.run.executors.cluster import check_scheduler
+from autograder.run.idle import IdleCores
 from autograder.run.process import RUNNERS
 from autograder.run.watch import RUN_MARKER
 from autograder.settings import (
@@ -207,9 +208,8 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
         else (
             f"on a Dask cluster of {settings.dask_local} local worker(s)"
             if settings.dask_local
-            else f"with {settings.jobs} notebook(s) at a time"
-            if settings.jobs
-            else f"with {cgroups.usable_cores()} notebook(s) at a time, more while a core is idle"
+            else f"with {settings.jobs or cgroups.usable_cores()} notebook(s) at a time"
+            + ("" if settings.jobs or not IdleCores().readable else ", more while a core is idle")
         )
     )
     header = [

@@ -27,23 +27,14 @@ class IdleCores:
         self.cpus = cpus if cpus is not None else _affinity()
         quota = cpu_quota() if quota == -1 else quota
         # a quota's share of the machine is not in /proc/stat, which counts every processor
-        self.readable = bool(self.cpus) and (quota is None or quota >= len(self.cpus))
-        self.last = self._read() if self.readable else None
+        shown = bool(self.cpus) and (quota is None or quota >= len(self.cpus))
+        self.last = self._read() if shown else None
         self.readable = self.last is not None
 
     def _read(self) -> tuple[float, float] | None:
         """(now, the processor time the cores have spent on anything but idling), in seconds."""
-        try:
-            lines = self.stat.read_text().splitlines()
-        except OSError:
-            return None
-        busy = 0
-        for line in lines:
-            name, *fields = line.split()
-            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in self.cpus:
-                user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
-                busy += user + nice + system + irq + softirq + steal
-        return time.monotonic(), busy / os.sysconf("SC_CLK_TCK")
+        busy = busy_s(self.cpus, self.stat)
+        return None if busy is None else (time.monotonic(), busy)
 
     def sample(self) -> float | None:
         """Cores idle since the last sample (0 when all were busy), or None where it cannot say."""
@@ -53,6 +44,26 @@ class IdleCores:
         (then, busy_before), (at, busy) = self.last, now
         self.last = now
         return max(0.0, len(self.cpus) - (busy - busy_before) / (at - then))
+
+
+def busy_s(cpus: set[int] | None = None, stat: Path = STAT) -> float | None:
+    """The processor time that processors ``cpus`` (every one where None) have spent on anything
+    but idling since the machine started, in seconds; None where Linux's counts cannot be read."""
+    try:
+        lines = stat.read_text().splitlines()
+    except OSError:
+        return None
+    busy = 0
+    for line in lines:
+        name, *fields = line.split()
+        if (
+            name.startswith("cpu")
+            and name[3:].isdigit()
+            and (cpus is None or int(name[3:]) in cpus)
+        ):
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+            busy += user + nice + system + irq + softirq + steal
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def _affinity() -> set[int]:

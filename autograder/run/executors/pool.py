@@ -52,7 +52,8 @@ class LocalPool(Executor):
         self.warm: dict[Path, subprocess.Popen] = {}
         self.changed = threading.Condition()
         self.closing = False
-        self.extra = 0 if settings.jobs else self.jobs
+        gauge = None if settings.jobs else gauge or IdleCores()
+        self.extra = self.jobs if gauge is not None and gauge.readable else 0
         self.admitted = self.filling = 0  # jobs let beyond one per core: not yet begun, running
         self.closed = threading.Event()
         self.slots = [
@@ -63,11 +64,9 @@ class LocalPool(Executor):
             for n in range(self.extra)
         ]
         if self.extra:
-            gauge = gauge or IdleCores()
-            if gauge.readable:
-                self.slots.append(
-                    threading.Thread(target=self._fill, args=(gauge,), name="filler", daemon=True)
-                )
+            self.slots.append(
+                threading.Thread(target=self._fill, args=(gauge,), name="filler", daemon=True)
+            )
         for slot in self.slots:
             slot.start()
         self.description = (
