@@ -39,7 +39,7 @@ class LocalPool(Executor):
     is a limit the instructor chose (memory, a shared machine): then there are never more.
     """
 
-    def __init__(self, settings: Settings, runners=RUNNERS, gauge: IdleCores | None = None):
+    def __init__(self, settings: Settings, runners=RUNNERS):
         self.settings, self.runners = settings, runners
         self.zygote = (
             None if no_zygote(settings) else _EARLY.pop() if _EARLY else new_zygote(settings)
@@ -52,7 +52,7 @@ class LocalPool(Executor):
         self.warm: dict[Path, subprocess.Popen] = {}
         self.changed = threading.Condition()
         self.closing = False
-        gauge = None if settings.jobs else gauge or IdleCores()
+        gauge = None if settings.jobs else IdleCores()
         self.extra = self.jobs if gauge is not None and gauge.readable else 0
         self.admitted = self.filling = 0  # jobs let beyond one per core: not yet begun, running
         self.closed = threading.Event()
