@@ -172,6 +172,11 @@ class Settings:
     # the course's grading profile, a CourseProfile's import string ("": the plain one; None: the
     # one the course's nbgrader_config.py names, autograder.course.profile)
     profile: str | None = None
+    # what the profile names of this machine, once for the run: the devices every check runs on,
+    # and the machines the checks name that it cannot stand for (None: the profile is asked where
+    # they are needed, autograder.course.profile.checked_on)
+    devices: str | None = None
+    not_checked: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, sent: dict) -> Settings:

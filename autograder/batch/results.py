@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autograder.batch.classrun import ClassRun
 from autograder.course.cells import max_points
-from autograder.course.profile import profile_named
+from autograder.course.profile import checked_on
 from autograder.record.marks import hand_graded_points_left
 from autograder.settings import Pair, Result
 
@@ -14,7 +14,7 @@ def results(run: ClassRun) -> list[Result]:
     """One Result per student and assignment, in order; the pairs this run did not grade say why."""
     from nbgrader.api import Gradebook
 
-    devices = profile_named(run.settings.profile).devices()
+    devices = checked_on(run.settings)[0]
     with Gradebook(run.db_url, run.course_id) as gradebook:
         return [
             _result(run, gradebook, student, name, devices)

@@ -27,6 +27,7 @@ from autograder.course.profile import (
     CourseProfile,
     DemoClass,
     ProfileError,
+    checked_on,
     profile_name_of,
     profile_named,
 )
@@ -35,7 +36,7 @@ from autograder.record.gradebook import gradebook_url
 from autograder.record.report import format_table, write_csv, write_histogram
 from autograder.record.state import StateError, read_state
 from autograder.run import bytecode, cgroups, sandbox
-from autograder.run.executors import ClusterError, start_zygote_early
+from autograder.run.executors import ClusterError, name_checked, start_zygote_early
 from autograder.run.executors.cluster import check_scheduler
 from autograder.run.idle import IdleCores
 from autograder.run.process import RUNNERS
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     # zygote's too.
     os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
     start_zygote_early(settings)
+    settings = name_checked(settings)
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)
@@ -200,8 +202,7 @@ def _header(args, settings: Settings, db_url: str) -> list[str]:
     """What the run says before it starts: what is graded where, the devices, the limits, the
     references."""
     isolation, limits = sandbox.isolation_of(settings), settings.limits
-    profile = profile_named(settings.profile)
-    devices, not_checked = profile.devices(), profile.not_checked()
+    devices, not_checked = checked_on(settings)
     where = (
         f"on the Dask scheduler at {settings.scheduler}"
         if settings.scheduler

@@ -10,10 +10,12 @@ sandbox read it (:class:`KernelSetup`).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder.course.config import config_of
+from autograder.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class CourseProfile:
     def package_folders(self) -> list[Path]:
         """The folders of :meth:`course_packages`."""
         return [
-            Path(importlib.import_module(name).__file__).resolve().parent
+            Path(importlib.util.find_spec(name).origin).resolve().parent
             for name in self.course_packages()
         ]
 
@@ -107,8 +109,10 @@ def profile_named(name: str) -> CourseProfile:
             raise ProfileError(f"the course's grading profile {name!r} is not a CourseProfile")
         profile = found()
         for package in profile.course_packages():
-            # a profile whose packages are not installed cannot grade
-            importlib.import_module(package)
+            # a profile whose packages are not installed cannot grade; found, not imported (a course
+            # package may import torch, which the zygote imports beside the grader's set-up)
+            if importlib.util.find_spec(package) is None:
+                raise ImportError(name=package)
     except ImportError as error:
         missing = error.name or module
         raise ProfileError(
@@ -129,3 +133,12 @@ def profile_name_of(workdir: Path) -> str:
     none."""
     value = config_of(workdir).get("Grader", {}).get("profile", "")
     return value if isinstance(value, str) else ""
+
+
+def checked_on(settings: Settings) -> tuple[str, tuple[str, ...]]:
+    """The devices a run's checks run on and the machines they name that this one cannot stand for:
+    as named once for the run (``settings.devices``), else as its profile names them here."""
+    if settings.devices is not None and settings.not_checked is not None:
+        return settings.devices, tuple(settings.not_checked)
+    profile = profile_named(settings.profile or "")
+    return profile.devices(), tuple(profile.not_checked())

@@ -65,9 +65,9 @@ def _installed(profile: str) -> str:
     return digest.hexdigest()
 
 
-def this_machine(profile: str = "") -> str:
+def this_machine(profile: str = "", devices: str | None = None) -> str:
     """The part of every key that is the same for a whole run: code, Python, packages, machine,
-    devices."""
+    devices (``devices`` where the run named them, else the profile's)."""
     parts = [
         _installed(profile),
         sys.version,
@@ -77,7 +77,7 @@ def this_machine(profile: str = "") -> str:
         str(os.cpu_count()),
         str(sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ""),
         os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
-        profile_named(profile).devices(),
+        profile_named(profile).devices() if devices is None else devices,
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -160,7 +160,7 @@ def start(
     fresh = run.settings.rerun_canary
     pending = Pending(workdir, None if problem else cache, run)
     todo = []
-    machine = this_machine(run.settings.profile or "")
+    machine = this_machine(run.settings.profile or "", run.settings.devices)
     try:
         for name, notebook, source in notebooks:
             key = reference_key(name, notebook, workdir / "source" / name, run, machine)

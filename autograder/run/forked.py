@@ -59,6 +59,18 @@ def runner(args: dict) -> int:
     return _be_runner(args["warm"], args["grader"])
 
 
+def checked(args: dict) -> int:
+    """In a child of the zygote: what the course's profile ``args["profile"]`` names of this machine
+    (:meth:`autograder.run.zygote.Zygote.checked`), as JSON on standard output."""
+    from autograder.course.profile import profile_named
+
+    profile = profile_named(args["profile"])
+    devices, not_checked = profile.devices(), profile.not_checked()
+    sys.stdout.write(json.dumps({"devices": devices, "not_checked": list(not_checked)}))
+    sys.stdout.flush()
+    return 0
+
+
 def _be_runner(warm: bool, grader: int) -> int:
     """A runner: its kernels' launchers first, then its job (whose path comes on standard input)."""
     retitle([sys.executable, "-m", "autograder.run.runner", "(forked, its job to come)"])

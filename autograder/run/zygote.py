@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 from autograder.run.forkclient import ForkedProcess, ForkServer, ForkServerUnavailable
 from autograder.run.forkserver import usable
 
 __all__ = ["ForkedRunner", "Zygote", "ZygoteUnavailable", "usable"]
+
+ANSWER_TIMEOUT_S = 60  # for a child's answer (:meth:`Zygote.checked`), its imports done
 
 # What a fresh kernel imports as it starts, in that order (ipykernel, then the guard), so that the
 # warning filters they add come in the same order; first, what the runners need of the grader.
@@ -128,3 +133,35 @@ class Zygote(ForkServer):
         except OSError:
             pass  # it ended already; its end is reported as any other
         return runner
+
+    def checked(self, profile: str) -> tuple[str, tuple[str, ...]] | None:
+        """What the course's ``profile`` names of this machine (its devices, and the machines its
+        checks name that it cannot stand for), named by a child of the zygote, which has the
+        kernels' imports and environment; None where it cannot answer (it is unavailable, the child
+        failed or took over :data:`ANSWER_TIMEOUT_S`)."""
+        read_end, write_end = os.pipe()
+        try:
+            child = self.fork(
+                "autograder.run.forked:checked",
+                {"profile": profile},
+                [read_end, write_end, write_end],
+            )
+        except ZygoteUnavailable:
+            return None
+        finally:
+            os.close(write_end)
+        said, deadline = b"", time.monotonic() + ANSWER_TIMEOUT_S
+        with os.fdopen(read_end, "rb") as answer:
+            while select.select([answer], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                chunk = os.read(answer.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                said += chunk
+            else:
+                self.signal(child.pid, signal.SIGKILL)
+        try:
+            code = child.wait(ANSWER_TIMEOUT_S)
+            named = json.loads(said) if code == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            return None
+        return (named["devices"], tuple(named["not_checked"])) if named else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import subprocess
 import threading
 from concurrent.futures import Future
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from autograder.course.config import tool_env
 from autograder.course.paths import HOME
-from autograder.course.profile import profile_named
+from autograder.course.profile import checked_on, profile_named
 from autograder.run import sandbox
 from autograder.run.cgroups import usable_cores
 from autograder.run.executors.base import Executor
@@ -214,3 +215,16 @@ def start_zygote_early(settings: Settings) -> None:
     zygote.start()
     atexit.register(zygote.close)
     _EARLY.append(zygote)
+
+
+def name_checked(settings: Settings) -> Settings:
+    """``settings`` with what its profile names of this machine (the devices every check runs on,
+    and the machines the checks name that it cannot stand for) named once for the whole run.
+
+    Where the zygote started early, a child of it names them: it has imported what the kernels
+    import (torch, for a course whose checks run on devices), so the grader need not, and names the
+    devices in the kernels' environment. Elsewhere, or where that child cannot, the profile names
+    them here."""
+    named = _EARLY[0].checked(settings.profile or "") if _EARLY else None
+    devices, not_checked = named or checked_on(settings)
+    return dataclasses.replace(settings, devices=devices, not_checked=not_checked)

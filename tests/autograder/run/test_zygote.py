@@ -331,3 +331,32 @@ def test_a_local_pool_starts_its_zygote_at_once_and_one_closed_early_ends_it():
     began = time.monotonic()
     pool.close()
     assert process.wait(timeout=5) is not None and time.monotonic() - began < 2
+
+
+def test_the_zygote_names_the_devices_the_grader_would_and_the_grader_names_them_where_it_cannot(
+    tmp_path,
+):
+    """The grader asks its zygote, whose imports are the kernels' (torch's), what the profile names
+    of this machine, instead of importing torch to name them itself; where the zygote cannot answer
+    it names them itself, the same."""
+    from autograder.course.profile import checked_on
+    from autograder.settings import Settings
+
+    profile = f"{DeviceCourse.__module__}.{DeviceCourse.__name__}"
+    here = checked_on(Settings(profile=profile))
+    assert "cpu" in here[0]
+    handle = zygote.Zygote(dict(os.environ), ROOT, DeviceCourse.kernel.packages)
+    try:
+        assert handle.checked(profile) == here
+        assert handle.checked("no_such_package.Profile") is None  # its child failed
+    finally:
+        handle.close()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "numpy.py").write_text("raise ImportError('numpy is broken here')\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(broken)}
+    handle = zygote.Zygote(env, ROOT, DeviceCourse.kernel.packages)
+    try:
+        assert handle.checked(profile) is None  # it could not start
+    finally:
+        handle.close()
