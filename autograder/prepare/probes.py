@@ -227,7 +227,8 @@ def notebook_probes(
     student's probes, which never hold an expected side.
 
     Every submission of an assignment has the instructor's tests, and the grader asks twice per
-    submission (its job's probes, then its verdict's sites): the answer for the same tests is kept.
+    submission (its job's probes, then its verdict's sites): the answer for the same tests is kept,
+    whatever the recorder's name.
 
     A value comparison (``assert L == R``, ``assert_tensor(A, E, device)``, ``torch.equal``,
     ``torch.allclose``, ``torch.testing.assert_close``) becomes "record L (or A)": the expected
@@ -241,15 +242,20 @@ def notebook_probes(
     hidden checks (``tests/autograder/judge/test_probe.py`` proves it). A test counts when its
     phase-A cell raised nothing and its probe matches the reference.
     """
-    probes, sites = _notebook_probes(tuple(tests), recorder, reference)
-    return list(probes), list(sites)
+    bodies, sites = _notebook_probes(tuple(tests), reference)
+    # the recorder's name differs per job, so it is bound above the kept rest of each probe
+    bind = f"{_LOCAL} = __import__('builtins').__dict__[{recorder!r}]\n"
+    return [bind + body for body in bodies], list(sites)
+
+
+_LOCAL = "_course_probe"  # the probes' name for the recorder (no "__": a class would mangle it)
 
 
 @functools.lru_cache(maxsize=64)
 def _notebook_probes(
-    tests: tuple[str, ...], recorder: str, reference: bool
+    tests: tuple[str, ...], reference: bool
 ) -> tuple[tuple[str, ...], tuple[Site, ...]]:
-    local = "_course_probe"  # no leading "__": a class body would mangle it
+    local = _LOCAL
     sources = [ipython_free(source) for source in tests]
     sites: list[Site] = []
     analyses, trees = [], []
@@ -292,7 +298,6 @@ def _notebook_probes(
         )
         module = ast.Module(
             body=[
-                ast.parse(f"{local} = __import__('builtins').__dict__[{recorder!r}]").body[0],
                 ast.parse(f"{local}.begin()").body[0],
                 ast.Try(body=body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[]),
                 ast.parse(f"{local}.end({PROBE_TOKEN!r})").body[0],

@@ -302,3 +302,16 @@ same_state(load(path), {"w": torch.zeros(2)})
 """
     code, _ = probes.probe_source(source, "_r", reference=False)
     assert "torch.zeros" not in code and "same_state(load(path), None)" in code
+
+
+def test_the_probes_of_the_same_tests_are_made_once_whatever_each_jobs_recorder_is_named():
+    """Every job names its recorder anew; the probes of an assignment's tests are rewritten once,
+    and each job's differ only in the name they bind."""
+    tests = ["x = 1\nassert x == 1", "assert [1, 2] == [1, 2]"]
+    probes._notebook_probes.cache_clear()
+    first, sites = probes.notebook_probes(tests, "one_probe", reference=False)
+    second, again = probes.notebook_probes(tests, "other_probe", reference=False)
+    assert probes._notebook_probes.cache_info().misses == 1
+    assert sites == again
+    assert [p.replace("'one_probe'", "'other_probe'") for p in first] == second
+    assert all("'other_probe'" in p and "'one_probe'" not in p for p in second)
