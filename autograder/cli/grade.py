@@ -32,11 +32,11 @@ from autograder.course.profile import (
     profile_named,
 )
 from autograder.judge.reference import REFERENCES, CanaryFailed
-from autograder.record.gradebook import gradebook_url
+from autograder.record.gradebook import gradebook_url, load_nbgrader
 from autograder.record.report import format_table, write_csv, write_histogram
 from autograder.record.state import StateError, read_state
 from autograder.run import bytecode, cgroups, sandbox
-from autograder.run.executors import ClusterError, name_checked, start_zygote_early
+from autograder.run.executors import ClusterError, naming_checked, start_zygote_early
 from autograder.run.executors.cluster import check_scheduler
 from autograder.run.idle import IdleCores
 from autograder.run.process import RUNNERS
@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     # zygote's too.
     os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
     start_zygote_early(settings)
-    settings = name_checked(settings)
+    named = naming_checked(settings)
+    load_nbgrader()  # while the zygote imports, before it names the devices for the header
+    settings = named()
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)

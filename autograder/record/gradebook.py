@@ -104,6 +104,14 @@ def ready_gradebook(db_url: str) -> None:
         engine.dispose()
 
 
+def load_nbgrader() -> None:
+    """Import nbgrader's API and read its gradebook's head revision now, as every grading does
+    later: for a caller that waits on another process meanwhile."""
+    import nbgrader.apps  # noqa: F401
+
+    alembic_head()
+
+
 @functools.lru_cache(maxsize=1)
 def alembic_head() -> str:
     """The head revision of nbgrader's gradebook migrations: what ``alembic heads`` prints, without

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from autograder.run.executors.base import ClusterError, Executor
 from autograder.run.executors.dask import DaskExecutor
-from autograder.run.executors.pool import LocalPool, name_checked, start_zygote_early
+from autograder.run.executors.pool import (
+    LocalPool,
+    naming_checked,
+    start_zygote_early,
+)
 from autograder.settings import Settings
 
 __all__ = [
@@ -17,7 +21,7 @@ __all__ = [
     "Executor",
     "LocalPool",
     "executor_for",
-    "name_checked",
+    "naming_checked",
     "start_zygote_early",
 ]
 

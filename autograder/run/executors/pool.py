@@ -10,6 +10,7 @@ import subprocess
 import threading
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Callable
 
 from autograder.course.config import tool_env
 from autograder.course.paths import HOME
@@ -204,8 +205,9 @@ _EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's L
 def start_zygote_early(settings: Settings) -> None:
     """Start the zygote of this run's local pool now, for the pool to take when it is made.
 
-    Its imports (torch's) then run beside the grader's own set-up (which imports torch too, to name
-    the devices a run checks) instead of after it, so the first runner forks sooner. Nothing for a
+    Its imports (torch's) then run beside the grader's own set-up instead of after it, so the first
+    runner forks sooner, and a child of it names the devices a run checks (:func:`name_checked`),
+    which the grader would otherwise import torch to name. Nothing for a
     Dask cluster, whose workers have their own, or where no zygote is used; a zygote no pool takes
     (the run stopped first) ends when the grader does.
     """
@@ -215,6 +217,21 @@ def start_zygote_early(settings: Settings) -> None:
     zygote.start()
     atexit.register(zygote.close)
     _EARLY.append(zygote)
+
+
+def naming_checked(settings: Settings) -> Callable[[], Settings]:
+    """:func:`name_checked` begun in a thread of its own; what it returns waits for its answer (or
+    raises its error), so the caller works while the zygote imports."""
+    answer: Future = Future()
+
+    def ask() -> None:
+        try:
+            answer.set_result(name_checked(settings))
+        except BaseException as error:  # noqa: BLE001 - raised to the caller that waits
+            answer.set_exception(error)
+
+    threading.Thread(target=ask, name="naming-devices", daemon=True).start()
+    return answer.result
 
 
 def name_checked(settings: Settings) -> Settings:
