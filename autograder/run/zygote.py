@@ -140,16 +140,19 @@ class Zygote(ForkServer):
         kernels' imports and environment; None where it cannot answer (it is unavailable, the child
         failed or took over :data:`ANSWER_TIMEOUT_S`)."""
         read_end, write_end = os.pipe()
+        nowhere = os.open(os.devnull, os.O_RDWR)
         try:
+            # its answer alone on the pipe: a warning or a failure of its own is the grader's to
+            # meet again, naming the devices itself
             child = self.fork(
-                "autograder.run.forked:checked",
-                {"profile": profile},
-                [read_end, write_end, write_end],
+                "autograder.run.forked:checked", {"profile": profile}, [nowhere, write_end, nowhere]
             )
         except ZygoteUnavailable:
+            os.close(read_end)
             return None
         finally:
             os.close(write_end)
+            os.close(nowhere)
         said, deadline = b"", time.monotonic() + ANSWER_TIMEOUT_S
         with os.fdopen(read_end, "rb") as answer:
             while select.select([answer], [], [], max(0.0, deadline - time.monotonic()))[0]:
