@@ -66,6 +66,10 @@ class Profile:
                 share("the rest: the grader (nbgrader's release, autograde, feedback)", rest),
                 share("no process computing", self.capacity_s - self.run_cpu_s),
             ]
+        # what a change to the grader moves, whatever the notebooks' own speed on the day
+        by_whom.append(
+            share("in all, beyond the notebooks' and the canary's own", self.capacity_s - kernels_s)
+        )
         return [
             f"{self.cores} cores x {self.wall_s:.1f} s = {self.capacity_s:.1f} core-seconds,"
             f" {self.jobs} jobs",

@@ -61,6 +61,7 @@ def test_the_profile_splits_the_cores_time_into_the_jobs_shares_and_idle_by_when
     assert "kernel starts, the guard's installation included: 0.6 s" in text
     assert "the rest: the grader (nbgrader's release, autograde, feedback): 3.0 s" in text
     assert "no process computing: 4.0 s (20%)" in text
+    assert "in all, beyond the notebooks' and the canary's own: 9.1 s (46%)" in text  # 20 - 10.9
 
 
 def test_without_the_runs_processor_time_the_profile_leaves_out_what_it_cannot_split(tmp_path):
