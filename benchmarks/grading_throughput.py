@@ -40,9 +40,11 @@ from its jobs' status files: starting each kernel (off the notebook's time
 when it was started ahead, see ``--no-warm``) and running the notebooks,
 the instructor's solutions (the canary) included. Where the cores' time went in runs 3 and 5
 is printed too (:mod:`autograder.record.profile`): the notebooks' and the canary's processor
-time, kernel starts, jobs waiting, and cores left idle before the first job, between jobs and
-after the last one began. Also checks that plain nbgrader and make grade give every submission
-the same score. Exits 1 if a target is missed.
+time, kernel starts, the runners, the grader, no process computing, all of it beyond the
+notebooks' own (which a change to the grader moves whatever the machine's speed that day), and
+the cores no job held before the first job, between jobs and after the last one began. Also
+checks that plain nbgrader and make grade give every submission the same score. Exits 1 if a
+target is missed.
 
 It also prints the most a grader could gain on this machine: run 2's
 processor time (the kernels' and every process they started, user and
