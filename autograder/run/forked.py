@@ -62,10 +62,10 @@ def runner(args: dict) -> int:
 def checked(args: dict) -> int:
     """In a child of the zygote: what the course's profile ``args["profile"]`` names of this machine
     (:meth:`autograder.run.zygote.Zygote.checked`), as JSON on standard output."""
-    from autograder.course.profile import profile_named
+    from autograder.course.profile import checked_on
+    from autograder.settings import Settings
 
-    profile = profile_named(args["profile"])
-    devices, not_checked = profile.devices(), profile.not_checked()
+    devices, not_checked = checked_on(Settings(profile=args["profile"]))
     sys.stdout.write(json.dumps({"devices": devices, "not_checked": list(not_checked)}))
     sys.stdout.flush()
     return 0
