@@ -12,11 +12,12 @@ an operator without a CUDA kernel as its composite. The device must raise that m
 operator, or run it; a run the rules let through must give the CPU's values. A RuntimeError about
 devices raised between operators comes from a composite's own check (multi_dot's, meshgrid's), code
 above every backend that CUDA runs alike, and is taken as CUDA's. An op *agrees* when every variant
-does; it is *not predicted* when a run reaches an operator the rules here cannot judge (a
-convolution, an operator without a CUDA kernel or composite) or the device refuses it in its own
-words; else it *differs*. The rules are written here, not taken from the device's check; their data
-(which operators' TensorIterator allows a CPU scalar, the generated checks' table) are the device's,
-each checked against PyTorch by a test.
+does; it is *not predicted* when a run reaches an operator the rules here cannot judge
+(``_pack_padded_sequence``'s own checks) or the device refuses it in its own words; else it
+*differs*. An operator with a CPU kernel and no CUDA or composite one is refused by CUDA's
+dispatcher, on one device or two. The rules are written here, not taken from the device's check;
+their data (which operators' TensorIterator allows a CPU scalar, the generated checks' table) are
+the device's, each checked against PyTorch by a test.
 """
 
 from __future__ import annotations
@@ -83,7 +84,13 @@ INDEXING = {
     "_unsafe_index_put",
 }
 # Checks the rules here do not model: what CUDA raises for them is left unpredicted.
-UNMODELLED = {"convolution", "_convolution", "_pack_padded_sequence"}
+UNMODELLED = {"_pack_padded_sequence"}
+CONVOLUTIONS = {"convolution", "_convolution"}
+# ConvBackend::Mkldnn and the next in ATen/native/ConvUtils.h's enum, MkldnnTranspose, which
+# torch._C._ConvBackend leaves without a name
+ONEDNN = {int(torch._C._ConvBackend.Mkldnn), int(torch._C._ConvBackend.Mkldnn) + 1}
+# legacy type names, as Tensor::toString writes them (torch.FloatTensor, torch.cuda.FloatTensor)
+_LEGACY = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half"}
 
 
 def _device_data():
@@ -97,17 +104,23 @@ def _device_data():
     return (
         data["checks"],
         frozenset(data["cuda_kernels"]),
+        frozenset(data["cpu_only"]),
         _iterrules.ALLOW_CPU_SCALAR,
         _iterrules.ASSERTING,
     )
 
 
-CHECKS, CUDA_KERNELS, ALLOW, ASSERTING = _device_data()
+CHECKS, CUDA_KERNELS, CPU_ONLY, ALLOW, ASSERTING = _device_data()
 
 
 @dataclass(frozen=True)
 class Raises:
     message: str
+    # the error's text begins with the message (what follows it is not predicted)
+    prefix: bool = False
+
+    def said(self, text: str) -> bool:
+        return text.startswith(self.message) if self.prefix else text == self.message
 
 
 @dataclass(frozen=True)
@@ -142,11 +155,21 @@ def predict(func, args: tuple, kwargs: dict):
     devices = {t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
     name = func._schema.name.split("::")[-1]
     key = name if func._overloadname == "default" else f"{name}.{func._overloadname}"
+    if key in CPU_ONLY:
+        # no CUDA kernel: the dispatcher refuses before any kernel checks a device (reportError,
+        # aten/src/ATen/core/dispatch/OperatorEntry.cpp)
+        return Raises(
+            f"Could not run '{func._schema.name}{'' if key == name else key[len(name) :]}' with"
+            f" arguments from the '{BACKEND}' backend.",
+            prefix=True,
+        )
     if len(devices) < 2 or name in TRANSFERS:
         return None
     # the generated wrapper: check_and_update_common_device (ATen/core/op_registration/adaption.h)
     if key in CHECKS:
         return _wrapper_check(func, key, args, kwargs)
+    if name in CONVOLUTIONS:
+        return _convolution(args)
     if name in UNMODELLED:
         return Unpredicted(f"{name}'s own checks")
     if name not in CUDA_KERNELS or name.startswith("_foreach_"):
@@ -156,14 +179,18 @@ def predict(func, args: tuple, kwargs: dict):
         for dispatch_key in COMPOSITES:
             if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), dispatch_key):
                 return Composite(dispatch_key)
-        return Unpredicted(f"{key} has no CUDA kernel and no composite")
+        return Unpredicted(f"{key} has no CUDA kernel and no composite")  # nor a CPU one
     return _own_check(name, args) or _iterator(name, func, args, kwargs)
 
 
 def _wrapper_check(func, key: str, args: tuple, kwargs: dict):
     """Every checked argument, 0-dim or not, on the first one's device, in the generated order."""
+    return _checked(key, {argument.name: value for argument, value in _bound(func, args, kwargs)})
+
+
+def _checked(key: str, given: dict):
+    """:func:`_wrapper_check` with the arguments by name."""
     method, names = CHECKS[key]
-    given = {argument.name: value for argument, value in _bound(func, args, kwargs)}
     first = None
     for argument in names:
         for tensor in _tensors(given.get(argument)):
@@ -173,6 +200,64 @@ def _wrapper_check(func, key: str, args: tuple, kwargs: dict):
                     f"{SAME}but got {argument} is on {tensor.device}, different from other tensors"
                     f" on {first} (when checking argument in method {method.format(BACKEND)})"
                 )
+    return None
+
+
+def _type_name(tensor: torch.Tensor) -> str:
+    kind = f"{_LEGACY.get(tensor.dtype, tensor.dtype)}Tensor"
+    return f"torch.{kind}" if tensor.device.type == "cpu" else f"torch.{BACKEND.lower()}.{kind}"
+
+
+def _convolution(args: tuple):
+    """``_convolution`` (aten/src/ATen/native/Convolution.cpp), a composite that CUDA runs too,
+    picks its backend by the input. A CPU input gets the backend the CPU gives it
+    (``torch._C._select_conv_backend``, PyTorch's own choice, which looks at the input's device and
+    the parameters' sizes only): oneDNN checks the parameters' types first
+    (``check_input_same_type_as_parameters`` with the backend), any other runs the composite, whose
+    parts are judged in turn. A CUDA input goes to ``_conv_depthwise2d``/``conv_depthwise3d`` when
+    depthwise (``is_depthwise``; ``use_cudnn_depthwise`` wants half precision or channels-last),
+    whose generated wrappers check devices; else to cuDNN after
+    ``check_input_same_type_as_parameters``, which compares device types and dtypes."""
+    input, weight, bias = args[0], args[1], args[2]
+    stride, padding, dilation, transposed, output_padding, groups = args[3:9]
+    parameters = [("weight", weight), ("bias", bias)]
+    if input.device.type == "cpu":
+        backend = torch._C._select_conv_backend(
+            input,
+            weight.cpu(),
+            None if bias is None else bias.cpu(),
+            stride,
+            padding,
+            dilation,
+            transposed,
+            output_padding,
+            groups,
+        )
+        if int(backend) in ONEDNN:
+            for role, tensor in parameters:
+                if tensor is not None and tensor.device.type != "cpu":
+                    return Raises(
+                        f"Input type ({_type_name(input)}) and {role} type ({_type_name(tensor)})"
+                        f" should be the same or input should be a MKLDNN tensor and {role} is a"
+                        " dense tensor"
+                    )
+        return Composite(torch._C.DispatchKey.CompositeExplicitAutograd)
+    if (
+        not transposed
+        and input.dim() in (4, 5)
+        and groups > 1
+        and input.size(1) == groups
+        and weight.size(0) % input.size(1) == 0
+        and input.is_contiguous()
+    ):
+        key = "_conv_depthwise2d" if input.dim() == 4 else "conv_depthwise3d"
+        return _checked(key, {"self": input, "weight": weight, "bias": bias})
+    for role, tensor in parameters:
+        if tensor is not None and tensor.device.type != input.device.type:
+            return Raises(
+                f"Input type ({_type_name(input)}) and {role} type ({_type_name(tensor)}) should be"
+                " the same"
+            )
     return None
 
 
@@ -302,10 +387,10 @@ class Watch(TorchDispatchMode):
             raise
         except Exception as error:  # noqa: BLE001 - any error is compared with the prediction
             said = str(error)
+            if isinstance(guess, Raises) and guess.said(said):
+                self._stop("agrees", said)
             if isinstance(error, NotImplementedError) and OWN_WORDS in said:
                 self._stop("not predicted", f"refused: {said.splitlines()[0][:120]}")
-            if isinstance(guess, Raises) and said == guess.message:
-                self._stop("agrees", said)
             expected = guess.message if isinstance(guess, Raises) else "that it runs"
             self._stop(
                 "differs",

@@ -11,8 +11,11 @@ to ``sim:0``, on the simulated device, both from the same random seed. An op *ag
 sample gives the CPU's values (NaN where the CPU has NaN), or is *refused* when the device says in
 its own words that it cannot run it (a ``NotImplementedError`` naming the simulated device); it
 *fails* when it raises anything else (an error the CPU does not raise, a traceback from inside the
-device's code) or gives other values. A sample the CPU itself refuses is left out. Prints the ops
-that agree, are refused and fail, of all, and each failing op with its first difference;
+device's code) or gives other values. An op whose OpInfo lists no float32 for CUDA
+(``op.supported_dtypes("cuda")``: ``histogram``) must be refused as CUDA's dispatcher refuses it
+(*as on CUDA*); run, or refused so where CUDA runs it, it fails. A sample the CPU itself refuses is
+left out. Prints the ops that agree, are refused and fail, of all, and each failing op with its
+first difference;
 ``tests/simdevice/test_simdevice_ops.py`` runs every op over its first samples and fails on any op
 that fails.
 """
@@ -33,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page import WRITE_PAGE_HELP, write_row  # noqa: E402
 
 OWN_WORDS = "simulated device"  # what every refusal of the device says (simdevice)
+# how CUDA's dispatcher, and the device for an operator CUDA has no kernel for, begin their refusal
+NO_KERNEL = "Could not run '"
 # Ops whose result holds whatever memory held ("uninitialized data", torch.empty's docs): compared
 # by shape and dtype only, on any device.
 UNINITIALIZED = {
@@ -55,8 +60,8 @@ CPU_ARGUMENTS = {"tensor_split": "tensor_split expected tensor_indices_or_sectio
 
 @dataclass
 class Outcome:
-    """One op's result: ``agrees``, ``refused`` or ``fails``, and what its first failing sample
-    did."""
+    """One op's result: ``agrees``, ``as on CUDA``, ``refused`` or ``fails``, and what its first
+    failing sample did."""
 
     name: str
     kind: str
@@ -109,6 +114,8 @@ def run_op(op, samples: int) -> Outcome:
     """The outcome of ``op`` (an OpInfo) over its first ``samples`` float32 sample inputs."""
     began = time.perf_counter()
     outcome = Outcome(op.name, "agrees")
+    # PyTorch's own word on CUDA: no float32 there, so CUDA refuses every sample
+    on_cuda = torch.float32 in op.supported_dtypes("cuda")
     try:
         inputs = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:samples]
     except Exception as error:  # noqa: BLE001 - an op without float32 samples here: nothing to compare
@@ -126,8 +133,14 @@ def run_op(op, samples: int) -> Outcome:
             torch.manual_seed(0)
             got = op(moved.input, *moved.args, **moved.kwargs)
         except NotImplementedError as error:
-            if OWN_WORDS in str(error):
-                outcome.kind, outcome.detail = "refused", " ".join(str(error).split())[:160]
+            said = " ".join(str(error).split())
+            if said.startswith(NO_KERNEL) and OWN_WORDS in said:
+                outcome.kind = "fails" if on_cuda else "as on CUDA"
+                outcome.detail = "CUDA runs it (OpInfo), the device refused: " if on_cuda else ""
+                outcome.detail += said[:160]
+                break
+            if OWN_WORDS in said:
+                outcome.kind, outcome.detail = "refused", said[:160]
                 break
             outcome.kind, outcome.detail = (
                 "fails",
@@ -148,6 +161,9 @@ def run_op(op, samples: int) -> Outcome:
             break
     if outcome.kind == "agrees" and not outcome.samples:
         outcome.kind = "no samples"
+    elif outcome.kind == "agrees" and not on_cuda:
+        outcome.kind = "fails"
+        outcome.detail = "ran, where OpInfo lists no float32 for CUDA and CUDA refuses it"
     outcome.seconds = time.perf_counter() - began
     return outcome
 
@@ -180,15 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = [run_op(op, args.samples) for op in ops]
     counted = [o for o in outcomes if o.kind != "no samples"]
     by_kind = {
-        kind: [o for o in counted if o.kind == kind] for kind in ("agrees", "refused", "fails")
+        kind: [o for o in counted if o.kind == kind]
+        for kind in ("agrees", "as on CUDA", "refused", "fails")
     }
     for outcome in by_kind["fails"]:
         print(f"fails    {outcome.name}: {outcome.detail}")
     result = (
         f"{len(by_kind['agrees'])} of {len(counted)} ops of PyTorch's OpInfo database give the"
         f" CPU's values on sim:0 ({100 * len(by_kind['agrees']) / max(1, len(counted)):.1f}%),"
-        f" {len(by_kind['refused'])} are refused in the device's words, {len(by_kind['fails'])}"
-        f" fail; float32, at most {args.samples} samples each"
+        f" {len(by_kind['as on CUDA'])} are refused as CUDA refuses them (no float32 for CUDA in"
+        f" their OpInfo), {len(by_kind['refused'])} are refused in the device's words,"
+        f" {len(by_kind['fails'])} fail; float32, at most {args.samples} samples each"
     )
     print(result)
     if args.write_page:

@@ -177,7 +177,8 @@ def simulated_mac() -> Iterator[torch.device]:
     ``mps:1`` does not exist; running out of memory raises MPS's plain ``RuntimeError`` forms
     (``Invalid buffer size: ...`` over Metal's largest buffer, else ``MPS backend out of memory
     ...``, from ``aten/src/ATen/mps/MPSAllocator.mm``). What it cannot show: tensors report
-    ``sim:0``, not ``mps:0``; operators MPS lacks run anyway.
+    ``sim:0``, not ``mps:0``; operators MPS lacks run anyway, and so do those CUDA lacks
+    (:func:`simdevice.runs_cpu_only_operators`).
 
     Turns the simulated device on (hidden from ``torch.accelerator``) if it is off. Works on any
     machine where the simulated device can be turned on, that is one without CUDA.
@@ -202,6 +203,7 @@ def simulated_mac() -> Iterator[torch.device]:
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context
         patch(simulated_mps())
+        patch(simdevice.runs_cpu_only_operators())  # MPS has histogram, which CUDA lacks
         patch(replaced(nn.Module, to=module_to))
         patch(replaced(torch, load=load))
         patch(replaced(torch.accelerator, synchronize=lambda device=None, /: None))

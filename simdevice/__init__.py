@@ -31,6 +31,7 @@ __all__ = [
     "max_memory_allocated",
     "memory_allocated",
     "reset_peak_memory_stats",
+    "runs_cpu_only_operators",
     "set_memory_budget",
     "show",
     "shown_as_accelerator",
@@ -113,6 +114,19 @@ def shown_as_accelerator(shown: bool = True) -> Iterator[None]:
         yield
     finally:
         _state.set_thread_shown(previous)
+
+
+@contextlib.contextmanager
+def runs_cpu_only_operators() -> Iterator[None]:
+    """For the block, in every thread: the device runs the operators CUDA has no kernel for
+    (``torch.histogram``, ``torch.histogramdd``) with the CPU's kernel, as a device that has some of
+    them does (MPS has ``histogram``); outside it, it refuses them in CUDA's words. Nested blocks
+    keep it on until the outermost ends."""
+    _state.state["cpu_only_runs"] = int(_state.state.get("cpu_only_runs", 0)) + 1
+    try:
+        yield
+    finally:
+        _state.state["cpu_only_runs"] = int(_state.state["cpu_only_runs"]) - 1
 
 
 def is_enabled() -> bool:

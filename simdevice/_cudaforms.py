@@ -20,6 +20,8 @@ _DATA = json.loads(Path(__file__).with_name("device_checks.json").read_text())
 TABLE: dict[str, list] = _DATA["checks"]
 # Operators (without overload) that have a CUDA kernel of their own.
 CUDA_KERNELS = frozenset(_DATA["cuda_kernels"])
+# Overloads ("histogram.bins_tensor") with a CPU kernel and no CUDA or composite kernel.
+CPU_ONLY = frozenset(_DATA["cpu_only"])
 
 SAME_DEVICE = "Expected all tensors to be on the same device, "
 CONVOLUTIONS = frozenset({"convolution", "_convolution"})
@@ -35,6 +37,19 @@ _LEGACY = {
     torch.float16: "Half",
 }
 _SIM_TYPE = re.compile(rf"\b{NAME}({'|'.join(_LEGACY.values())})Type\b")
+
+
+def no_cuda_kernel(func) -> NotImplementedError:
+    """What CUDA's dispatcher raises for an operator in :data:`CPU_ONLY`, before any check of its
+    arguments (``reportError``, ``aten/src/ATen/core/dispatch/OperatorEntry.cpp``), with the
+    simulated device's backend for CUDA's; the CPU kernel it has is not run."""
+    overload = "" if func._overloadname == "default" else f".{func._overloadname}"
+    return NotImplementedError(
+        f"Could not run '{func._schema.name}{overload}' with arguments from the '{NAME.upper()}'"
+        " backend. This could be because the operator doesn't exist for this backend, or was"
+        " omitted during the selective/custom build process (if using custom build). The simulated"
+        " device refuses it as CUDA does: CUDA has no kernel for it, only the CPU has."
+    )
 
 
 def translate(message: str) -> str:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from simdevice import _cudaforms, _iterrules, _opchecks
-from simdevice._cudaforms import CONVOLUTIONS, CUDA_KERNELS
+from simdevice._cudaforms import CONVOLUTIONS, CPU_ONLY, CUDA_KERNELS
+from simdevice._state import state
 from simdevice._cudaforms import TABLE as _TABLE
 
 # Operators that move data between devices (or only look at metadata): no check.
@@ -54,7 +55,7 @@ def _plan(func) -> tuple:
         positions = {a.name: i for i, a in enumerate(schema.arguments) if not a.kwarg_only}
         checked = None if entry is None else [(n, positions.get(n)) for n in entry[1]]
         writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-        plan = (name, entry[0] if entry else None, checked, writes)
+        plan = (name, entry[0] if entry else None, checked, writes, key in CPU_ONLY)
         _plans[func] = plan
     return plan
 
@@ -70,7 +71,8 @@ def _checked_tensors(checked, args: tuple, kwargs: dict):
 
 
 def check_devices(func, args: tuple, kwargs: dict):
-    """Raise PyTorch's same-device error where CUDA would raise it for ``func``.
+    """Raise PyTorch's same-device error where CUDA would raise it for ``func``; for an operator
+    CUDA has no kernel for (``CPU_ONLY``), on one device or two, its dispatcher's error.
 
     Operators with a CUDA kernel that PyTorch generates a device check for raise ``... but got <arg>
     is on <device>, different from other tensors on <device> (when checking argument in method
@@ -82,7 +84,10 @@ def check_devices(func, args: tuple, kwargs: dict):
     operator that CUDA would run as a composite of others mixes devices: the caller then runs the
     composite, whose parts raise what they raise on CUDA.
     """
-    name, method, checked, _ = _plan(func)
+    name, method, checked, _, cpu_only = _plan(func)
+    # CUDA's dispatcher finds no kernel before any kernel checks a device
+    if cpu_only and not state["cpu_only_runs"]:
+        raise _cudaforms.no_cuda_kernel(func)
     if name in _TRANSFERS:
         return None
     # no device rule can raise: its own may

@@ -8,7 +8,8 @@ import threading
 import torch
 
 NAME = "sim"
-state: dict[str, object] = {"enabled": False, "count": 0, "shown": True}
+# cpu_only_runs: how many simdevice.runs_cpu_only_operators blocks are open
+state: dict[str, object] = {"enabled": False, "count": 0, "shown": True, "cpu_only_runs": 0}
 _current = threading.local()
 
 

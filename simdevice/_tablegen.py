@@ -1,4 +1,5 @@
-"""Build the table of device checks that CUDA's generated wrappers make (``device_checks.json``).
+"""Build the table of device checks that CUDA's generated wrappers make, and of the operators CUDA
+has no kernel for (``device_checks.json``).
 
 For each operator whose wrapper checks that its tensors share a device, the table holds the
 wrapper's name and its checked arguments in order, from PyTorch's own code generator (``torchgen``)
@@ -27,7 +28,10 @@ def build() -> dict[str, object]:
         different from other tensors on <device> (when checking argument in method
         wrapper_CUDA_<name>)
 
-    The table writes the wrapper's name with ``CUDA`` left as ``{}``, so any backend name fits.
+    The table writes the wrapper's name with ``CUDA`` left as ``{}``, so any backend name fits. It
+    also names the operators with a CUDA kernel (``cuda_kernels``, without overload), and the
+    overloads with a CPU kernel but neither a CUDA nor a composite one (``cpu_only``), which CUDA's
+    dispatcher refuses (``Could not run ... from the 'CUDA' backend``).
     """
     import torch
     import torchgen
@@ -40,12 +44,16 @@ def build() -> dict[str, object]:
         os.path.join(native, "native_functions.yaml"), os.path.join(native, "tags.yaml")
     )
     cuda = parsed.backend_indices[DispatchKey.CUDA]
+    cpu = parsed.backend_indices[DispatchKey.CPU]
     by_name = {f.func.name: f for f in parsed.native_functions}
     checks: dict[str, list[object]] = {}
     cuda_kernels: set[str] = set()
+    cpu_only: list[str] = []
     for f in parsed.native_functions:
         kernel_owner = by_name[f.structured_delegate] if f.structured_delegate is not None else f
         if cuda.get_kernel(kernel_owner) is None:
+            if cpu.get_kernel(kernel_owner) is not None and not _composite(f):
+                cpu_only.append(str(f.func.name))
             continue
         cuda_kernels.add(str(f.func.name.name))
         if f.device_check == DeviceCheckType.NoCheck:
@@ -67,16 +75,26 @@ def build() -> dict[str, object]:
         "torch": torch.__version__.split("+")[0],
         "checks": dict(sorted(checks.items())),
         "cuda_kernels": sorted(cuda_kernels),
+        "cpu_only": sorted(cpu_only),
     }
+
+
+def _composite(f) -> bool:
+    """Whether a composite kernel serves ``f`` on every backend, CUDA included."""
+    return (
+        f.has_composite_implicit_autograd_kernel
+        or f.has_composite_explicit_autograd_kernel
+        or f.has_composite_explicit_autograd_non_functional_kernel
+    )
 
 
 def render(table: dict[str, object]) -> str:
     """The table as JSON, one operator a line, so a diff reads per operator."""
     rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in table["checks"].items())
-    kernels = json.dumps(table["cuda_kernels"])
+    kernels, cpu_only = json.dumps(table["cuda_kernels"]), json.dumps(table["cpu_only"])
     return (
-        f'{{"torch": {json.dumps(table["torch"])}, "cuda_kernels": {kernels},\n"checks":'
-        f" {{\n{rows}\n}}}}\n"
+        f'{{"torch": {json.dumps(table["torch"])}, "cuda_kernels": {kernels},\n'
+        f'"cpu_only": {cpu_only},\n"checks": {{\n{rows}\n}}}}\n'
     )
 
 

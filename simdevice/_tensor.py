@@ -196,7 +196,7 @@ def _fast(func, args: tuple):
         else:
             inner.append(value)
     plan = _plans.get(func) or _plan(func)
-    if plan[0] in _opchecks.NAMES:  # a check of its own, for one device too
+    if plan[0] in _opchecks.NAMES or plan[4]:  # a check of its own, for one device too
         return _SLOW
     try:
         out = func(*inner)

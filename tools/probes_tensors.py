@@ -364,6 +364,17 @@ def to_sparse_on_the_device(d0, d1):
 
 
 @probe()
+def histogram_on_the_device(d0, d1):
+    return torch.histogram(torch.tensor([0.0, 1.0, 2.0], device=d0), bins=2)
+
+
+@probe()
+def histc_on_the_device(d0, d1):
+    got = torch.histc(torch.tensor([0.0, 1.0, 2.0], device=d0), bins=2)
+    return [where(got), got.tolist()]
+
+
+@probe()
 def resize_grows_in_place(d0, d1):
     values = torch.ones(2, device=d0)
     values.resize_(6)

@@ -66,6 +66,19 @@ def test_a_mac_refuses_float64_in_mps_own_words(tmp_path):
 
 
 @needs_no_cuda
+def test_a_mac_runs_histogram_which_mps_has_and_cuda_lacks():
+    """``native_functions.yaml``: ``histogram`` dispatches to ``CPU, MPS``; the simulated CUDA
+    refuses it, the simulated Mac runs it."""
+    from devcourse.mac import simulated_mac
+
+    x = torch.tensor([0.0, 1.0, 2.0])
+    with simulated_mac() as gpu:
+        assert torch.histogram(x.to(gpu), bins=2).hist.tolist() == [1.0, 2.0]
+    with pytest.raises(NotImplementedError, match="from the 'SIM' backend"):
+        torch.histogram(x.to(gpu), bins=2)
+
+
+@needs_no_cuda
 def test_a_mac_runs_out_of_memory_in_mps_own_words():
     from devcourse.mac import simulated_mac
 

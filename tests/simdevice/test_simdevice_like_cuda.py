@@ -742,3 +742,48 @@ def test_an_index_put_value_of_0_dims_is_moved_to_self_from_any_device():
     x[torch.tensor([0, 2], device="sim:0")] = torch.tensor(5.0, device="sim:1")
     x.index_put_((torch.tensor([1]),), torch.tensor(7.0), accumulate=True)
     assert x.device == torch.device("sim:0") and x.cpu().tolist() == [5.0, 7.0, 5.0]
+
+
+NO_KERNEL = (
+    "Could not run '{}' with arguments from the 'SIM' backend. This could be because the operator"
+    " doesn't exist for this backend, or was omitted during the selective/custom build process (if"
+    " using custom build)."
+)
+
+
+def _refusal(call) -> str:
+    with pytest.raises(NotImplementedError) as info:
+        call()
+    return str(info.value)
+
+
+def test_an_operator_cuda_has_no_kernel_for_is_refused_in_its_dispatchers_words():
+    """``native_functions.yaml`` gives ``histogram`` and ``_histogramdd_bin_edges`` a CPU kernel
+    alone, and PyTorch's OpInfo database lists no CUDA dtypes for ``histogram`` and
+    ``histogramdd``: CUDA's dispatcher raises before any device check (``reportError``,
+    ``aten/src/ATen/core/dispatch/OperatorEntry.cpp``), also with the bins on the CPU. ``histc``
+    has a CUDA kernel and runs."""
+    x = torch.tensor([0.0, 1.0, 2.0], device="sim:1")
+    assert _refusal(lambda: torch.histogram(x, bins=2)).startswith(
+        NO_KERNEL.format("aten::histogram.bin_ct")
+    )
+    for bins in (torch.tensor([0.0, 1.0, 2.0], device="sim:1"), torch.tensor([0.0, 1.0, 2.0])):
+        assert _refusal(lambda: torch.histogram(x, bins)).startswith(
+            NO_KERNEL.format("aten::histogram.bins_tensor")
+        )
+    assert _refusal(lambda: torch.histogramdd(x.reshape(3, 1), bins=[2])).startswith(
+        NO_KERNEL.format("aten::_histogramdd_bin_edges")
+    )
+    assert torch.histc(x, bins=2).tolist() == [1.0, 2.0]
+
+
+def test_inside_runs_cpu_only_operators_they_give_the_cpus_values():
+    x = torch.tensor([0.0, 1.0, 2.0])
+    with sim.runs_cpu_only_operators():
+        with sim.runs_cpu_only_operators():
+            pass
+        hist, edges = torch.histogram(x.to("sim:0"), bins=2)
+    assert hist.device == torch.device("sim:0") and hist.tolist() == [1.0, 2.0]
+    assert edges.tolist() == torch.histogram(x, bins=2).bin_edges.tolist()
+    with pytest.raises(NotImplementedError):
+        torch.histogram(x.to("sim:0"), bins=2)

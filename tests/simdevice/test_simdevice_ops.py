@@ -43,6 +43,8 @@ def test_every_op_of_pytorchs_database_agrees_or_is_refused(sweep):
     counted = [o for o in outcomes if o.kind != "no samples"]
     assert len(counted) >= 600 and sum(o.kind == "agrees" for o in counted) >= 0.95 * len(counted)
     assert [(o.name, o.detail) for o in counted if o.kind == "fails"] == []
+    # the ops whose OpInfo lists no float32 for CUDA, refused as CUDA refuses them
+    assert sorted(o.name for o in counted if o.kind == "as on CUDA") == ["histogram", "histogramdd"]
 
 
 def test_the_sweep_tells_a_wrong_value_and_a_foreign_error_from_agreement(sweep):
@@ -54,6 +56,10 @@ def test_the_sweep_tells_a_wrong_value_and_a_foreign_error_from_agreement(sweep)
 
     class Broken:
         name, dtypes = "broken", {torch.float32}
+        cuda = {torch.float32}
+
+        def supported_dtypes(self, device_type):
+            return self.cuda if device_type == "cuda" else self.dtypes
 
         def sample_inputs(self, device, dtype, requires_grad=False):
             from torch.testing._internal.opinfo.core import SampleInput
@@ -68,11 +74,31 @@ def test_the_sweep_tells_a_wrong_value_and_a_foreign_error_from_agreement(sweep)
     outcome = sweep.run_op(Broken(), 1)
     assert outcome.kind == "fails" and outcome.detail == "ValueError: not on this device"
 
+    class CpuOnly(Broken):
+        """An op CUDA cannot run (no float32 for CUDA in its OpInfo) that the device runs."""
+
+        cuda = set()
+
+        def __call__(self, tensor):
+            return tensor
+
+    outcome = sweep.run_op(CpuOnly(), 1)
+    assert outcome.kind == "fails" and "CUDA refuses it" in outcome.detail
+    outcome = sweep.run_op(type("Refused", (CpuOnly,), {"__call__": _histogram})(), 1)
+    assert outcome.kind == "as on CUDA"
+    outcome = sweep.run_op(type("CudaRuns", (Broken,), {"__call__": _histogram})(), 1)
+    assert outcome.kind == "fails" and outcome.detail.startswith("CUDA runs it (OpInfo)")
+
+
+def _histogram(self, tensor):
+    return torch.histogram(tensor, bins=2)
+
 
 MISMATCH = Path(__file__).resolve().parents[2] / "benchmarks" / "simdevice_mismatch.py"
 # One op or more for each rule of the mismatch sweep's predictor: TensorIterator with and without a
 # CPU scalar, addcmul's and lerp's kernels, where, the generated wrappers' check, indexing,
-# masked_fill, cat.
+# masked_fill, cat, convolutions (oneDNN's type check, the slow kernels' and cuDNN's, an operator
+# CUDA has no kernel for: slow_conv3d_forward).
 MISMATCH_OPS = (
     "add",
     "mul",
@@ -89,6 +115,8 @@ MISMATCH_OPS = (
     "masked_fill",
     "cat",
     "nn.functional.mse_loss",
+    "nn.functional.conv2d",
+    "nn.functional.conv3d",
 )
 
 
@@ -132,3 +160,29 @@ def test_the_mismatch_sweep_catches_an_outcome_its_rules_do_not_predict(
         outcome.kind == "differs"
         and "ran; the rules predict Expected all tensors" in outcome.detail
     )
+
+
+@pytest.mark.parametrize(
+    "where, shape, groups, expected",
+    [
+        # a batch the CPU gives to oneDNN: its type check, with the device's tensor type
+        ("weight", (16, 4, 12, 12), 1, "Raises:Input type (torch.FloatTensor) and weight type"),
+        # one image: the CPU's slow kernel, whose parts are judged in turn
+        ("weight", (1, 4, 5, 5), 1, "Composite"),
+        # a device input: cuDNN's type check, or the depthwise kernel's generated device check
+        ("input", (2, 4, 5, 5), 1, "Raises:Input type (torch.sim.FloatTensor) and weight type"),
+        ("input", (2, 4, 5, 5), 4, "Raises:Expected all tensors to be on the same device, but got"),
+    ],
+)
+def test_the_convolution_rule_follows_the_input_and_the_device_raises_it(
+    mismatch, where, shape, groups, expected
+):
+    x, w = torch.randn(shape), torch.randn(4, 4 // groups, 3, 3)
+    x, w = (x.to("sim:0"), w) if where == "input" else (x, w.to("sim:0"))
+    guess = mismatch._convolution((x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], groups))
+    kind, _, message = expected.partition(":")
+    assert type(guess).__name__ == kind and guess.message.startswith(message) if message else True
+    if kind == "Raises":
+        with pytest.raises(RuntimeError) as info:
+            torch.nn.functional.conv2d(x, w, groups=groups)
+        assert str(info.value) == guess.message

@@ -74,7 +74,8 @@ def test_the_device_check_table_matches_the_installed_torch():
 
 
 def test_the_error_templates_are_pytorchs_own():
-    """The two same-device messages the simulated device writes are in libtorch, word for word."""
+    """The two same-device messages the simulated device writes, and the dispatcher's words for an
+    operator without a kernel for the backend, are in libtorch, word for word."""
     library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         for piece in (
@@ -82,6 +83,12 @@ def test_the_error_templates_are_pytorchs_own():
             b", different from other tensors on ",
             b" (when checking argument in method ",
             b"Expected all tensors to be on the same device, but found at least two devices, ",
+            b"Could not run '",
+            b"' with arguments",
+            b" from the '",
+            b"' backend. This could be because the operator doesn't exist for this backend, or was"
+            b" omitted during ",
+            b"the selective/custom build process (if using custom build).",
         ):
             assert data.find(piece) != -1, f"{piece!r} is not in libtorch_cpu.so any more"
 
