@@ -328,15 +328,28 @@ def _restride(func, wrapper: SimTensor, values: torch.Tensor) -> None:
     The wrapper's metadata is set as PyTorch sets a wrapper subclass's for an
     in-place view operator (``return_and_correct_aliasing``): its meta kernel
     runs on the wrapper, with dispatch off. That works within the storage the
-    wrapper was made with; a tensor that grew past it is put back as it was.
+    wrapper was made with; a tensor that grew past it is put back as it was, unless that storage
+    was empty (the ``at::empty({0})`` that a composite hands an out= operator): then the wrapper
+    takes a storage of the new size, as CUDA's resize does, and no view of the old one can tell,
+    since it held no element.
     """
+    empty = wrapper.untyped_storage().nbytes() == 0
     with torch.utils._mode_utils.no_dispatch():
         meta = torch._C._meta_in_tls_dispatch_include()
         torch._C._set_meta_in_tls_dispatch_include(True)
         try:
-            torch.ops.aten.as_strided_.default(
-                wrapper, values.size(), values.stride(), values.storage_offset()
-            )
+            if empty:
+                torch.ops.aten.set_.source_Storage_storage_offset(
+                    wrapper,
+                    SimTensor(values, wrapper.device).untyped_storage(),
+                    values.storage_offset(),
+                    values.size(),
+                    values.stride(),
+                )
+            else:
+                torch.ops.aten.as_strided_.default(
+                    wrapper, values.size(), values.stride(), values.storage_offset()
+                )
             return
         except RuntimeError:
             pass

@@ -382,5 +382,17 @@ def resize_grows_in_place(d0, d1):
 
 
 @probe()
+def out_tensor_made_empty_grows(d0, d1):
+    out = torch.empty(0, device=d0)
+    torch.neg(torch.ones(3, device=d0), out=out)
+    return [where(out), out.tolist()]
+
+
+@probe()
+def soft_margin_loss_with_cpu_target(d0, d1):
+    return torch.nn.functional.soft_margin_loss(torch.zeros(2, device=d0), torch.ones(2))
+
+
+@probe()
 def data_ptr_is_an_address(d0, d1):
     return torch.ones(2, device=d0).data_ptr() != 0
