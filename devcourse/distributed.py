@@ -124,11 +124,13 @@ def start_ranks(
     would give it.
 
     ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
-    (the node), ``MASTER_ADDR``/``MASTER_PORT`` (rank 0 holds the store, as
-    ``init_process_group``'s ``env://`` does without torchrun) and the rest of
-    torchrun's set, but no torchrun agent: it saves the agent's start (a second
-    and a half on two cores) and its polling, which the exercises' checks pay
-    on every run. On Linux each process is forked from a server that has
+    (the node), ``MASTER_ADDR``/``MASTER_PORT`` and the rest of torchrun's set,
+    but no torchrun agent: it saves the agent's start (a second and a half on
+    two cores) and its polling, which the exercises' checks pay on every run.
+    The run's store (``TCPStore``) is held by this process for the whole run,
+    as torchrun's agent holds its own (``TORCHELASTIC_USE_AGENT_STORE``), so a
+    rank that ends first cannot take it from the others; every rank's
+    ``init_process_group`` is a client of it. On Linux each process is forked from a server that has
     imported torch (:mod:`devcourse.warmstart`; it looks to the script like
     ``python SCRIPT ARGS`` started fresh), which saves each process its own
     import of torch (1.4 s of processor time on two cores); elsewhere, or
@@ -138,10 +140,13 @@ def start_ranks(
     :class:`DistributedRunError` says which rank exited with which code, then
     the end of the run's output; so does a run past ``timeout_s``.
     """
-    port, world_size = free_port(), nproc_per_node * nnodes
+    world_size = nproc_per_node * nnodes
+    store = _run_store(timeout_s)
+    port = store.port
     base = _environment(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
         WORLD_SIZE=str(world_size),
         LOCAL_WORLD_SIZE=str(nproc_per_node),
         GROUP_WORLD_SIZE=str(nnodes),
@@ -166,8 +171,26 @@ def start_ranks(
                 ),
             )
         )
-    return _run(
-        ranks, lambda rank: f"rank {rank}", timeout_s, cwd, warmstart.starter(_environment())
+    try:
+        return _run(
+            ranks, lambda rank: f"rank {rank}", timeout_s, cwd, warmstart.starter(_environment())
+        )
+    finally:
+        del store  # the server closes with its last reference
+
+
+def _run_store(timeout_s: float):
+    """A ``TCPStore`` server on a port of 127.0.0.1 the operating system picks, for one run."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_s),
     )
 
 

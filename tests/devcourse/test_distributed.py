@@ -88,6 +88,7 @@ TORCHRUN_VARIABLES = [
     "ROLE_NAME",
     "TORCHELASTIC_RESTART_COUNT",
     "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE",
     "OMP_NUM_THREADS",
 ]
 
@@ -189,6 +190,24 @@ def _rank_one_dies(outdir):
     if dist.get_rank() == 1:  # noqa: F821
         os._exit(3)
     dist.barrier()  # noqa: F821 (would wait forever for rank 1)
+
+
+def _rank_zero_leaves_first(outdir):
+    import time
+
+    store, rank, _ = next(dist.rendezvous("env://"))  # noqa: F821 (init_process_group's store)
+    if rank == 0:
+        store.set("left", "rank 0")
+        return None
+    time.sleep(1.0)  # rank 0 has ended by now
+    return store.get("left").decode()
+
+
+def test_a_rank_that_ends_first_leaves_the_store_to_the_others():
+    """The store lives as long as the run, as torchrun's agent holds it: rank 1 of gloo reads rank
+    0's sequence number from it after their connection (``setSequenceNumberForGroup``), and a rank 0
+    that held it and had already ended failed rank 1's ``init_process_group`` under load."""
+    assert run_functions([], _rank_zero_leaves_first, timeout_s=60) == [None, "rank 0"]
 
 
 @pytest.mark.parametrize("launcher", [torchrun, start_ranks], ids=lambda f: f.__name__)
