@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -140,8 +141,13 @@ def start_ranks(
     :class:`DistributedRunError` says which rank exited with which code, then
     the end of the run's output; so does a run past ``timeout_s``.
     """
+    import torch.distributed  # here: a notebook that never starts ranks does not import it
+
     world_size = nproc_per_node * nnodes
-    store = _run_store(timeout_s)
+    # a port the operating system picks; the server closes with the store's last reference
+    store = torch.distributed.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
+    )
     port = store.port
     base = _environment(
         MASTER_ADDR="127.0.0.1",
@@ -176,22 +182,7 @@ def start_ranks(
             ranks, lambda rank: f"rank {rank}", timeout_s, cwd, warmstart.starter(_environment())
         )
     finally:
-        del store  # the server closes with its last reference
-
-
-def _run_store(timeout_s: float):
-    """A ``TCPStore`` server on a port of 127.0.0.1 the operating system picks, for one run."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    return dist.TCPStore(
-        "127.0.0.1",
-        0,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=timeout_s),
-    )
+        del store
 
 
 def _environment(**variables: str) -> dict[str, str]:

@@ -274,6 +274,8 @@ def enable(count: int = 2) -> None:
                     f"the simulated device is already on with {_state['count']} devices; "
                     f"it cannot be turned on again with {count} (restart the kernel to change it)"
                 )
+            # the first call may have come from another thread: this one's backward runs here too
+            torch.autograd.set_multithreading_enabled(False)
             return
         current = torch._C._get_privateuse1_backend_name()
         if current != "privateuseone":

@@ -42,6 +42,21 @@ def test_enable_returns_indexed_devices_and_is_idempotent():
         sim.enable(3)
 
 
+def test_a_thread_that_enables_it_again_trains_on_index_1_after_another_thread_enabled_it():
+    """The autograd engine's device threads are switched off per thread (PrivateUse1's guard
+    reports one device): a later ``enable`` in another thread switches them off there too."""
+    result = _run("""
+        import threading, torch, simdevice
+        first = threading.Thread(target=simdevice.enable, args=(2,))
+        first.start(); first.join()
+        simdevice.enable(2)
+        w = torch.ones(2, device="sim:1", requires_grad=True)
+        (w * 3).sum().backward()
+        print(w.grad.tolist())
+    """)
+    assert result.returncode == 0 and result.stdout.strip() == "[3.0, 3.0]", result.stderr[-800:]
+
+
 def test_accelerator_api_reports_the_device():
     assert torch.accelerator.is_available()
     assert torch.accelerator.current_accelerator() == torch.device("sim")
