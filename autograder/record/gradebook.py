@@ -61,6 +61,8 @@ def nbgrader_api(workdir: Path, db_url: str | None = None):
         CheckCellMetadata,
     ]
     overrides.GenerateFeedback.exporter_class = "autograder.record.feedback.FeedbackExporter"
+    # nbconvert validates the notebook once, after the last preprocessor, not after each of them
+    overrides.Exporter.optimistic_validation = True
     config.merge(overrides)
     return NbGraderAPI(config=config)
 
