@@ -159,7 +159,7 @@ def predict(func, args: tuple, kwargs: dict):
         # no CUDA kernel: the dispatcher refuses before any kernel checks a device (reportError,
         # aten/src/ATen/core/dispatch/OperatorEntry.cpp)
         return Raises(
-            f"Could not run '{func._schema.name}{'' if key == name else key[len(name) :]}' with"
+            f"Could not run '{func._schema.name}{key[len(name) :]}' with"
             f" arguments from the '{BACKEND}' backend.",
             prefix=True,
         )

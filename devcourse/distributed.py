@@ -124,22 +124,19 @@ def start_ranks(
     """Run ``script`` in ``nnodes * nproc_per_node`` processes, each with the variables torchrun
     would give it.
 
-    ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
-    (the node), ``MASTER_ADDR``/``MASTER_PORT`` and the rest of torchrun's set,
-    but no torchrun agent: it saves the agent's start (a second and a half on
-    two cores) and its polling, which the exercises' checks pay on every run.
-    The run's store (``TCPStore``) is held by this process for the whole run,
-    as torchrun's agent holds its own (``TORCHELASTIC_USE_AGENT_STORE``), so a
-    rank that ends first cannot take it from the others; every rank's
-    ``init_process_group`` is a client of it. On Linux each process is forked from a server that has
-    imported torch (:mod:`devcourse.warmstart`; it looks to the script like
-    ``python SCRIPT ARGS`` started fresh), which saves each process its own
-    import of torch (1.4 s of processor time on two cores); elsewhere, or
-    when that server cannot start, each is a new Python process. The ranks
-    of several nodes run on this machine. As under
-    torchrun, the first rank to fail ends the run: the others are killed and
-    :class:`DistributedRunError` says which rank exited with which code, then
-    the end of the run's output; so does a run past ``timeout_s``.
+    ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (the node),
+    ``MASTER_ADDR``/``MASTER_PORT`` and the rest of torchrun's set, but no torchrun agent: it
+    saves the agent's start (a second and a half on two cores) and its polling, which the
+    exercises' checks pay on every run. The run's store (``TCPStore``) is held by this process
+    for the whole run, as torchrun's agent holds its own (``TORCHELASTIC_USE_AGENT_STORE``), so
+    a rank that ends first cannot take it from the others; every rank's ``init_process_group``
+    is a client of it. On Linux each process is forked from a server that has imported torch
+    (:mod:`devcourse.warmstart`; it looks to the script like ``python SCRIPT ARGS`` started
+    fresh), which saves each process its own import of torch (1.4 s of processor time on two
+    cores); elsewhere, or when that server cannot start, each is a new Python process. The ranks
+    of several nodes run on this machine. As under torchrun, the first rank to fail ends the
+    run: the others are killed and :class:`DistributedRunError` says which rank exited with
+    which code, then the end of the run's output; so does a run past ``timeout_s``.
     """
     import torch.distributed  # here: a notebook that never starts ranks does not import it
 
