@@ -55,7 +55,9 @@ class WarmStarter:
     left idle for :data:`IDLE_S` ends (:func:`starter` then starts a new one when one is needed).
     While it lives it is one more process, whose memory the autograder counts toward a submission's
     limit like that of any process a notebook starts. It imports torch but never touches the GPU, so
-    on a CUDA machine each process starts CUDA itself, as a fresh one does.
+    on a CUDA machine each process starts CUDA itself, as a fresh one does. In a grading kernel
+    forked warm, the sandbox forks the server with torch already imported (``from_sandbox`` of
+    :class:`autograder.run.forkclient.ForkServer`).
     """
 
     def __init__(self, env: dict[str, str]):
@@ -64,7 +66,7 @@ class WarmStarter:
         self._idle: threading.Timer | None = None
         forkclient, _ = _fork_server()
         self.server = forkclient.ForkServer(
-            self.env, preload=PRELOAD, name="warmstart", new_session=True
+            self.env, preload=PRELOAD, name="warmstart", new_session=True, from_sandbox=True
         )
         self.server.start()
         self.server.ready.wait(forkclient.READY_TIMEOUT_S)

@@ -9,11 +9,13 @@ COMMAND...`` only ties ``COMMAND`` to ``PARENT_PID`` and runs it in its place.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -240,6 +242,9 @@ _NAMESPACES, _CLONE_NEWUSER = (
     0x10000000,
 )
 _PR_SET_PDEATHSIG = 1
+# Where a process of the sandbox asks its init for a process made as the kernel was
+# (autograder.run.forkclient): an abstract socket, of the sandbox's own network namespace.
+SPARE_SOCKET = "\0autograder-spare"
 
 
 def die_with_parent(parent: int, signum: int) -> None:
@@ -284,14 +289,26 @@ def _wait_for(child: int) -> int:
         except ChildProcessError:
             return 1
         if pid == child:
-            return (
-                os.waitstatus_to_exitcode(status)
-                if os.WIFEXITED(status)
-                else 128 + os.WTERMSIG(status)
-            )
+            return _exit_code(status)
 
 
-def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -> int:
+def _exit_code(status: int) -> int:
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _as_the_kernel(spec: dict, parent: int) -> None:
+    """In a child of ``parent``: the kernel's limits, no capabilities, death with ``parent``, the
+    working copy."""
+    _limit(spec)
+    if spec["namespaces"]:
+        _drop_privileges(spec["uid"], spec["gid"], spec["user_namespace"])
+    die_with_parent(parent, signal.SIGKILL)  # after the id change, which clears the request
+    os.chdir(spec["workdir"])
+
+
+def _start_kernel(
+    spec: dict, command: list[str], own_group: bool, start=None, listener=None
+) -> int:
     """Fork the kernel: limits, no capabilities, the working copy, then exec ``command``.
 
     ``start`` (a launcher forked by :mod:`autograder.run.zygote`): called with ``command`` in place
@@ -310,11 +327,9 @@ def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -
     try:
         if own_group:
             os.setpgid(0, 0)
-        _limit(spec)
-        if spec["namespaces"]:
-            _drop_privileges(spec["uid"], spec["gid"], spec["user_namespace"])
-        die_with_parent(parent, signal.SIGKILL)  # after the id change, which clears the request
-        os.chdir(spec["workdir"])
+        if listener is not None:
+            listener.close()
+        _as_the_kernel(spec, parent)
         # ipykernel exits when its parent looks like init, as the sandbox's PID 1 does; the grader
         # kills it instead.
         os.environ.pop("JPY_PARENT_PID", None)
@@ -326,8 +341,12 @@ def _start_kernel(spec: dict, command: list[str], own_group: bool, start=None) -
     os._exit(127)
 
 
-def _init(spec: dict, command: list[str], start=None) -> int:
-    """PID 1 of the sandbox's namespaces: set up the view, start the kernel, reap until it ends."""
+def _init(spec: dict, command: list[str], start=None, spare=None) -> int:
+    """PID 1 of the sandbox's namespaces: set up the view, start the kernel, reap until it ends.
+
+    With ``spare`` (a launcher forked warm, see :func:`launch`), it also forks a process for each
+    connection to :data:`SPARE_SOCKET`, made as the kernel is made, that runs ``spare(connection)``.
+    """
     _run("mount", "--make-rprivate", "/")
     _run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
     if spec.get("max_processes") and per_namespace_pid_max():
@@ -341,7 +360,12 @@ def _init(spec: dict, command: list[str], start=None) -> int:
     home = Path("/tmp/home")
     home.mkdir(mode=0o700)
     os.chown(home, spec["uid"], spec["gid"])
-    kernel = _start_kernel(spec, command, own_group=False, start=start)
+    listener = None
+    if spare is not None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(SPARE_SOCKET)
+        listener.listen()
+    kernel = _start_kernel(spec, command, own_group=False, start=start, listener=listener)
 
     def interrupt(signum, _frame):
         try:
@@ -365,7 +389,60 @@ def _init(spec: dict, command: list[str], start=None) -> int:
     # the init ending ends every process of the namespace
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda signum, _frame: os._exit(128 + signum))
-    return _wait_for(kernel)
+    if listener is None:
+        return _wait_for(kernel)
+    return _wait_and_serve(kernel, listener, lambda conn: _spare(spec, conn, spare))
+
+
+def _wait_and_serve(kernel: int, listener: socket.socket, serve) -> int:
+    """:func:`_wait_for`, and meanwhile a child per connection to ``listener`` that runs
+    ``serve(connection)``; the init reads nothing of what a connection sends."""
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(wake_write)  # a child's end wakes the poll below
+    poller = select.poll()
+    poller.register(listener, select.POLLIN)
+    poller.register(wake_read, select.POLLIN)
+    while True:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return 1
+            if pid == 0:
+                break
+            if pid == kernel:
+                return _exit_code(status)
+        for fd, _ in poller.poll():
+            if fd == wake_read:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_read, 4096)
+                continue
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            try:
+                if os.fork() == 0:
+                    signal.set_wakeup_fd(-1)
+                    for end in (wake_read, wake_write):
+                        os.close(end)
+                    listener.close()
+                    serve(conn)
+            except OSError:  # no process to spare (the sandbox's limit): the caller starts one
+                pass
+            conn.close()
+
+
+def _spare(spec: dict, conn: socket.socket, run) -> None:
+    """In a child of the init: made as the kernel is (:func:`_as_the_kernel`), then ``run(conn)``;
+    it ends there (its own children end at the top of the stack, as the kernel's do)."""
+    try:
+        _as_the_kernel(spec, 1)
+        run(conn)
+    except Exception as error:  # noqa: BLE001 - report; the caller starts a process itself
+        print(f"sandbox: cannot start a process server: {error}", file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 def join_cgroups(paths: list[str]) -> None:
@@ -376,11 +453,13 @@ def join_cgroups(paths: list[str]) -> None:
             handle.write(str(os.getpid()))
 
 
-def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
+def launch(spec_path: str, parent: int, command: list[str], start=None, spare=None) -> int:
     """The launcher: tied to ``parent``, it starts the sandbox and ends it when told to or left
     alone.
 
     ``start``: how the kernel runs ``command`` once forked (see :func:`_start_kernel`); None: exec.
+    ``spare``: what a process the init forks for a caller in the sandbox runs (see :func:`_init`);
+    only for a launcher forked warm, whose init holds what the kernel was forked with.
 
     The sandbox is three processes, each ended with its parent by a parent-death signal on Linux:
     the launcher enters the namespaces itself (``unshare(2)``) and forks the namespace's init, which
@@ -413,7 +492,7 @@ def launch(spec_path: str, parent: int, command: list[str], start=None) -> int:
             code = 1
             try:
                 die_with_parent(launcher, signal.SIGKILL)
-                code = _init(spec, command, start)
+                code = _init(spec, command, start, spare)
             except Exception as error:  # noqa: BLE001 - report, then end the namespace (the kernel's SystemExit goes up)
                 print(f"sandbox: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
             os._exit(code)

@@ -10,8 +10,10 @@ descriptors.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +24,7 @@ from multiprocessing.reduction import sendfds
 from pathlib import Path
 from typing import Callable, Sequence
 
+from autograder.inside.launcher import SPARE_SOCKET
 from autograder.run.forkserver import MESSAGE_BYTES, TITLE_ROOM
 
 __all__ = [
@@ -83,7 +86,10 @@ class ForkServer:
     autograder.run.forkserver``. With ``die_with_parent`` the server dies with this process; with
     ``new_session`` it leads a session of its own, so Linux shares the processor with it as with
     another user's work (autogroups), not out of its caller's share. The last lines it printed are
-    kept (``output``) and quoted when it fails.
+    kept (``output``) and quoted when it fails. With ``from_sandbox``, in a grading kernel forked
+    warm, the sandbox's init forks the server ready-imported
+    (:func:`autograder.run.forked.run_server_here`); elsewhere, or where that one cannot serve, it
+    starts fresh.
     """
 
     unavailable = ForkServerUnavailable
@@ -96,9 +102,11 @@ class ForkServer:
         name: str = "",
         die_with_parent: bool = False,
         new_session: bool = False,
+        from_sandbox: bool = False,
     ):
         self.env, self.cwd, self.preload, self.name = env, cwd, list(preload), name
         self.die_with_parent, self.new_session = die_with_parent, new_session
+        self.from_sandbox = from_sandbox and not die_with_parent
         self.output: collections.deque[str] = collections.deque(maxlen=20)
         self.lock = threading.Lock()
         self.started = self.closed = False
@@ -126,8 +134,6 @@ class ForkServer:
     def _start(self) -> None:
         if callable(self.env):
             self.env = self.env()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = ours
         spec = {
             "name": self.name,
             "preload": self.preload,
@@ -136,6 +142,14 @@ class ForkServer:
 
         # the server's parent thread for as long as it lives (PR_SET_PDEATHSIG)
         def keeper() -> None:
+            if self.from_sandbox and self._from_sandbox(spec):
+                if self.closed:  # closed while it started: nothing of it is wanted
+                    self.process.kill()
+                self._read()
+                self.process.wait()
+                return
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.sock = ours
             try:
                 self.process = subprocess.Popen(
                     [
@@ -163,18 +177,47 @@ class ForkServer:
                 theirs.close()
             if self.closed:  # closed while it started: nothing of it is wanted
                 self.process.kill()
-            threading.Thread(
-                target=self._keep_output, name=f"{self.name}-output", daemon=True
-            ).start()
+            self._keep_output(self.process.stdout)
             self._read()
             self.process.wait()
 
         threading.Thread(target=keeper, name=self.name or "forkserver", daemon=True).start()
 
-    def _keep_output(self) -> None:
-        for line in self.process.stdout:
-            if line.strip():
-                self.output.append(line.rstrip())
+    def _from_sandbox(self, spec: dict) -> bool:
+        """Ask the sandbox's init for the server; whether it is ready (otherwise nothing of it is
+        left)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        read_end, write_end = os.pipe()
+        try:
+            sock.connect(SPARE_SOCKET)
+            cwd = os.fspath(self.cwd) if self.cwd is not None else os.getcwd()
+            given = {**spec, "env": self.env, "cwd": cwd, "new_session": self.new_session}
+            socket.send_fds(sock, [json.dumps(given).encode()], [write_end])
+            sock.settimeout(READY_TIMEOUT_S)
+            said = json.loads(sock.recv(MESSAGE_BYTES) or b"{}")
+            sock.settimeout(None)
+        except (OSError, ValueError):
+            said = {}
+        os.close(write_end)
+        stdout = os.fdopen(read_end, errors="replace")
+        if not said.get("ready"):
+            self.output.append(f"the sandbox's server: {said.get('failed') or 'none'}")
+            sock.close()
+            stdout.close()
+            return False
+        with self.lock:
+            self.sock, self.process = sock, _Spare(said["pid"])
+        self._keep_output(stdout)
+        self.ready.set()
+        return True
+
+    def _keep_output(self, stdout) -> None:
+        def keep() -> None:
+            for line in stdout:
+                if line.strip():
+                    self.output.append(line.rstrip())
+
+        threading.Thread(target=keep, name=f"{self.name}-output", daemon=True).start()
 
     def _said(self) -> str:
         time.sleep(0.2)  # what it printed last, as it ended, reaches the pipe first
@@ -295,3 +338,23 @@ class ForkServer:
                 process.wait()
         if sock is not None:
             sock.close()
+
+
+class _Spare:
+    """What :meth:`ForkServer.close` uses of a server's ``Popen`` (``wait``, ``kill``), for one the
+    sandbox's init forked (not this process's child: its end is seen through a pidfd)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.pidfd = pid, os.pidfd_open(pid)
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self.pidfd != -1 and not select.select([self.pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired("the sandbox's process server", timeout)
+        if self.pidfd != -1:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+    def kill(self) -> None:
+        if self.pidfd != -1:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)

@@ -8,6 +8,7 @@ they end.
 from __future__ import annotations
 
 import ctypes
+import io
 import json
 import os
 import signal
@@ -244,7 +245,9 @@ def _launch(cmd: list[str]) -> int:
     process."""
     retitle(cmd)
     if len(cmd) > 6 and cmd[1:3] == ["-I", LAUNCHER] and cmd[5] == "--" and cmd[4].isdigit():
-        return launcher.launch(cmd[3], int(cmd[4]), cmd[6:], start=run_kernel_here)
+        return launcher.launch(
+            cmd[3], int(cmd[4]), cmd[6:], start=run_kernel_here, spare=run_server_here
+        )
     os.execvpe(cmd[0], cmd, os.environ)
 
 
@@ -263,15 +266,7 @@ def run_kernel_here(command: list[str]) -> None:
     # A change of user leaves a process undumpable (its /proc files the superuser's) until it execs
     # a program; a fresh kernel has exec'd Python, so it is dumpable again.
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
-    for name in [
-        name
-        for name in sys.modules
-        if name == "autograder"
-        or name.startswith("autograder.")
-        or (name in _LAUNCHER_ONLY and name not in forkserver.PRELOADED)
-        or (name in SKIPPED_IMPORTS and sys.modules[name] is None)
-    ]:
-        del sys.modules[name]
+    _forget_the_grader()
     refresh(command, os.getcwd(), forkserver.FRESH_PATH)
     code = 0
     try:
@@ -284,3 +279,89 @@ def run_kernel_here(command: list[str]) -> None:
         traceback.print_exc()
         code = 1
     forkserver.end(code)
+
+
+def _forget_the_grader(keep: tuple[str, ...] = ()) -> None:
+    """Drop from ``sys.modules`` the grader's modules (but ``keep``) and what only a launcher
+    imported: a process started fresh has none of them."""
+    for name in [
+        name
+        for name in sys.modules
+        if (name.partition(".")[0] == "autograder" and name not in keep)
+        or (name in _LAUNCHER_ONLY and name not in forkserver.PRELOADED)
+        or (name in SKIPPED_IMPORTS and sys.modules[name] is None)
+    ]:
+        del sys.modules[name]
+
+
+# Variables read as a process starts, by Python, the C runtime and libtorch's logging (others, such
+# as TORCHINDUCTOR_CACHE_DIR, which torch.compile sets in the kernel, are read at use): a server
+# forked warm serves only a caller whose environment has them as the zygote had them.
+AT_START = ("PYTHON", "LD_", "MALLOC_", "OMP_", "MKL_", "KMP_", "GOMP_", "TORCH_CPP_")
+
+
+def run_server_here(conn: socket.socket) -> None:
+    """A fork server for a caller in the sandbox (:class:`autograder.run.forkclient.ForkServer`
+    with ``from_sandbox``), forked by the sandbox's init and made as its kernel was
+    (:mod:`autograder.inside.launcher`): it holds what the kernel was forked with, so it is ready in
+    milliseconds where a server started fresh imports for seconds.
+
+    The caller sends what it would start a server with (name, imports, environment, folder,
+    session) and the file its output goes to; then it is that server, as
+    :func:`autograder.run.forkserver.main` is, with the modules a fresh one holds and the zygote's
+    (the grader's own left out). It says it cannot serve where a variable :data:`AT_START` names
+    differs from the kernel's environment as the zygote imported with it (``PYTHONUNBUFFERED`` is
+    applied): the caller then starts one fresh. It never returns.
+    """
+    python_signals()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # as after an exec
+    data, fds, _, _ = socket.recv_fds(conn, _MESSAGE, 1)
+    if not data:
+        os._exit(0)
+    for fd in fds:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    forkserver.close_all_but({conn.fileno()})
+    _forget_the_grader(keep=("autograder", "autograder.run", "autograder.run.forkserver"))
+    spec = json.loads(data)
+    env = spec["env"]
+    differ = sorted(
+        name
+        for name in {*os.environ, *env}
+        if name.startswith(AT_START)
+        and name != "PYTHONUNBUFFERED"
+        and os.environ.get(name) != env.get(name)
+    )
+    problem = f"its environment differs in {', '.join(differ)}" if differ else ""
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        if spec.get("cwd"):
+            os.chdir(spec["cwd"])
+        if spec.get("new_session"):
+            os.setsid()
+    except OSError as error:
+        problem = problem or f"{type(error).__name__}: {error}"
+    _python_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
+    forkserver.serve(conn, spec["name"], spec["preload"], problem)
+
+
+def _python_stdio(unbuffered: bool) -> None:
+    """``sys.stdout`` and ``sys.stderr`` on descriptors 1 and 2 as Python makes them as it starts,
+    with ``-u`` (``PYTHONUNBUFFERED``) or without."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        old = getattr(sys, name)
+        old.flush()
+        raw = io.FileIO(fd, "w", closefd=False)
+        raw.name = f"<{name}>"
+        stream = io.TextIOWrapper(
+            raw if unbuffered else io.BufferedWriter(raw),
+            encoding=old.encoding,
+            errors=old.errors,
+            line_buffering=not unbuffered and (fd == 2 or raw.isatty()),
+            write_through=unbuffered,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)

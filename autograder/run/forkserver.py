@@ -27,7 +27,7 @@ from multiprocessing.reduction import recvfds
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-__all__ = ["end", "ending", "exit_code", "refresh", "retitle", "server_pid", "usable"]
+__all__ = ["end", "ending", "exit_code", "refresh", "retitle", "serve", "server_pid", "usable"]
 
 TITLE_ROOM = 8192  # bytes of command line every forked process can write its own into (see retitle)
 MESSAGE_BYTES = 1 << 20  # the most one message between a server and its caller holds
@@ -229,8 +229,6 @@ def main(args: Sequence[str]) -> None:
     # before anything registers a handler: the last to run in a child (see end)
     atexit.register(_finish)
     spec = json.loads(args[1])
-    retitle([sys.executable, "-m", "autograder.run.forkserver", spec["name"]])
-    _SERVER["pid"] = os.getpid()
     STARTED_WITH.update(
         {
             signum: handler
@@ -238,22 +236,31 @@ def main(args: Sequence[str]) -> None:
             if (handler := signal.getsignal(signum)) is not None
         }
     )
-    # Ctrl-C reaches the caller's process group: its children decide
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec["die_with"]:
         die_with_parent(spec["die_with"])
-    sock = socket.socket(fileno=int(args[0]))
     FRESH_PATH[:] = sys.path[1:]
+    serve(socket.socket(fileno=int(args[0])), spec["name"], spec["preload"])
+
+
+def serve(sock: socket.socket, name: str, names: Sequence[str], problem: str = "") -> NoReturn:
+    """Be the server ``name`` on ``sock``: import ``names``, say whether it is ready (or why not:
+    ``problem``, or what the imports raised), serve until the caller closes, exit."""
+    retitle([sys.executable, "-m", "autograder.run.forkserver", name])
+    _SERVER["pid"] = os.getpid()
+    # Ctrl-C reaches the caller's process group: its children decide
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        preload(spec["preload"])
+        if not problem:
+            preload(names)
     except BaseException as error:  # noqa: BLE001 - the caller starts its processes the ordinary way, and says why
-        sock.send(json.dumps({"failed": f"{type(error).__name__}: {error}"}).encode())
+        problem = f"{type(error).__name__}: {error}"
+    if not problem and threading.active_count() != 1:
+        problem = "a thread was started while importing; forking would copy it"
+    if problem:
+        sock.send(json.dumps({"failed": problem}).encode())
     else:
-        if threading.active_count() != 1:
-            sock.send(b'{"failed": "a thread was started while importing; forking would copy it"}')
-        else:
-            sock.send(b'{"ready": true}')
-            _serve(sock)  # in a child, it ends by SystemExit, which goes on up (see end)
+        sock.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+        _serve(sock)  # in a child, it ends by SystemExit, which goes on up (see end)
     # Without the interpreter's teardown of what it imported, which the caller would wait for as it
     # closes it
     sys.stdout.flush()
