@@ -268,6 +268,8 @@ def run_kernel_here(command: list[str]) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     _forget_the_grader()
     refresh(command, os.getcwd(), forkserver.FRESH_PATH)
+    for key, value in forkserver.PRELOAD_ENV.items():  # a fresh kernel's imports set them
+        os.environ.setdefault(key, value)
     code = 0
     try:
         runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)

@@ -50,6 +50,8 @@ _SIGNALS = (
 STARTED_WITH: dict[int, object] = {}
 FRESH_PATH: list[str] = []  # sys.path of a Python started as it was, but the first entry
 PRELOADED: set[str] = set()  # the modules it holds once it has imported its preload list
+# what importing them set in os.environ (debugpy's PYDEVD_USE_FRAME_EVAL), as a fresh import does
+PRELOAD_ENV: dict[str, str] = {}
 _SERVER: dict[str, int] = {}  # "pid": the server's
 _ENDING: dict[int, int] = {}  # process id -> the exit code end() gave it
 _KEPT: list = []  # the frames a process ending through end() leaves
@@ -191,6 +193,7 @@ def preload(names: Sequence[str]) -> None:
     forked after that could not use it."""
     import importlib
 
+    before = dict(os.environ)
     for name in names:
         module_name, _, function = name.partition(":")
         module = importlib.import_module(module_name.removesuffix(".*"))
@@ -208,6 +211,7 @@ def preload(names: Sequence[str]) -> None:
             "CUDA was started while importing; a process forked from here could not use it"
         )
     PRELOADED.update(sys.modules)
+    PRELOAD_ENV.update({k: v for k, v in os.environ.items() if before.get(k) != v})
 
 
 def _in_bad_fork_for_cuda() -> bool:

@@ -34,6 +34,7 @@ PRELOAD = (
     "ipykernel.kernelapp",
     "ipykernel.zmqshell",
     "IPython",
+    "ipykernel.debugger",  # which the kernel imports as it starts, debugpy with it
 )
 
 
