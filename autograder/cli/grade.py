@@ -33,7 +33,7 @@ from autograder.course.profile import (
 )
 from autograder.judge.reference import REFERENCES, CanaryFailed
 from autograder.record.gradebook import gradebook_url, load_nbgrader
-from autograder.record.report import format_table, write_csv, write_histogram
+from autograder.record.report import format_table, load_plotting, write_csv, write_histogram
 from autograder.record.state import StateError, read_state
 from autograder.run import bytecode, cgroups, sandbox
 from autograder.run.executors import ClusterError, naming_checked, start_zygote_early
@@ -61,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     # Every process of this run carries the marker (a test or a wrapper may have chosen it): the
     # zygote's too.
     os.environ.setdefault(RUN_MARKER, secrets.token_hex(8))
-    start_zygote_early(settings)
+    early = start_zygote_early(settings)
     named = naming_checked(settings)
     load_nbgrader()  # while the zygote imports, before it names the devices for the header
+    if early:  # and the report's, drawn at the end with the other cores idle
+        load_plotting()
     settings = named()
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):

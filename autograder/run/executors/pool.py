@@ -202,8 +202,9 @@ def new_zygote(settings: Settings) -> Zygote:
 _EARLY: list[Zygote] = []  # started by start_zygote_early, taken by the run's LocalPool
 
 
-def start_zygote_early(settings: Settings) -> None:
-    """Start the zygote of this run's local pool now, for the pool to take when it is made.
+def start_zygote_early(settings: Settings) -> bool:
+    """Start the zygote of this run's local pool now, for the pool to take when it is made; whether
+    one is starting.
 
     Its imports (torch's) then run beside the grader's own set-up instead of after it, so the first
     runner forks sooner, and a child of it names the devices a run checks (:func:`name_checked`),
@@ -212,11 +213,12 @@ def start_zygote_early(settings: Settings) -> None:
     (the run stopped first) ends when the grader does.
     """
     if settings.on_cluster or no_zygote(settings) or _EARLY:
-        return
+        return bool(_EARLY)
     zygote = new_zygote(settings)
     zygote.start()
     atexit.register(zygote.close)
     _EARLY.append(zygote)
+    return True
 
 
 def naming_checked(settings: Settings) -> Callable[[], Settings]:
