@@ -9,6 +9,7 @@ every test (:mod:`autograder.prepare.probes`) and the student's working copy;
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -120,6 +121,7 @@ def test_prelude(guard_name: str, imports: str, probe: bool = False, keep: tuple
     )
 
 
+@functools.lru_cache(maxsize=1024)  # every submission of an assignment has the same tests
 def probe_cell(test: str, probe: str, guard_name: str, imports: str) -> str:
     """The cell that runs ``probe``, the probe of the test cell ``test``: what the probe's functions
     that run in another process need of the source (they are sent there as they stand) stays in
@@ -138,6 +140,7 @@ def probe_cell(test: str, probe: str, guard_name: str, imports: str) -> str:
     return test_prelude(guard_name, imports, probe=True, keep=keep) + body
 
 
+@functools.lru_cache(maxsize=1024)  # the same tests in every submission; the tree is only read
 def _strict(source: str, guard_name: str) -> tuple[ast.Module, str] | None:
     """The test's tree, its comparisons checked by the guard, and that tree's source; None if not
     Python."""

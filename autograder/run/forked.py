@@ -28,6 +28,21 @@ _PR_SET_DUMPABLE = 4
 _MESSAGE = 1 << 20
 # imported on the way to a kernel (the launcher's limits); not by a fresh kernel
 _LAUNCHER_ONLY = ("resource",)
+RUNNER_ONLY: set[str] = set()  # the modules preload_runner imported, which no kernel imports
+
+
+def preload_runner() -> None:
+    """The zygote's last import: the runner's modules, with nbformat's schema validator compiled,
+    which each runner would otherwise import and compile after its fork. Being last, what it
+    imports is the runners' alone (:data:`RUNNER_ONLY`): a kernel or a process server forked from
+    the zygote leaves it out of ``sys.modules``, as it leaves the grader's own."""
+    before = set(sys.modules)
+    import nbformat
+
+    from autograder.run import runner  # noqa: F401
+
+    nbformat.validator.get_validator(4, nbformat.v4.nbformat_minor)
+    RUNNER_ONLY.update(set(sys.modules) - before)
 
 
 def python_signals() -> None:
@@ -290,10 +305,16 @@ def _forget_the_grader(keep: tuple[str, ...] = ()) -> None:
         name
         for name in sys.modules
         if (name.partition(".")[0] == "autograder" and name not in keep)
+        or name in RUNNER_ONLY
         or (name in _LAUNCHER_ONLY and name not in forkserver.PRELOADED)
         or (name in SKIPPED_IMPORTS and sys.modules[name] is None)
     ]:
-        del sys.modules[name]
+        _UNLISTED.append(sys.modules.pop(name))
+
+
+# Modules left out of sys.modules, still alive: freed, their objects' pages, shared with the zygote,
+# would be copied as they were written (a tenth of a second per kernel).
+_UNLISTED: list = []
 
 
 # Variables read as a process starts, by Python, the C runtime and libtorch's logging (others, such

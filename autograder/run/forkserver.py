@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import gc
 import json
 import os
 import select
@@ -212,6 +213,9 @@ def preload(names: Sequence[str]) -> None:
         )
     PRELOADED.update(sys.modules)
     PRELOAD_ENV.update({k: v for k, v in os.environ.items() if before.get(k) != v})
+    # Out of the collector's reach: a collection in a child would write to every object's header
+    # and so copy every page it shares with the server (the case gc.freeze's documentation gives).
+    gc.freeze()
 
 
 def _in_bad_fork_for_cuda() -> bool:

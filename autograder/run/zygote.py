@@ -38,6 +38,10 @@ PRELOAD = (
 )
 
 
+# Last: what only runners use (the kernels it forks leave it out, see autograder.run.forked)
+RUNNER = "autograder.run.forked:preload_runner"
+
+
 class ZygoteUnavailable(ForkServerUnavailable):
     """The zygote cannot fork runners (it could not start, or it ended): runners start fresh
     instead."""
@@ -100,7 +104,11 @@ class Zygote(ForkServer):
 
     def __init__(self, env, cwd: Path, packages: tuple[str, ...] = ()):
         super().__init__(
-            env, cwd, preload=(*PRELOAD, *packages), name="zygote", die_with_parent=True
+            env,
+            cwd,
+            preload=(*PRELOAD, *packages, RUNNER),
+            name="zygote",
+            die_with_parent=True,
         )
         self.packages = tuple(packages)
 
