@@ -89,9 +89,10 @@ def run(entry: Callable[[], int]) -> NoReturn:
     folders' finalizers too); only the exit handler registered here, before any other and so run
     after all of them, then ends the process at once with the code.
     """
-    from autograder.run.startup import skip_unused_imports
+    from autograder.run.startup import collect_young_less, skip_unused_imports
 
     skip_unused_imports()
+    collect_young_less()
     code = [1]  # an exception that escapes ``entry`` is printed by Python as usual, and exits 1
 
     def end_now() -> None:

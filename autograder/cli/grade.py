@@ -40,6 +40,7 @@ from autograder.run.executors import ClusterError, naming_checked, start_zygote_
 from autograder.run.executors.cluster import check_scheduler
 from autograder.run.idle import IdleCores
 from autograder.run.process import RUNNERS
+from autograder.run.startup import settled
 from autograder.run.watch import RUN_MARKER
 from autograder.settings import (
     GRADEBOOK_ENV,
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if early:  # and the report's, drawn at the end with the other cores idle
         load_plotting()
     settings = named()
+    settled()
     db_url = gradebook_url(settings, args.workdir)
     if settings.db_url or os.environ.get(GRADEBOOK_ENV):
         problem = gradebook_problem(db_url)
