@@ -342,19 +342,19 @@ class ForkServer:
 
 class _Spare:
     """What :meth:`ForkServer.close` uses of a server's ``Popen`` (``wait``, ``kill``), for one the
-    sandbox's init forked (not this process's child: its end is seen through a pidfd)."""
+    sandbox's init forked (not this process's child: its end is seen through a pidfd, open while
+    this object lives, as two threads may wait on it)."""
 
     def __init__(self, pid: int):
         self.pid, self.pidfd = pid, os.pidfd_open(pid)
 
     def wait(self, timeout: float | None = None) -> None:
-        if self.pidfd != -1 and not select.select([self.pidfd], [], [], timeout)[0]:
+        if not select.select([self.pidfd], [], [], timeout)[0]:
             raise subprocess.TimeoutExpired("the sandbox's process server", timeout)
-        if self.pidfd != -1:
-            os.close(self.pidfd)
-            self.pidfd = -1
 
     def kill(self) -> None:
-        if self.pidfd != -1:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def __del__(self) -> None:
+        os.close(self.pidfd)
