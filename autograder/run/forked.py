@@ -299,8 +299,9 @@ def run_kernel_here(command: list[str]) -> None:
 
 
 def _forget_the_grader(keep: tuple[str, ...] = ()) -> None:
-    """Drop from ``sys.modules`` the grader's modules (but ``keep``) and what only a launcher
-    imported: a process started fresh has none of them."""
+    """Drop from ``sys.modules`` the grader's modules (but ``keep``), the runners'
+    (:data:`RUNNER_ONLY`) and what only a launcher imported: a process started fresh has none of
+    them."""
     for name in [
         name
         for name in sys.modules
@@ -312,8 +313,8 @@ def _forget_the_grader(keep: tuple[str, ...] = ()) -> None:
         _UNLISTED.append(sys.modules.pop(name))
 
 
-# Modules left out of sys.modules, still alive: freed, their objects' pages, shared with the zygote,
-# would be copied as they were written (a tenth of a second per kernel).
+# Modules left out of sys.modules, kept alive: freeing them would write to their objects, and so
+# copy the pages this process shares with the zygote.
 _UNLISTED: list = []
 
 
