@@ -95,6 +95,9 @@ TORCHRUN_VARIABLES = [
 
 def _variables(outdir):
     _setup()
+    # No rank leaves before every rank has connected: a rank 0 that exits at once can close its
+    # side of gloo's pair while rank 1 still connects ("Connection closed by peer").
+    dist.barrier()  # noqa: F821 (the script's prelude imports dist)
     return dict(os.environ)
 
 
